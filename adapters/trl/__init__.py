@@ -1,0 +1,1 @@
+"""TRL adapter: GRPO (and Dr. GRPO) through GRPOTrainer, RLOO through RLOOTrainer."""

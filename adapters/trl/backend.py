@@ -1,0 +1,334 @@
+"""The TRL backend: canonical config -> GRPOConfig/RLOOConfig kwargs, and a run through TRL's trainers.
+
+Batch semantics: one canonical training step is one rollout batch of training.batch_size prompts x
+group_size samples (TRL generation_batch_size) and its updates. TRL's global_step counts optimizer
+updates, so the plan sets max_steps = steps x updates_per_step and logging_steps = updates_per_step,
+which makes TRL log (and average) once per canonical step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlbridge.backend import Backend, Capability, approximated, honoured, rejected
+from rlbridge.config import RunConfig
+from rlbridge.errors import ConfigError
+from rlbridge_adapters.trl.package import DISTRIBUTION, SUPPORTED_VERSIONS
+
+TRAINERS = {"grpo": "GRPO", "dr_grpo": "GRPO", "rloo": "RLOO"}
+LOSS_TYPES = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
+
+# Native keys that canonical knobs set: backend_options may not set them a second way.
+OWNED_KEYS = {
+    "learning_rate": "training.lr",
+    "lr_scheduler_type": "training.lr_schedule",
+    "warmup_steps": "training.warmup_steps",
+    "weight_decay": "training.weight_decay",
+    "max_steps": "training.steps",
+    "num_train_epochs": "training.epochs",
+    "per_device_train_batch_size": "training.micro_batch_size",
+    "gradient_accumulation_steps": "training.mini_batch_size",
+    "generation_batch_size": "training.batch_size",
+    "max_grad_norm": "training.grad_clip",
+    "seed": "training.seed",
+    "num_generations": "algorithm.group_size",
+    "num_iterations": "algorithm.epochs_per_rollout",
+    "beta": "algorithm.kl_coef",
+    "epsilon": "algorithm.clip_low",
+    "epsilon_high": "algorithm.clip_high",
+    "loss_type": "algorithm.loss_aggregation",
+    "scale_rewards": "algorithm.advantage_normalization",
+    "normalize_advantages": "algorithm.advantage_normalization",
+    "max_completion_length": "rollout.max_new_tokens",
+    "temperature": "rollout.temperature",
+    "top_p": "rollout.top_p",
+    "top_k": "rollout.top_k",
+    "use_vllm": "rollout.engine",
+    "vllm_gpu_memory_utilization": "rollout.gpu_memory_utilization",
+    "vllm_tensor_parallel_size": "rollout.tensor_parallel_size",
+    "reward_weights": "reward[].weight",
+    "save_steps": "checkpoint.interval",
+    "save_total_limit": "checkpoint.keep_last",
+    "output_dir": "checkpoint.dir",
+    "use_cpu": "resources.gpus_per_node",
+    "shuffle_dataset": "data.shuffle",
+}
+
+
+def _gpus(config: RunConfig) -> int:
+    g = config.resources.gpus_per_node
+    return 0 if g == "auto" else int(g)
+
+
+def _dtype(config: RunConfig) -> str:
+    if config.model.dtype != "auto":
+        return config.model.dtype
+    return "bfloat16" if _gpus(config) > 0 else "float32"
+
+
+def _only_for_vllm(knob: str, default: Any):
+    def check(config: RunConfig) -> str | None:
+        value = getattr(config.rollout, knob)
+        if config.rollout.engine != "vllm" and value != default:
+            return "it only applies to rollout.engine: vllm; remove it or set rollout.engine: vllm"
+        return None
+
+    return check
+
+
+def _check_algorithm(config: RunConfig) -> str | None:
+    name = config.algorithm.name
+    if name == "ppo":
+        return "TRL removed PPOTrainer in 1.13 (trl.experimental.ppo existed only in 1.10-1.12); use backend: verl or backend: openrlhf for PPO"
+    if name == "reinforce_pp":
+        return "TRL has no REINFORCE++ trainer; use backend: verl (adv_estimator reinforce_plus_plus) or backend: openrlhf"
+    if name == "dpo":
+        return "the TRL adapter does not drive DPOTrainer yet; use algorithm.name grpo, dr_grpo or rloo"
+    return None
+
+
+def _check_kl_placement(config: RunConfig) -> str | None:
+    name, placement = config.algorithm.name, config.algorithm.kl_placement
+    if config.algorithm.kl_coef == 0 and "kl_placement" not in config.algorithm.model_fields_set:
+        return None
+    if name in ("grpo", "dr_grpo") and placement != "loss":
+        return "TRL's GRPOTrainer puts KL in the loss only; use kl_placement: loss, or algorithm.name: rloo (KL in the reward)"
+    if name == "rloo" and placement != "reward":
+        return "TRL's RLOOTrainer subtracts KL from the reward only; set kl_placement: reward, or use algorithm.name: grpo"
+    return None
+
+
+def _check_advantage_norm(config: RunConfig) -> str | None:
+    norm = config.algorithm.effective_advantage_normalization
+    if config.algorithm.name == "rloo" and norm == "group":
+        return "TRL's RLOOTrainer normalises over the whole batch or not at all; use batch or none"
+    if config.algorithm.name == "dr_grpo" and norm != "none":
+        return "Dr. GRPO does not scale advantages by std; leave advantage_normalization unset (none) or use algorithm.name: grpo"
+    return None
+
+
+def _check_loss_agg(config: RunConfig) -> str | None:
+    if config.algorithm.name == "dr_grpo" and config.algorithm.loss_aggregation not in ("seq_mean_token_sum_norm",) and (
+        "loss_aggregation" in config.algorithm.model_fields_set
+    ):
+        return "Dr. GRPO uses seq_mean_token_sum_norm; leave loss_aggregation unset or use algorithm.name: grpo"
+    return None
+
+
+def _check_dpo_only(config: RunConfig) -> str | None:
+    return None if config.algorithm.name == "dpo" or config.algorithm.dpo_beta == 0.1 else (
+        "algorithm.dpo_beta only applies to algorithm.name: dpo; remove it"
+    )
+
+
+def _check_resources(config: RunConfig) -> str | None:
+    if _gpus(config) > 1:
+        return (
+            "the TRL adapter runs one training process; multi-GPU TRL needs `accelerate launch`, which rlbridge does not "
+            "drive yet. Use gpus_per_node: 1, or backend: verl / openrlhf for several GPUs"
+        )
+    return None
+
+
+def _check_placement(config: RunConfig) -> str | None:
+    if config.placement.policy != "colocate":
+        return (
+            "TRL generates inside the training process (or a colocated vLLM); a separate rollout server is "
+            "backend_options.trl.vllm_mode: server, launched by you. Use placement.policy: colocate"
+        )
+    return None
+
+
+class TRLBackend(Backend):
+    name = "trl"
+    distribution = DISTRIBUTION
+    supported_versions = SUPPORTED_VERSIONS
+    description = "Hugging Face TRL: GRPOTrainer (grpo, dr_grpo) and RLOOTrainer (rloo), HF generate or colocated vLLM"
+
+    def capabilities(self) -> list[Capability]:
+        vllm_util = _only_for_vllm("gpu_memory_utilization", 0.3)
+        vllm_tp = _only_for_vllm("tensor_parallel_size", 1)
+        return [
+            honoured("algorithm.name", "GRPOTrainer / RLOOTrainer", _check_algorithm),
+            honoured("algorithm.group_size", "num_generations"),
+            honoured("algorithm.kl_coef", "beta"),
+            honoured("algorithm.kl_placement", "GRPO: loss; RLOO: reward", _check_kl_placement),
+            honoured("algorithm.clip_low", "epsilon"),
+            honoured("algorithm.clip_high", "epsilon_high"),
+            approximated(
+                "algorithm.loss_aggregation",
+                "loss_type (GRPO)",
+                "exact for grpo/dr_grpo (token_mean=dapo, seq_mean_token_mean=grpo, seq_mean_token_sum_norm=dr_grpo); "
+                "TRL's RLOOTrainer always uses a sequence-level ratio averaged over sequences",
+                _check_loss_agg,
+                when=lambda c: c.algorithm.name == "rloo",
+            ),
+            honoured("algorithm.advantage_normalization", "scale_rewards (GRPO) / normalize_advantages (RLOO)", _check_advantage_norm),
+            honoured("algorithm.epochs_per_rollout", "num_iterations"),
+            honoured("algorithm.dpo_beta", "beta (DPO)", _check_dpo_only),
+            honoured("model.path", "model (loaded by the trainer)"),
+            honoured("model.dtype", "model_init_kwargs.dtype, bf16/fp16"),
+            honoured("model.chat_template", "processing_class.chat_template"),
+            honoured("model.use_chat_template", "conversational prompts"),
+            honoured("data.train", "train_dataset (rows loaded by rlbridge)"),
+            honoured("data.eval", "eval_dataset"),
+            honoured("data.prompt_key", "prompt column"),
+            honoured("data.answer_key", "column passed to rewards"),
+            honoured("data.chosen_key", "DPO chosen column"),
+            honoured("data.rejected_key", "DPO rejected column"),
+            honoured("data.shuffle", "shuffle_dataset"),
+            honoured("rollout.engine", "use_vllm + vllm_mode=colocate", lambda c: None if c.rollout.engine != "sglang" else (
+                "TRL has no SGLang rollout; use rollout.engine: vllm or hf, or backend: verl for SGLang")),
+            honoured("rollout.max_new_tokens", "max_completion_length"),
+            approximated(
+                "rollout.max_prompt_tokens",
+                "(checked by rlbridge)",
+                "TRL >= 0.28 does not truncate prompts; rlbridge rejects longer prompts when it loads the data",
+                when=lambda c: c.rollout.max_prompt_tokens is not None,
+            ),
+            honoured("rollout.temperature", "temperature"),
+            honoured("rollout.top_p", "top_p"),
+            honoured("rollout.top_k", "top_k"),
+            honoured("rollout.gpu_memory_utilization", "vllm_gpu_memory_utilization", vllm_util),
+            honoured("rollout.tensor_parallel_size", "vllm_tensor_parallel_size", vllm_tp),
+            honoured("reward", "reward_funcs + reward_weights"),
+            rejected("environment", "the TRL adapter does not wire environment plugins into environment_factory yet; remove environment"),
+            honoured("training.steps", "max_steps = steps x updates per step"),
+            honoured("training.epochs", "num_train_epochs"),
+            honoured("training.lr", "learning_rate"),
+            honoured("training.lr_schedule", "lr_scheduler_type"),
+            honoured("training.warmup_steps", "warmup_steps x updates per step"),
+            honoured("training.weight_decay", "weight_decay"),
+            honoured("training.batch_size", "generation_batch_size = batch_size x group_size"),
+            honoured("training.mini_batch_size", "gradient_accumulation_steps = mini / micro"),
+            honoured("training.micro_batch_size", "per_device_train_batch_size"),
+            honoured("training.grad_clip", "max_grad_norm (0 disables)"),
+            honoured("training.seed", "seed, data_seed"),
+            honoured("training.torch_threads", "torch.set_num_threads"),
+            rejected("resources.nodes", "the TRL adapter runs on one node; use backend: verl or openrlhf for several nodes"),
+            honoured("resources.gpus_per_node", "use_cpu when 0", _check_resources),
+            approximated("resources.cpus_per_node", "torch threads", "TRL runs one process; cpus_per_node caps torch's threads unless training.torch_threads is set",
+                         when=lambda c: c.resources.cpus_per_node is not None),
+            honoured("placement.policy", "colocated (one process)", _check_placement),
+            honoured("placement.args", "(checked by the placement policy)"),
+            honoured("checkpoint.dir", "output_dir"),
+            honoured("checkpoint.interval", "save_strategy=steps, save_steps = interval x updates per step"),
+            honoured("checkpoint.resume", "trainer.train(resume_from_checkpoint=...)"),
+            honoured("checkpoint.keep_last", "save_total_limit"),
+        ]
+
+    def translate(self, config: RunConfig) -> dict[str, Any]:
+        algo, tr, ro = config.algorithm, config.training, config.rollout
+        gpus = _gpus(config)
+        processes = max(gpus, 1)
+        per_step = config.updates_per_step
+        mini = config.mini_batch_samples
+        micro = tr.micro_batch_size or mini // processes
+        if mini % (micro * processes):
+            raise ConfigError(
+                f"training.micro_batch_size ({micro}) x {processes} process(es) does not divide the mini batch ({mini})"
+            )
+        dtype = _dtype(config)
+        trainer = TRAINERS.get(algo.name, "GRPO")
+        args: dict[str, Any] = {
+            "output_dir": config.checkpoint.dir,
+            "max_steps": tr.steps * per_step if tr.steps else -1,
+            "num_train_epochs": tr.epochs or 1,
+            "learning_rate": tr.lr,
+            "lr_scheduler_type": tr.lr_schedule,
+            "warmup_steps": tr.warmup_steps * per_step,
+            "weight_decay": tr.weight_decay,
+            "per_device_train_batch_size": micro,
+            "gradient_accumulation_steps": mini // (micro * processes),
+            "generation_batch_size": config.rollout_samples,
+            "num_generations": algo.group_size,
+            "num_iterations": algo.epochs_per_rollout,
+            "max_completion_length": ro.max_new_tokens,
+            "temperature": ro.temperature,
+            "top_p": ro.top_p,
+            "top_k": ro.top_k,
+            "beta": algo.kl_coef,
+            "epsilon": algo.clip_low,
+            "epsilon_high": algo.clip_high,
+            "max_grad_norm": tr.grad_clip or 0.0,
+            "seed": tr.seed,
+            "data_seed": tr.seed,
+            "shuffle_dataset": config.data.shuffle,
+            "logging_steps": per_step,
+            "report_to": "none",
+            "disable_tqdm": True,
+            "save_strategy": "steps" if config.checkpoint.interval else "no",
+            "save_steps": (config.checkpoint.interval or 1) * per_step,
+            "save_total_limit": config.checkpoint.keep_last,
+            "use_cpu": gpus == 0,
+            "bf16": dtype == "bfloat16" and gpus > 0,
+            "fp16": dtype == "float16" and gpus > 0,
+            "gradient_checkpointing": False,
+            "model_init_kwargs": {"dtype": dtype},
+            "reward_weights": [r.weight for r in config.reward],
+            "remove_unused_columns": False,
+            "use_vllm": ro.engine == "vllm",
+        }
+        if trainer == "GRPO":
+            loss = "dr_grpo" if algo.name == "dr_grpo" else LOSS_TYPES[algo.loss_aggregation]
+            args["loss_type"] = loss
+            args["scale_rewards"] = algo.effective_advantage_normalization
+        else:
+            args["normalize_advantages"] = algo.effective_advantage_normalization == "batch"
+        if ro.engine == "vllm":
+            args.update(
+                vllm_mode="colocate",
+                vllm_gpu_memory_utilization=ro.gpu_memory_utilization,
+                vllm_tensor_parallel_size=ro.tensor_parallel_size,
+                vllm_enable_sleep_mode=False,
+            )
+        passthrough = dict(config.backend_options.get("trl", {}))
+        for key in passthrough:
+            if key in OWNED_KEYS:
+                raise ConfigError(
+                    f"backend_options.trl.{key} is set by the canonical knob {OWNED_KEYS[key]}; set that instead"
+                )
+        args.update(passthrough)
+        env = {"TOKENIZERS_PARALLELISM": "false"}
+        if ro.engine == "vllm" and gpus == 0:
+            env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
+        threads = tr.torch_threads or config.resources.cpus_per_node
+        return {
+            "trainer": f"{trainer}Trainer",
+            "config_class": f"{trainer}Config",
+            "args": args,
+            "model": {"path": _model_path(config), "dtype": dtype},
+            "rewards": [{"name": r.name, "weight": r.weight, "args": r.args} for r in config.reward],
+            "data": {
+                "prompt_key": config.data.prompt_key,
+                "answer_key": config.data.answer_key,
+                "use_chat_template": config.model.use_chat_template,
+                "chat_template": config.model.chat_template,
+                "max_prompt_tokens": ro.max_prompt_tokens,
+            },
+            "torch_threads": threads,
+            "updates_per_step": per_step,
+            "resume": config.checkpoint.resume,
+            "env": env,
+        }
+
+    def render_native(self, plan) -> str:
+        import yaml
+
+        native = plan.native
+        head = (
+            f"# {native['trainer']}({native['config_class']}(**args)); one rlbridge step = "
+            f"{native['updates_per_step']} TRL optimizer step(s)\n"
+        )
+        return head + yaml.safe_dump(native, sort_keys=False)
+
+    def run(self, plan, ctx) -> None:
+        from rlbridge_adapters.trl.train import run_trl
+
+        run_trl(plan, ctx)
+
+
+def _model_path(config: RunConfig) -> str:
+    from rlbridge.runner import model_path
+
+    return model_path(config)

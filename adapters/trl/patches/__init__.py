@@ -1,0 +1,5 @@
+"""Version-gated patches the TRL adapter applies in its engine process (see rlbridge.patches)."""
+
+from rlbridge_adapters.trl.patches.vllm_cpu_linear import VLLM_CPU_LINEAR
+
+PATCHES = [VLLM_CPU_LINEAR]

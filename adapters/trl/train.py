@@ -1,0 +1,206 @@
+"""Running a TRL plan in this process. Imported only when a run starts (it imports torch and trl)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerFast, TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+
+from rlbridge.data import load_rows
+from rlbridge.errors import ConfigError
+from rlbridge.patches import apply_patches
+from rlbridge.rewards import BoundReward, RewardInput, build_rewards, score
+from rlbridge.runner import materialize_model
+from rlbridge_adapters.trl.metrics import to_canonical
+from rlbridge_adapters.trl.patch import profiling_timers
+from rlbridge_adapters.trl.patches import PATCHES
+
+
+def load_tokenizer(path: str, chat_template: str | None):
+    """A tokenizer.json next to the model is loaded as the fast tokenizer it is: with transformers
+    5.x, AutoTokenizer may swap in a model-specific class that re-tokenizes differently."""
+    if (Path(path) / "tokenizer.json").exists():
+        tok = PreTrainedTokenizerFast.from_pretrained(path)
+    else:
+        tok = AutoTokenizer.from_pretrained(path)
+    if chat_template:
+        template = Path(chat_template)
+        tok.chat_template = template.read_text() if template.is_file() else chat_template
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def build_dataset(rows: list[dict[str, Any]], native: dict[str, Any], tok, field_name: str):
+    from datasets import Dataset
+
+    data = native["data"]
+    prompt_key, cap = data["prompt_key"], data["max_prompt_tokens"]
+    records = []
+    for i, row in enumerate(rows):
+        text = row[prompt_key]
+        if not isinstance(text, str):
+            raise ConfigError(f"data.prompt_key: row {i} of {field_name} has a non-text prompt ({type(text).__name__})")
+        if cap is not None:
+            n = len(tok(text, add_special_tokens=False)["input_ids"])
+            if n > cap:
+                raise ConfigError(
+                    f"rollout.max_prompt_tokens: row {i} of {field_name} has a {n}-token prompt (cap {cap}); "
+                    "raise the cap or filter the data"
+                )
+        record = {k: v for k, v in row.items() if k != prompt_key}
+        record["prompt"] = [{"role": "user", "content": text}] if data["use_chat_template"] else text
+        records.append(record)
+    return Dataset.from_list(records)
+
+
+def trl_reward(bound: BoundReward, answer_key: str, tokenizer):
+    """Wrap an rlbridge reward as a TRL reward function (named after the plugin, so TRL logs
+    rewards/<plugin>/mean). TRL passes completions decoded without special tokens and the
+    completion token ids; both reach the plugin."""
+
+    def reward(prompts, completions, completion_ids, **columns):
+        inputs = []
+        for i, completion in enumerate(completions):
+            prompt = prompts[i]
+            if isinstance(prompt, list):  # conversational
+                prompt = prompt[-1]["content"]
+            if isinstance(completion, list):
+                completion = "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
+            metadata = {
+                k: v[i] for k, v in columns.items()
+                if k not in ("trainer_state", "log_extra", "log_metric", "environments") and isinstance(v, list)
+            }
+            inputs.append(
+                RewardInput(
+                    prompt=prompt,
+                    completion=completion,
+                    completion_ids=list(completion_ids[i]),
+                    answer=metadata.get(answer_key),
+                    metadata=metadata,
+                )
+            )
+        return score(bound, inputs)
+
+    reward.__name__ = bound.name
+    return reward
+
+
+class CanonicalMetrics(TrainerCallback):
+    """Turns TRL's logs (one per rlbridge step, see logging_steps) into canonical metrics."""
+
+    def __init__(self, ctx, updates_per_step: int, timers: dict[str, float]) -> None:
+        self.ctx = ctx
+        self.per_step = updates_per_step
+        self.timers = timers
+        self.step_started: float | None = None
+        self.last_tokens = 0.0
+        self.on_gpu = torch.cuda.is_available()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.step_started is None:
+            self.step_started = time.perf_counter()
+            self.timers.clear()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = dict(logs or {})
+        if "train_runtime" in logs or self.step_started is None:  # the final summary log
+            return
+        step_s = time.perf_counter() - self.step_started
+        canonical = to_canonical(logs)
+        generate = sum(v for k, v in self.timers.items() if "generate" in k)
+        prepare = sum(v for k, v in self.timers.items() if k.endswith("._prepare_inputs"))
+        tokens = float(logs.get("num_tokens", self.last_tokens))
+        canonical.update(
+            {
+                "timing/step_s": step_s,
+                "timing/generate_s": generate,
+                "timing/update_s": max(step_s - prepare, 0.0),
+                "throughput/tokens_per_s": (tokens - self.last_tokens) / step_s if step_s > 0 else 0.0,
+                "memory/peak_mb": (
+                    torch.cuda.max_memory_allocated() / 2**20
+                    if self.on_gpu
+                    else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                ),
+            }
+        )
+        self.last_tokens = tokens
+        self.step_started = None
+        self.ctx.emit_step(state.global_step // self.per_step, canonical, native=logs)
+
+    def on_save(self, args, state, control, **kwargs):
+        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        self.ctx.checkpoint_saved(state.global_step // self.per_step, str(path))
+
+
+def run_trl(plan, ctx) -> None:
+    native = plan.native
+    config = ctx.config
+    os.environ.update(native["env"])
+    patch_report = apply_patches(PATCHES, native)
+    (ctx.run_dir / "patches.json").write_text(__import__("json").dumps(patch_report, indent=2))
+    if native["torch_threads"]:
+        torch.set_num_threads(native["torch_threads"])
+
+    import trl
+
+    model_path = materialize_model(config, ctx.plugins)
+    tok = load_tokenizer(model_path, native["data"]["chat_template"])
+    train_rows = load_rows(config.data.train, config, "data.train", ctx.plugins)
+    train_ds = build_dataset(train_rows, native, tok, "data.train")
+    eval_ds = None
+    if config.data.eval is not None:
+        eval_ds = build_dataset(load_rows(config.data.eval, config, "data.eval", ctx.plugins), native, tok, "data.eval")
+    rewards = [trl_reward(b, native["data"]["answer_key"], tok) for b in build_rewards(config, ctx.plugins)]
+
+    config_class = getattr(trl, native["config_class"])
+    trainer_class = getattr(trl, native["trainer"])
+    args = _make_args(config_class, native["args"])
+    timers: dict[str, float] = {}
+    callback = CanonicalMetrics(ctx, native["updates_per_step"], timers)
+    with profiling_timers(timers):
+        trainer = trainer_class(
+            model=model_path,
+            reward_funcs=rewards,
+            args=args,
+            train_dataset=train_ds,
+            eval_dataset=eval_ds,
+            processing_class=tok,
+            callbacks=[callback],
+        )
+        # disable_tqdm makes transformers print every raw log dict; rlbridge shows its own progress.
+        trainer.remove_callback(PrinterCallback)
+        resume = native["resume"]
+        if resume is True:
+            resume = _latest_checkpoint(native["args"]["output_dir"])
+        trainer.train(resume_from_checkpoint=resume or None)
+
+
+def _make_args(config_class, kwargs: dict[str, Any]):
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    for key in kwargs:
+        if key not in fields:
+            from rlbridge.errors import did_you_mean
+
+            raise ConfigError(
+                f"backend_options.trl.{key}: {config_class.__name__} has no field '{key}'{did_you_mean(key, fields)}"
+            )
+    try:
+        return config_class(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"TRL rejected the translated {config_class.__name__}: {exc}") from exc
+
+
+def _latest_checkpoint(directory: str) -> str | None:
+    candidates = sorted(Path(directory).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    if not candidates:
+        raise ConfigError(f"checkpoint.resume: no checkpoint-* directory in {directory} to resume from")
+    return str(candidates[-1])

@@ -1,0 +1,135 @@
+"""Built-in model builders for `model.path: builtin:NAME`: tiny random models made locally, so that
+the quickstart, the tests and CI need no model hub.
+
+The tokenizer is character level over printable ASCII plus tab and newline, built in the
+byte-level alphabet that transformers' Qwen2Tokenizer uses. Engines reload it with AutoTokenizer,
+which for a `qwen2` model type rebuilds a byte-level BPE Qwen2Tokenizer from the vocabulary
+whatever tokenizer class the files name; because our vocabulary is already byte-level symbols
+without merges, that rebuild tokenizes exactly like the tokenizer we save (tested).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from rlbridge import hookimpl
+from rlbridge.registry import ModelBuilderPlugin
+
+BUILDER_VERSION = 1
+SPECIAL_TOKENS = ["<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+ALPHABET_BYTES = [9, 10] + list(range(32, 127))
+
+
+def _byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable-unicode map, which byte-level BPE vocabularies use."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars = printable[:]
+    n = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + n)
+            n += 1
+    return dict(zip(printable, map(chr, chars)))
+
+
+def build_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import BPE
+    from transformers import PreTrainedTokenizerFast
+
+    byte_map = _byte_to_unicode()
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for b in ALPHABET_BYTES:
+        vocab[byte_map[b]] = len(vocab)
+    tk = Tokenizer(BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False, byte_fallback=False))
+    tk.normalizer = normalizers.NFC()
+    # Same pipeline as Qwen2Tokenizer: split, then map bytes to the byte-level alphabet.
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\s+|\S"), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens(SPECIAL_TOKENS)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        eos_token="<|im_end|>",
+        pad_token="<pad>",
+        bos_token=None,
+        unk_token=None,
+        padding_side="left",
+        model_max_length=512,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def build_tiny_model(target: Path, hidden: int = 64, layers: int = 2, heads: int = 2, seed: int = 0) -> str:
+    """A random Qwen2 model (head_dim = hidden/heads >= 32 for vLLM's CPU attention) with the
+    char-level tokenizer, saved in float32. Idempotent; written to a temp dir and moved into place."""
+    target = Path(target)
+    marker = target / "rlbridge_builder.json"
+    spec = {"builder_version": BUILDER_VERSION, "hidden": hidden, "layers": layers, "heads": heads, "seed": seed}
+    if marker.exists() and json.loads(marker.read_text()) == spec:
+        return str(target)
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = build_tokenizer()
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+    )
+    fork = torch.random.fork_rng()
+    with fork:
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(cfg).to(torch.float32)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "rlbridge_builder.json").write_text(json.dumps(spec))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)
+
+
+def tiny_digits(target: Path) -> str:
+    return build_tiny_model(target)
+
+
+@hookimpl
+def rlbridge_register_model_builders():
+    return [
+        ModelBuilderPlugin(
+            "tiny-digits",
+            tiny_digits,
+            "random Qwen2, 64 hidden x 2 layers, head_dim 32, char-level tokenizer (~60k parameters)",
+        )
+    ]

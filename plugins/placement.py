@@ -1,0 +1,45 @@
+"""Built-in placement policies: where actor, rollout and reference run."""
+
+from __future__ import annotations
+
+from rlbridge import hookimpl
+from rlbridge.errors import ConfigError
+from rlbridge.registry import PlacementPolicy
+
+
+def _gpus(config) -> int:
+    g = config.resources.gpus_per_node
+    return 0 if g == "auto" else int(g)
+
+
+def colocate(config) -> dict:
+    """Actor, rollout and reference share every device (time-sliced)."""
+    if config.placement.args:
+        raise ConfigError(f"placement.args: 'colocate' takes no arguments (got {sorted(config.placement.args)})")
+    devices = max(_gpus(config), 1) * config.resources.nodes
+    return {"actor": devices, "rollout": devices, "reference": devices, "shared": True}
+
+
+def split(config) -> dict:
+    """Rollout gets `rollout_gpus` of its own devices; actor and reference share the rest."""
+    unknown = set(config.placement.args) - {"rollout_gpus"}
+    if unknown:
+        raise ConfigError(f"placement.args: 'split' takes only rollout_gpus (unknown: {sorted(unknown)})")
+    total = _gpus(config) * config.resources.nodes
+    rollout = config.placement.args.get("rollout_gpus")
+    if not isinstance(rollout, int) or rollout < 1:
+        raise ConfigError("placement.args.rollout_gpus: 'split' needs a positive number of rollout GPUs")
+    if rollout >= total:
+        raise ConfigError(
+            f"placement.args.rollout_gpus: {rollout} leaves no GPU for training out of {total}; "
+            f"use fewer rollout GPUs or placement.policy: colocate"
+        )
+    return {"actor": total - rollout, "rollout": rollout, "reference": total - rollout, "shared": False}
+
+
+@hookimpl
+def rlbridge_register_placement_policies():
+    return [
+        PlacementPolicy("colocate", colocate, "actor, rollout and reference share all devices"),
+        PlacementPolicy("split", split, "rollout on its own GPUs (args: rollout_gpus)"),
+    ]

@@ -1,0 +1,97 @@
+"""Built-in reward plugins. Each factory takes the reward entry's args and returns a callable
+over a list of `rlbridge.rewards.RewardInput`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from rlbridge import hookimpl
+from rlbridge.registry import RewardPlugin
+from rlbridge.rewards import RewardInput
+
+
+def digit_match(digit_key: str | None = None):
+    """Fraction of generated tokens that are the answer digit.
+
+    The denominator counts every generated token, special tokens included (completion_ids), so a
+    policy cannot raise the score with tokens that the decoded text does not show.
+    """
+
+    def reward(inputs: Sequence[RewardInput]) -> list[float]:
+        out = []
+        for x in inputs:
+            target = str(x.metadata[digit_key] if digit_key else x.answer)
+            n_tokens = max(len(x.completion_ids), 1)
+            out.append(min(x.completion.count(target), n_tokens) / n_tokens)
+        return out
+
+    return reward
+
+
+def exact_match(strip: bool = True, case_sensitive: bool = True):
+    """1.0 when the completion equals the answer (after stripping whitespace), else 0.0."""
+
+    def norm(text: str) -> str:
+        text = text.strip() if strip else text
+        return text if case_sensitive else text.lower()
+
+    def reward(inputs: Sequence[RewardInput]) -> list[float]:
+        return [float(norm(x.completion) == norm(str(x.answer))) for x in inputs]
+
+    return reward
+
+
+def contains_answer(case_sensitive: bool = True):
+    """1.0 when the answer appears anywhere in the completion, else 0.0."""
+
+    def reward(inputs: Sequence[RewardInput]) -> list[float]:
+        if case_sensitive:
+            return [float(str(x.answer) in x.completion) for x in inputs]
+        return [float(str(x.answer).lower() in x.completion.lower()) for x in inputs]
+
+    return reward
+
+
+def length_penalty(target_tokens: int = 16):
+    """-(|tokens - target| / target): 0 at the target length, more negative away from it."""
+    if target_tokens < 1:
+        raise ValueError("length_penalty: target_tokens must be >= 1")
+
+    def reward(inputs: Sequence[RewardInput]) -> list[float]:
+        return [-abs(len(x.completion_ids) - target_tokens) / target_tokens for x in inputs]
+
+    return reward
+
+
+def reasoning_gym(dataset: str | None = None):
+    """Scores with reasoning-gym's own `score_answer` for the row's dataset (rows from the
+    `reasoning_gym` data source carry it in metadata['rg_entry'])."""
+
+    def reward(inputs: Sequence[RewardInput]) -> list[float | None]:
+        import reasoning_gym as rg
+
+        out: list[float | None] = []
+        for x in inputs:
+            entry = x.metadata.get("rg_entry")
+            entry = json.loads(entry) if isinstance(entry, str) else entry
+            name = dataset or x.metadata.get("rg_dataset")
+            if entry is None or name is None:
+                out.append(None)
+                continue
+            scorer = rg.get_score_answer_fn(name)
+            out.append(float(scorer(x.completion, entry)))
+        return out
+
+    return reward
+
+
+@hookimpl
+def rlbridge_register_rewards():
+    return [
+        RewardPlugin("digit_match", digit_match, "fraction of generated tokens equal to the answer digit"),
+        RewardPlugin("exact_match", exact_match, "1 if the completion equals the answer"),
+        RewardPlugin("contains_answer", contains_answer, "1 if the answer occurs in the completion"),
+        RewardPlugin("length_penalty", length_penalty, "penalty for distance from a target length in tokens"),
+        RewardPlugin("reasoning_gym", reasoning_gym, "reasoning-gym's own scorer (pip install reasoning-gym)"),
+    ]

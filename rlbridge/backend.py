@@ -1,0 +1,238 @@
+"""The backend contract: what every engine adapter provides.
+
+A backend names its engine and the version range it supports, states for every canonical knob
+whether it is honoured, approximated (and how) or rejected, turns a RunConfig into the engine's
+native configuration (`plan`, pure), and trains from that plan (`run`), streaming canonical
+metrics to the run context. The shared conformance suite (tests/conformance) holds every backend to this.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.metadata
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+from pydantic import BaseModel
+
+from rlbridge.config import RunConfig
+from rlbridge.errors import CapabilityError, EngineNotAvailableError
+
+if TYPE_CHECKING:
+    from rlbridge.runtime import RunContext
+
+# Knobs the core handles itself for every engine; a backend does not declare them.
+CORE_KNOBS = frozenset({"backend", "run_name", "output_dir", "engine_env", "telemetry", "backend_options"})
+# Sections whose keys are knobs one level down (dicts and lists are one knob each).
+_SECTIONS = ("algorithm", "model", "data", "rollout", "training", "resources", "placement", "checkpoint")
+
+
+def canonical_knobs() -> list[str]:
+    """Every knob a backend's capability table must cover, as dotted paths."""
+    knobs = []
+    for name, info in RunConfig.model_fields.items():
+        if name in CORE_KNOBS:
+            continue
+        if name in _SECTIONS:
+            section = info.annotation
+            assert isinstance(section, type) and issubclass(section, BaseModel)
+            knobs.extend(f"{name}.{sub}" for sub in section.model_fields)
+        else:
+            knobs.append(name)
+    return knobs
+
+
+def knob_value(config: RunConfig, knob: str) -> Any:
+    value: Any = config
+    for part in knob.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def knob_default(knob: str) -> Any:
+    model: Any = RunConfig
+    parts = knob.split(".")
+    for part in parts[:-1]:
+        model = model.model_fields[part].annotation
+    info = model.model_fields[parts[-1]]
+    return info.get_default(call_default_factory=True)
+
+
+def _dumpable(value: Any) -> Any:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else (
+        [_dumpable(v) for v in value] if isinstance(value, list) else value
+    )
+
+
+class Support(str, enum.Enum):
+    HONOURED = "honoured"
+    APPROXIMATED = "approximated"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class Capability:
+    """How one backend treats one canonical knob.
+
+    `native` names the engine key(s) it maps to; `note` says how it is approximated or, for a
+    rejection, why and what to use instead. `check` refines an honoured or approximated knob:
+    given the config it returns an error message when this particular value cannot be honoured.
+    A REJECTED knob may only keep its default value.
+    """
+
+    knob: str
+    support: Support
+    native: str = ""
+    note: str = ""
+    check: Callable[[RunConfig], str | None] | None = None
+    approximate_when: Callable[[RunConfig], bool] | None = None
+    """For an APPROXIMATED knob: whether the approximation is in effect for this config (None: always)."""
+
+
+def honoured(knob: str, native: str = "", check: Callable[[RunConfig], str | None] | None = None) -> Capability:
+    return Capability(knob, Support.HONOURED, native, "", check)
+
+
+def approximated(
+    knob: str,
+    native: str,
+    note: str,
+    check: Callable[[RunConfig], str | None] | None = None,
+    when: Callable[[RunConfig], bool] | None = None,
+) -> Capability:
+    return Capability(knob, Support.APPROXIMATED, native, note, check, when)
+
+
+def rejected(knob: str, note: str) -> Capability:
+    return Capability(knob, Support.REJECTED, "", note)
+
+
+@dataclass
+class Plan:
+    """The engine-native configuration of one run: pure data, serialisable to YAML/JSON."""
+
+    backend: str
+    engine: str
+    engine_requirement: str
+    native: dict[str, Any]
+    approximations: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Plan":
+        return cls(**data)
+
+
+class Backend(ABC):
+    """Base class of engine adapters. Subclasses set the class attributes and the four methods."""
+
+    name: ClassVar[str]
+    """The value of `backend:` in a config."""
+    distribution: ClassVar[str]
+    """The engine's PyPI distribution, used to detect its installed version."""
+    supported_versions: ClassVar[str]
+    """PEP 440 specifier of the engine versions this adapter supports (tested at both ends)."""
+    description: ClassVar[str] = ""
+
+    # --- versions ---
+    @classmethod
+    def installed_version(cls) -> str | None:
+        """The engine's installed version in this environment, read from package metadata (no import)."""
+        try:
+            return importlib.metadata.version(cls.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    @classmethod
+    def version_supported(cls, version: str) -> bool:
+        return SpecifierSet(cls.supported_versions).contains(Version(version), prereleases=True)
+
+    @classmethod
+    def require_engine(cls) -> str:
+        """Raise unless a supported engine version is installed here; return the version."""
+        version = cls.installed_version()
+        if version is None:
+            raise EngineNotAvailableError(
+                f"backend '{cls.name}': {cls.distribution} is not installed in this environment; install it with "
+                f"`pip install 'rlbridge[{cls.name}]'`, or set engine_env: auto to run in an rlbridge engine environment"
+            )
+        if not cls.version_supported(version):
+            raise EngineNotAvailableError(
+                f"backend '{cls.name}': installed {cls.distribution} {version} is outside the supported range "
+                f"{cls.supported_versions}; install a supported version (pip install '{cls.distribution}{cls.supported_versions}')"
+            )
+        return version
+
+    # --- capabilities ---
+    @abstractmethod
+    def capabilities(self) -> list[Capability]:
+        """One entry for every knob of `canonical_knobs()`."""
+
+    def capability_table(self) -> dict[str, Capability]:
+        return {cap.knob: cap for cap in self.capabilities()}
+
+    def check_capabilities(self, config: RunConfig) -> list[str]:
+        """Raise CapabilityError for the first knob this backend cannot honour; return the
+        approximation notes for knobs that are in effect."""
+        table = self.capability_table()
+        missing = [k for k in canonical_knobs() if k not in table]
+        if missing:  # an adapter bug, caught by the conformance suite
+            raise CapabilityError(f"backend '{self.name}' declares no capability for: {', '.join(missing)}")
+        notes = []
+        for knob in canonical_knobs():
+            cap = table[knob]
+            value = knob_value(config, knob)
+            if cap.support is Support.REJECTED:
+                if _dumpable(value) != _dumpable(knob_default(knob)):
+                    raise CapabilityError(
+                        f"backend '{self.name}' cannot honour {knob}={_show(value)}: {cap.note}"
+                    )
+                continue
+            if cap.check is not None:
+                problem = cap.check(config)
+                if problem:
+                    raise CapabilityError(f"backend '{self.name}' cannot honour {knob}={_show(value)}: {problem}")
+            if cap.support is Support.APPROXIMATED and (cap.approximate_when is None or cap.approximate_when(config)):
+                notes.append(f"{knob}: {cap.note}")
+        return notes
+
+    # --- translation and launch ---
+    @abstractmethod
+    def translate(self, config: RunConfig) -> dict[str, Any]:
+        """The engine-native configuration for a resolved config. Pure: no imports of the
+        engine, no files written, nothing started."""
+
+    def plan(self, config: RunConfig) -> Plan:
+        notes = self.check_capabilities(config)
+        return Plan(
+            backend=self.name,
+            engine=self.distribution,
+            engine_requirement=f"{self.distribution}{self.supported_versions}",
+            native=self.translate(config),
+            approximations=notes,
+            config=config.model_dump(mode="json"),
+        )
+
+    @abstractmethod
+    def run(self, plan: Plan, ctx: RunContext) -> None:
+        """Train according to `plan`, in this process, calling `ctx.emit_step` once per training
+        step with the engine's metrics mapped to canonical names, and `ctx.checkpoint_saved`
+        after every checkpoint."""
+
+
+def _show(value: Any) -> str:
+    value = _dumpable(value)
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip() if isinstance(
+        value, (dict, list)
+    ) else str(value)

@@ -1,0 +1,197 @@
+"""The `rlbridge` command line. Imports no torch or engine unless a command trains."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from rlbridge.errors import RLBridgeError
+
+app = typer.Typer(
+    help="One config, any RL post-training engine (TRL, verl, OpenRLHF).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+_state = {"debug": False}
+
+SetOption = typer.Option(None, "--set", "-s", help="Override a config key: --set training.steps=10 (repeatable).")
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.")) -> None:
+    _state["debug"] = debug
+
+
+def _load(config: Optional[Path], overrides: Optional[list[str]]):
+    from rlbridge.loading import load_config
+
+    return load_config(config, overrides or [])
+
+
+@app.command()
+def train(
+    config: Path = typer.Argument(..., help="YAML config file."),
+    set_: Optional[list[str]] = SetOption,
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (e.g. in CI logs)."),
+) -> None:
+    """Train: plan the config for its backend, then run it and write output_dir."""
+    from rlbridge.runner import train as run_train
+
+    cfg = _load(config, set_)
+    summary = run_train(cfg, progress=False if no_progress else None)
+    out.print(
+        f"[green]done[/green]: {summary['steps']} steps, reward {summary.get('reward_first', float('nan')):.3f} -> "
+        f"{summary.get('reward_last', float('nan')):.3f}, {summary['wall_s']:.1f} s; files in {summary['output_dir']}"
+    )
+
+
+@app.command()
+def plan(
+    config: Path = typer.Argument(..., help="YAML config file."),
+    set_: Optional[list[str]] = SetOption,
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """Print the engine-native configuration a run of CONFIG would use (nothing is started)."""
+    from rlbridge.runner import prepare
+
+    prepared = prepare(_load(config, set_))
+    if as_json:
+        print(json.dumps(prepared.plan.to_dict(), indent=2))
+        return
+    print(f"# backend: {prepared.plan.backend} ({prepared.plan.engine_requirement})")
+    for note in prepared.plan.approximations:
+        print(f"# approximated: {note}")
+    print(prepared.backend.render_native(prepared.plan) if hasattr(prepared.backend, "render_native") else prepared.plan.to_yaml())
+
+
+@app.command()
+def backends(
+    capabilities: bool = typer.Option(True, "--capabilities/--no-capabilities", help="Show each capability table."),
+) -> None:
+    """Installed engines, their versions, supported ranges and capability tables."""
+    from rlbridge.registry import get_plugin_manager
+
+    pm = get_plugin_manager()
+    table = Table("backend", "engine", "installed", "supported", "status", "from")
+    for name, reg in sorted(pm.items["backend"].items()):
+        cls = reg.item
+        version = cls.installed_version()
+        status = "not installed" if version is None else ("ok" if cls.version_supported(version) else "unsupported version")
+        table.add_row(name, cls.distribution, version or "-", cls.supported_versions, status, reg.distribution or reg.provider)
+    out.print(table)
+    if capabilities:
+        for name, reg in sorted(pm.items["backend"].items()):
+            caps = Table("knob", "support", "native", "note", title=f"capabilities of '{name}'", title_justify="left")
+            for cap in reg.item().capabilities():
+                caps.add_row(cap.knob, cap.support.value, cap.native, cap.note)
+            out.print(caps)
+
+
+@app.command()
+def plugins() -> None:
+    """Everything registered through the `rlbridge` entry-point group, and where it came from."""
+    from rlbridge.registry import get_plugin_manager
+
+    pm = get_plugin_manager()
+    table = Table("kind", "name", "plugin", "distribution", "description")
+    for kind, items in pm.items.items():
+        for name, reg in sorted(items.items()):
+            desc = getattr(reg.item, "description", "") or ""
+            table.add_row(kind, name, reg.provider, reg.distribution or "-", desc)
+    out.print(table)
+
+
+@app.command()
+def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout.")) -> None:
+    """The JSON Schema of the config file."""
+    from rlbridge.config import RunConfig
+
+    text = json.dumps(RunConfig.model_json_schema(), indent=2) + "\n"
+    if output:
+        output.write_text(text)
+        err.print(f"wrote {output}")
+    else:
+        print(text, end="")
+
+
+@app.command()
+def doctor() -> None:
+    """What is installed or missing: Python, core libraries, engines, torch and CUDA."""
+    import importlib.metadata
+    import platform
+    import subprocess
+
+    from rlbridge.registry import get_plugin_manager
+    from rlbridge.runner import cache_dir, count_gpus
+
+    table = Table("check", "status")
+    table.add_row("python", f"{platform.python_version()} ({sys.executable})")
+    for dist in ("pydantic", "pluggy", "PyYAML", "typer", "rich", "packaging", "matplotlib"):
+        try:
+            table.add_row(dist, importlib.metadata.version(dist))
+        except importlib.metadata.PackageNotFoundError:
+            table.add_row(dist, "[yellow]missing[/yellow]" + (" (no plots)" if dist == "matplotlib" else ""))
+    probe = "import torch; print(torch.__version__, torch.cuda.is_available(), torch.cuda.device_count())"
+    try:
+        res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+        if res.returncode == 0:
+            version, cuda, n = res.stdout.split()
+            table.add_row("torch", f"{version}; CUDA {'available, ' + n + ' device(s)' if cuda == 'True' else 'not available'}")
+        else:
+            table.add_row("torch", "[yellow]missing[/yellow] (pip install torch==<version> before an engine extra)")
+    except subprocess.TimeoutExpired:
+        table.add_row("torch", "[red]import timed out[/red]")
+    table.add_row("NVIDIA GPUs (nvidia-smi)", str(count_gpus()))
+    pm = get_plugin_manager()
+    for name, reg in sorted(pm.items["backend"].items()):
+        cls = reg.item
+        version = cls.installed_version()
+        if version is None:
+            status = f"[yellow]not installed[/yellow] (pip install 'rlbridge[{name}]')"
+        elif cls.version_supported(version):
+            status = f"{cls.distribution} {version} (supported: {cls.supported_versions})"
+        else:
+            status = f"[red]{cls.distribution} {version} unsupported[/red] (supported: {cls.supported_versions})"
+        table.add_row(f"backend {name}", status)
+    table.add_row("cache dir", str(cache_dir()))
+    out.print(table)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except RLBridgeError as exc:
+        if _state["debug"]:
+            traceback.print_exc()
+        err.print("[red]error:[/red] " + escape(str(exc)), highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/yellow]")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2)
+        if isinstance(exc, click.exceptions.Abort):
+            err.print("[yellow]aborted[/yellow]")
+            sys.exit(130)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""The canonical run configuration.
+
+One YAML file, any engine. Every field is typed, defaulted and documented here, where it is
+declared; `rlbridge schema` writes the JSON Schema generated from these models. Unknown keys are
+errors. Cross-field rules that hold for every engine (group size, batch divisibility) are checked
+here; what a particular engine can or cannot honour is the backend's capability table
+(`rlbridge.backend`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dpo")
+GROUP_ALGORITHMS = ("grpo", "dr_grpo", "rloo")  # advantage from a group of samples of one prompt
+
+
+class StrictModel(BaseModel):
+    """Base for every config section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+
+class AlgorithmConfig(StrictModel):
+    name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dpo"] = "grpo"
+    """RL algorithm. grpo: group-normalised advantages; dr_grpo: GRPO without std scaling and with
+    length-unbiased aggregation; rloo: leave-one-out baseline; reinforce_pp: REINFORCE++ (batch
+    baseline); ppo: critic with GAE; dpo: offline preference pairs."""
+    group_size: int = Field(8, ge=1)
+    """Samples generated per prompt (TRL num_generations, verl rollout.n, OpenRLHF
+    n_samples_per_prompt). Group-based algorithms need at least 2."""
+    kl_coef: float = Field(0.0, ge=0.0)
+    """Weight of the KL penalty against the reference (initial) policy. 0 disables it and no
+    reference model is loaded."""
+    kl_placement: Literal["loss", "reward"] = "loss"
+    """Where the KL penalty goes: 'loss' adds it to the policy loss (GRPO style), 'reward'
+    subtracts it from the reward before advantages (PPO/RLOO style)."""
+    clip_low: float = Field(0.2, ge=0.0)
+    """Lower PPO ratio clip epsilon: the ratio is clipped at 1 - clip_low."""
+    clip_high: float | None = Field(None, ge=0.0)
+    """Upper PPO ratio clip epsilon (DAPO clip-higher). None means the same as clip_low."""
+    loss_aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    """How per-token losses become one number: token_mean averages over every token of the batch
+    (DAPO), seq_mean_token_mean averages per sequence then over sequences (original GRPO),
+    seq_mean_token_sum_norm sums per sequence and divides by a constant length (Dr. GRPO)."""
+    advantage_normalization: Literal["group", "batch", "none"] | None = None
+    """Divide advantages by the reward std of the group, of the whole batch, or not at all.
+    None: the algorithm's standard (grpo: group; dr_grpo and rloo: none; reinforce_pp and ppo: batch)."""
+
+    @property
+    def effective_advantage_normalization(self) -> str:
+        if self.advantage_normalization is not None:
+            return self.advantage_normalization
+        return {"grpo": "group", "reinforce_pp": "batch", "ppo": "batch"}.get(self.name, "none")
+    epochs_per_rollout: int = Field(1, ge=1)
+    """Passes of policy updates over one batch of rollouts (TRL num_iterations, verl ppo_epochs)."""
+    dpo_beta: float = Field(0.1, gt=0.0)
+    """DPO only: temperature of the implicit reward."""
+
+
+class ModelConfig(StrictModel):
+    path: str = "builtin:tiny-digits"
+    """Policy model: a local directory, a hub id (org/name; needs network access), or
+    'builtin:NAME' for a model that a model-builder plugin creates locally on first use."""
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
+    """Parameter dtype. 'auto' is float32 on CPU and bfloat16 on GPU."""
+    chat_template: str | None = None
+    """Jinja chat template to set on the tokenizer (a template string or a path to a file).
+    None keeps the tokenizer's own."""
+    use_chat_template: bool = False
+    """Wrap prompts as a user message and apply the chat template. False sends the prompt text as is."""
+
+
+class DataSource(StrictModel):
+    type: Literal["jsonl", "parquet", "hf_disk", "generator"]
+    """jsonl/parquet: a file; hf_disk: a dataset saved with datasets.save_to_disk; generator: a
+    data-source plugin (see `rlbridge plugins`) that makes rows procedurally."""
+    path: str | None = None
+    """File or directory for jsonl, parquet and hf_disk."""
+    name: str | None = None
+    """Plugin name for type: generator."""
+    split: str | None = None
+    """hf_disk only: which split of a DatasetDict."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the generator plugin."""
+    limit: int | None = Field(None, ge=1)
+    """Keep at most this many rows."""
+
+    @model_validator(mode="after")
+    def _check_source(self) -> "DataSource":
+        if self.type == "generator":
+            if not self.name:
+                raise ValueError("type 'generator' needs 'name' (a data-source plugin; see `rlbridge plugins`)")
+            if self.path:
+                raise ValueError("type 'generator' takes 'name' and 'args', not 'path'")
+        else:
+            if not self.path:
+                raise ValueError(f"type '{self.type}' needs 'path' (the file or directory to read)")
+            if self.name:
+                raise ValueError(f"'name' is only for type 'generator', not '{self.type}'")
+        return self
+
+
+class DataConfig(StrictModel):
+    train: DataSource = Field(
+        default_factory=lambda: DataSource(type="generator", name="digit_copy", args={"num_rows": 1024})
+    )
+    """Training prompts."""
+    eval: DataSource | None = None
+    """Evaluation prompts; None for no evaluation."""
+    prompt_key: str = "prompt"
+    """Column holding the prompt text."""
+    answer_key: str = "answer"
+    """Column holding the reference answer given to reward plugins (may be absent for rewards that need none)."""
+    chosen_key: str = "chosen"
+    """DPO only: column with the preferred completion."""
+    rejected_key: str = "rejected"
+    """DPO only: column with the dispreferred completion."""
+    shuffle: bool = True
+    """Shuffle training rows (seeded by training.seed)."""
+
+
+class RolloutConfig(StrictModel):
+    engine: Literal["hf", "vllm", "sglang"] = "hf"
+    """Generation engine: hf (transformers generate), vllm, sglang."""
+    max_new_tokens: int = Field(256, ge=1)
+    """Cap on generated tokens per sample (TRL max_completion_length, verl max_response_length)."""
+    max_prompt_tokens: int | None = Field(None, ge=1)
+    """Prompts longer than this are an error at data loading. None: no cap."""
+    temperature: float = Field(1.0, gt=0.0)
+    """Sampling temperature."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling threshold; 1.0 disables it."""
+    top_k: int = Field(0, ge=0)
+    """Top-k sampling; 0 disables it."""
+    gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
+    """vllm/sglang only: fraction of accelerator memory for the inference engine's KV cache."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """vllm/sglang only: tensor-parallel degree of the inference engine."""
+
+
+class RewardSpec(StrictModel):
+    name: str
+    """Reward plugin name (see `rlbridge plugins`)."""
+    weight: float = 1.0
+    """Weight of this reward in the total."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to the plugin's factory."""
+
+
+class EnvironmentSpec(StrictModel):
+    name: str
+    """Environment plugin name (multi-turn, tools)."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the environment factory."""
+    max_turns: int = Field(1, ge=1)
+    """Maximum number of assistant turns per episode."""
+
+
+class TrainingConfig(StrictModel):
+    steps: int | None = Field(100, ge=1)
+    """Training steps; one step is one rollout batch plus its policy updates. Exclusive with epochs."""
+    epochs: int | None = Field(None, ge=1)
+    """Passes over the training data, instead of steps."""
+    lr: float = Field(1e-6, gt=0.0)
+    """Peak learning rate of AdamW."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning-rate schedule after warm-up."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear warm-up, in training steps."""
+    weight_decay: float = Field(0.0, ge=0.0)
+    """AdamW weight decay."""
+    batch_size: int = Field(8, ge=1)
+    """Global batch, in prompts per training step (each yields algorithm.group_size samples)."""
+    mini_batch_size: int | None = Field(None, ge=1)
+    """Samples per optimizer update (global). None: the whole rollout batch in one update.
+    Must be a multiple of group_size and divide batch_size x group_size."""
+    micro_batch_size: int | None = Field(None, ge=1)
+    """Samples per forward/backward pass on one device. None: the per-device share of a mini batch."""
+    grad_clip: float | None = Field(1.0, gt=0.0)
+    """Clip the global gradient norm to this value; None disables clipping."""
+    seed: int = 0
+    """Seed for model init, data order and sampling."""
+    torch_threads: int | None = Field(None, ge=1)
+    """CPU only: torch intra-op threads. None keeps torch's default."""
+
+    @model_validator(mode="after")
+    def _steps_or_epochs(self) -> "TrainingConfig":
+        if self.epochs is not None and self.steps is not None and "steps" in self.model_fields_set:
+            raise ValueError("set either 'steps' or 'epochs', not both (set steps: null to train by epochs)")
+        if self.epochs is not None:
+            object.__setattr__(self, "steps", None)
+        if self.steps is None and self.epochs is None:
+            raise ValueError("set 'steps' or 'epochs'")
+        return self
+
+
+class ResourcesConfig(StrictModel):
+    nodes: int = Field(1, ge=1)
+    """Number of machines."""
+    gpus_per_node: Union[int, Literal["auto"]] = "auto"
+    """Accelerators per node; 0 runs on CPU. 'auto' counts the visible NVIDIA GPUs."""
+    cpus_per_node: int | None = Field(None, ge=1)
+    """CPU cores per node for the engine's workers; None: all of them."""
+
+
+class PlacementConfig(StrictModel):
+    policy: str = "colocate"
+    """Placement policy plugin: 'colocate' puts actor, rollout and reference on the same devices;
+    'split' gives rollout its own devices (see `rlbridge plugins`)."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Arguments for the placement policy (e.g. rollout_gpus for 'split')."""
+
+
+class TelemetrySink(StrictModel):
+    name: str
+    """Telemetry sink plugin (see `rlbridge plugins`)."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the sink."""
+
+
+class TelemetryConfig(StrictModel):
+    sinks: list[TelemetrySink] = Field(default_factory=list)
+    """Extra sinks. metrics.jsonl and summary.json in output_dir are always written."""
+    progress: bool = True
+    """Show a progress bar with the live reward."""
+
+
+class CheckpointConfig(StrictModel):
+    dir: str | None = None
+    """Where checkpoints go; None: output_dir/checkpoints."""
+    interval: int = Field(0, ge=0)
+    """Save every this many training steps; 0 saves none."""
+    resume: Union[bool, str] = False
+    """True resumes from the newest checkpoint in dir; a path resumes from that checkpoint."""
+    keep_last: int | None = Field(None, ge=1)
+    """Keep only the newest N checkpoints; None keeps all."""
+
+
+class RunConfig(StrictModel):
+    backend: str = "trl"
+    """Engine to run on: trl, verl, openrlhf (see `rlbridge backends`)."""
+    run_name: str | None = None
+    """Name of the run; default: the config file's stem."""
+    output_dir: str = "runs/{run_name}"
+    """Where the run writes its resolved config, plan, metrics.jsonl, summary.json and plot.
+    '{run_name}' is replaced."""
+    engine_env: str = "current"
+    """Which Python environment runs the engine: 'current' (this one), 'auto' (an rlbridge-made
+    engine environment when this one lacks the engine or has another version), or a path to a
+    Python environment."""
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    reward: list[RewardSpec] = Field(default_factory=list)
+    """Reward plugins; the total reward is their weighted sum."""
+    environment: EnvironmentSpec | None = None
+    """Optional environment plugin for multi-turn episodes and tools."""
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    backend_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Explicit pass-through of engine-native keys, per engine: backend_options.trl.<GRPOConfig field>,
+    backend_options.verl.<hydra key>, backend_options.openrlhf.<flag>. Applied last, over the
+    translated config, and checked against the engine's own config; options for another engine are ignored."""
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "RunConfig":
+        algo, tr = self.algorithm, self.training
+        if algo.name in GROUP_ALGORITHMS and algo.group_size < 2:
+            raise ValueError(
+                f"algorithm.group_size is {algo.group_size}, but {algo.name} compares samples within a group: "
+                "set algorithm.group_size to 2 or more"
+            )
+        samples = tr.batch_size * algo.group_size
+        if tr.mini_batch_size is not None:
+            if algo.name in GROUP_ALGORITHMS and tr.mini_batch_size % algo.group_size:
+                raise ValueError(
+                    f"training.mini_batch_size ({tr.mini_batch_size}) is not divisible by algorithm.group_size "
+                    f"({algo.group_size}): use a multiple of {algo.group_size} so that groups are not split"
+                )
+            if samples % tr.mini_batch_size:
+                raise ValueError(
+                    f"training.mini_batch_size ({tr.mini_batch_size}) does not divide the rollout batch "
+                    f"(batch_size x group_size = {samples}): use a divisor of {samples}"
+                )
+        mini = tr.mini_batch_size or samples
+        if tr.micro_batch_size is not None and mini % tr.micro_batch_size:
+            raise ValueError(
+                f"training.micro_batch_size ({tr.micro_batch_size}) does not divide the mini batch ({mini}): "
+                f"use a divisor of {mini}"
+            )
+        if algo.name != "dpo" and not self.reward and self.environment is None:
+            raise ValueError("'reward' is empty: add at least one reward plugin (see `rlbridge plugins`)")
+        return self
+
+    # Derived batch arithmetic, shared by every adapter.
+    @property
+    def rollout_samples(self) -> int:
+        """Samples generated per training step."""
+        return self.training.batch_size * self.algorithm.group_size
+
+    @property
+    def mini_batch_samples(self) -> int:
+        return self.training.mini_batch_size or self.rollout_samples
+
+    @property
+    def updates_per_step(self) -> int:
+        """Optimizer updates per training step."""
+        return (self.rollout_samples // self.mini_batch_samples) * self.algorithm.epochs_per_rollout

@@ -1,0 +1,45 @@
+"""Canonical metric names: the same for every engine. docs/metrics.md maps each engine's native names."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+CANONICAL: dict[str, str] = {
+    "reward/mean": "Mean total (weighted) reward of the step's samples.",
+    "reward/std": "Standard deviation of the total reward over the step's samples.",
+    "reward/<plugin>/mean": "Mean of one reward plugin's score (unweighted).",
+    "loss/policy": "Policy loss of the step (averaged over its updates).",
+    "kl": "KL divergence between the policy and the reference model (only with a reference).",
+    "entropy": "Mean per-token entropy of the policy on the generated tokens.",
+    "grad_norm": "Global gradient norm before clipping.",
+    "response_length/mean": "Mean number of generated tokens per sample.",
+    "timing/step_s": "Wall time of the whole training step, seconds.",
+    "timing/generate_s": "Wall time spent generating rollouts, seconds.",
+    "timing/update_s": "Wall time of the policy update(s): forward, backward, optimizer, seconds.",
+    "throughput/tokens_per_s": "Prompt and generated tokens processed per second of step time.",
+    "memory/peak_mb": "Peak memory of the training process so far: accelerator memory on GPU, resident memory on CPU (MiB).",
+    "lr": "Learning rate at the end of the step.",
+}
+
+_PLUGIN_RE = re.compile(r"^reward/[A-Za-z0-9_.-]+/mean$")
+
+
+def is_canonical(name: str) -> bool:
+    return name in CANONICAL or bool(_PLUGIN_RE.match(name))
+
+
+def clean(metrics: dict[str, Any]) -> dict[str, float]:
+    """Keep canonical names with finite numeric values, as floats."""
+    out = {}
+    for name, value in metrics.items():
+        if not is_canonical(name):
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number):
+            out[name] = number
+    return out

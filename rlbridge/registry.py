@@ -1,0 +1,170 @@
+"""Plugin descriptors and the plugin manager that collects them from entry points."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from rlbridge import hookspecs
+from rlbridge.errors import PluginNotFoundError, RLBridgeError, did_you_mean
+
+if TYPE_CHECKING:
+    from rlbridge.backend import Backend
+
+ENTRY_POINT_GROUP = "rlbridge"
+
+
+@dataclass(frozen=True)
+class RewardPlugin:
+    name: str
+    factory: Callable[..., Callable[[list[Any]], list[float | None]]]
+    """Called with the reward entry's args; returns the reward callable."""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class EnvironmentPlugin:
+    name: str
+    factory: Callable[..., Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DataSourcePlugin:
+    name: str
+    generate: Callable[..., list[dict[str, Any]]]
+    """Called with the data source's args (and seed); returns the rows."""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ModelBuilderPlugin:
+    name: str
+    build: Callable[..., str]
+    """Called with (cache_dir); creates the model directory if missing and returns its path."""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class PlacementPolicy:
+    name: str
+    layout: Callable[..., dict[str, Any]]
+    """Called with (config); returns {role: devices} or raises RLBridgeError."""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TelemetrySinkPlugin:
+    name: str
+    factory: Callable[..., Any]
+    description: str = ""
+
+
+@dataclass
+class Registered:
+    """One registered item and the plugin (and distribution) that provided it."""
+
+    kind: str
+    name: str
+    item: Any
+    provider: str
+    distribution: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+KINDS = {
+    "backend": "rlbridge_register_backends",
+    "reward": "rlbridge_register_rewards",
+    "environment": "rlbridge_register_environments",
+    "data_source": "rlbridge_register_data_sources",
+    "model_builder": "rlbridge_register_model_builders",
+    "placement": "rlbridge_register_placement_policies",
+    "telemetry_sink": "rlbridge_register_telemetry_sinks",
+}
+
+
+class PluginManager:
+    """Collects plugins from the `rlbridge` entry-point group (and any registered by hand)."""
+
+    def __init__(self, load_entry_points: bool = True) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self._sources: dict[int, tuple[str, str]] = {}
+        if load_entry_points:
+            self._load_entry_points()
+
+    def _load_entry_points(self) -> None:
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if self.pm.get_plugin(ep.name) is not None or self.pm.is_blocked(ep.name):
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # a broken third-party plugin must say who it is
+                dist = ep.dist.name if ep.dist else "?"
+                raise RLBridgeError(
+                    f"plugin '{ep.name}' from distribution '{dist}' ({ep.value}) failed to import: {exc}"
+                ) from exc
+            self.register(plugin, ep.name, distribution=ep.dist.name if ep.dist else "")
+
+    def register(self, plugin: Any, name: str, distribution: str = "") -> None:
+        self.pm.register(plugin, name=name)
+        self._sources[id(plugin)] = (name, distribution)
+        self.__dict__.pop("items", None)  # registrations changed: collect again
+
+    @property
+    def hook(self):
+        return self.pm.hook
+
+    @cached_property
+    def items(self) -> dict[str, dict[str, Registered]]:
+        collected: dict[str, dict[str, Registered]] = {kind: {} for kind in KINDS}
+        for kind, hook_name in KINDS.items():
+            caller = getattr(self.pm.hook, hook_name)
+            for impl in caller.get_hookimpls():
+                provider, dist = self._sources.get(id(impl.plugin), (impl.plugin_name, ""))
+                for item in impl.function() or []:
+                    name = item.name
+                    if name in collected[kind]:
+                        other = collected[kind][name].provider
+                        raise RLBridgeError(
+                            f"{kind.replace('_', ' ')} '{name}' is registered twice: by plugin '{other}' and "
+                            f"by plugin '{provider}'; uninstall or rename one"
+                        )
+                    collected[kind][name] = Registered(kind, name, item, provider, dist)
+        return collected
+
+    def get(self, kind: str, name: str, field_name: str) -> Any:
+        """The registered item, or an error naming the config field and the available names."""
+        table = self.items[kind]
+        if name not in table:
+            available = ", ".join(sorted(table)) or "none"
+            raise PluginNotFoundError(
+                f"{field_name}: unknown {kind.replace('_', ' ')} '{name}'{did_you_mean(name, table)}; "
+                f"available: {available}"
+            )
+        return table[name].item
+
+    def backend(self, name: str) -> Backend:
+        return self.get("backend", name, "backend")()
+
+
+_default: PluginManager | None = None
+
+
+def get_plugin_manager() -> PluginManager:
+    """The process-wide plugin manager, built on first use from entry points."""
+    global _default
+    if _default is None:
+        _default = PluginManager()
+    return _default
+
+
+def reset_plugin_manager() -> None:
+    """Forget the process-wide manager (tests that install plugins at run time use this)."""
+    global _default
+    _default = None

@@ -1,0 +1,53 @@
+"""What a run leaves in output_dir besides metrics.jsonl: summary.json and the plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def summarize(history: list[dict[str, float]]) -> dict[str, Any]:
+    rewards = [(row["step"], row["reward/mean"]) for row in history if "reward/mean" in row]
+    step_times = [row["timing/step_s"] for row in history if "timing/step_s" in row]
+    out: dict[str, Any] = {"steps": int(history[-1]["step"]) if history else 0}
+    if rewards:
+        tail = [r for _, r in rewards[-max(1, len(rewards) // 10):]]
+        out.update(
+            reward_first=rewards[0][1],
+            reward_last=rewards[-1][1],
+            reward_max=max(r for _, r in rewards),
+            reward_last10pct_mean=sum(tail) / len(tail),
+            first_step_reward_ge_0_9=next((s for s, r in rewards if r >= 0.9), None),
+        )
+    if step_times:
+        ordered = sorted(step_times)
+        out.update(step_s_median=ordered[len(ordered) // 2], train_s=sum(step_times))
+    return out
+
+
+def plot(history: list[dict[str, float]], path: Path, title: str) -> str | None:
+    """Reward and step time against step, as a PNG. Returns why it was skipped, or None."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'rlbridge[plot]')"
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    for key in sorted({k for row in history for k in row if k.startswith("reward/") and k.endswith("/mean")}):
+        pts = [(row["step"], row[key]) for row in history if key in row]
+        ax1.plot([p[0] for p in pts], [p[1] for p in pts], label=key, lw=2 if key == "reward/mean" else 1)
+    ax1.set_ylabel("reward")
+    ax1.legend(loc="lower right", fontsize=8)
+    ax1.grid(alpha=0.3)
+    pts = [(row["step"], row["timing/step_s"]) for row in history if "timing/step_s" in row]
+    ax2.plot([p[0] for p in pts], [p[1] for p in pts], color="tab:orange")
+    ax2.set_ylabel("step time (s)")
+    ax2.set_xlabel("training step")
+    ax2.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None

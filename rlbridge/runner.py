@@ -1,0 +1,207 @@
+"""Resolve a config, check it against the chosen backend, plan it, and run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlbridge import __version__
+from rlbridge.backend import Backend, Plan
+from rlbridge.config import RunConfig
+from rlbridge.data import check_source
+from rlbridge.errors import ConfigError, RLBridgeError
+from rlbridge.loading import dump_config
+from rlbridge.registry import PluginManager, get_plugin_manager
+
+BUILTIN_PREFIX = "builtin:"
+
+
+def cache_dir() -> Path:
+    """Where rlbridge keeps built models and engine environments (RLBRIDGE_CACHE_DIR overrides)."""
+    return Path(os.environ.get("RLBRIDGE_CACHE_DIR") or Path.home() / ".cache" / "rlbridge").expanduser()
+
+
+def count_gpus() -> int:
+    """Visible NVIDIA GPUs, without importing torch."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    return min(n, len(visible.split(","))) if visible else n
+
+
+def builtin_model_dir(name: str) -> Path:
+    return cache_dir() / "models" / name
+
+
+def resolve(config: RunConfig) -> RunConfig:
+    """Fill what 'auto' and templates leave open, so that the plan is fully determined."""
+    config = config.model_copy(deep=True)
+    if config.run_name is None:
+        config.run_name = "run"
+    config.output_dir = config.output_dir.replace("{run_name}", config.run_name)
+    if config.resources.gpus_per_node == "auto":
+        config.resources.gpus_per_node = count_gpus()
+    if config.checkpoint.dir is None:
+        config.checkpoint.dir = str(Path(config.output_dir) / "checkpoints")
+    return config
+
+
+def model_path(config: RunConfig) -> str:
+    """The directory or hub id the engine loads the policy from."""
+    path = config.model.path
+    if path.startswith(BUILTIN_PREFIX):
+        return str(builtin_model_dir(path[len(BUILTIN_PREFIX):]))
+    return str(Path(path).expanduser()) if _looks_local(path) else path
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", ".", "~")) or path.count("/") != 1 or Path(path).expanduser().exists()
+
+
+@dataclass
+class Prepared:
+    config: RunConfig
+    backend: Backend
+    plan: Plan
+
+
+def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared:
+    """Every check that can fail before anything is written or started, then the plan."""
+    pm = plugins or get_plugin_manager()
+    config = resolve(config)
+    backend = pm.backend(config.backend)
+    path = config.model.path
+    if path.startswith(BUILTIN_PREFIX):
+        pm.get("model_builder", path[len(BUILTIN_PREFIX):], "model.path")
+    elif _looks_local(path) and not Path(path).expanduser().exists():
+        raise ConfigError(
+            f"model.path: '{path}' does not exist; point it at a model directory, a hub id (org/name), "
+            f"or a built-in model such as 'builtin:tiny-digits'"
+        )
+    check_source(config.data.train, "data.train", pm)
+    if config.data.eval is not None:
+        check_source(config.data.eval, "data.eval", pm)
+    for i, spec in enumerate(config.reward):
+        pm.get("reward", spec.name, f"reward[{i}].name")
+    if config.environment is not None:
+        pm.get("environment", config.environment.name, "environment.name")
+    policy = pm.get("placement", config.placement.policy, "placement.policy")
+    policy.layout(config)
+    for i, sink in enumerate(config.telemetry.sinks):
+        pm.get("telemetry_sink", sink.name, f"telemetry.sinks[{i}].name")
+    for engine in config.backend_options:
+        if engine not in pm.items["backend"]:
+            raise ConfigError(
+                f"backend_options.{engine}: no backend named '{engine}'; available: {', '.join(sorted(pm.items['backend']))}"
+            )
+    plan = backend.plan(config)
+    return Prepared(config, backend, plan)
+
+
+def materialize_model(config: RunConfig, plugins: PluginManager | None = None) -> str:
+    """Build a builtin model on first use; return the path the engine loads."""
+    pm = plugins or get_plugin_manager()
+    if config.model.path.startswith(BUILTIN_PREFIX):
+        name = config.model.path[len(BUILTIN_PREFIX):]
+        builder = pm.get("model_builder", name, "model.path")
+        return builder.build(builtin_model_dir(name))
+    return model_path(config)
+
+
+def train(config: RunConfig, plugins: PluginManager | None = None, progress: bool | None = None) -> dict[str, Any]:
+    """Run the whole job: plan, write the run files, train, summarise. Returns summary.json's content."""
+    pm = plugins or get_plugin_manager()
+    prepared = prepare(config, pm)
+    config, backend, plan = prepared.config, prepared.backend, prepared.plan
+    backend.require_engine()
+    from rlbridge.report import plot, summarize
+    from rlbridge.runtime import RunContext
+
+    run_dir = Path(config.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not config.checkpoint.resume:
+        for stale in ("metrics.jsonl", "native_metrics.jsonl"):
+            (run_dir / stale).unlink(missing_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(config))
+    (run_dir / "plan.yaml").write_text(plan.to_yaml())
+    sinks = [
+        pm.get("telemetry_sink", s.name, f"telemetry.sinks[{i}].name").factory(run_dir=run_dir, **s.args)
+        for i, s in enumerate(config.telemetry.sinks)
+    ]
+    show = config.telemetry.progress if progress is None else progress
+    bar = None
+    if show:
+        from rlbridge.progress import TrainingProgress
+
+        bar = TrainingProgress(config.training.steps, f"{config.run_name} [{backend.name}]")
+    ctx = RunContext(config, plan, run_dir, pm, sinks, bar)
+    summary: dict[str, Any] = {
+        "run_name": config.run_name,
+        "backend": backend.name,
+        "engine_version": backend.installed_version(),
+        "rlbridge_version": __version__,
+        "python": platform.python_version(),
+        "approximations": plan.approximations,
+    }
+    pm.hook.rlbridge_run_start(config=config, plan=plan, run_dir=str(run_dir))
+    for sink in sinks:
+        if hasattr(sink, "run_start"):
+            sink.run_start(config, plan)
+    started = time.time()
+    try:
+        if bar is not None:
+            with bar:
+                backend.run(plan, ctx)
+        else:
+            backend.run(plan, ctx)
+    except BaseException as exc:
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        summary.update(status=status, error=f"{type(exc).__name__}: {exc}", wall_s=time.time() - started)
+        summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints)
+        ctx.close()
+        (run_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
+        _finish(run_dir, ctx.history, summary, config)
+        pm.hook.rlbridge_run_failed(error=exc, summary=summary)
+        for sink in sinks:
+            if hasattr(sink, "run_failed"):
+                sink.run_failed(exc)
+        raise
+    ctx.close()
+    summary.update(status="completed", wall_s=time.time() - started)
+    summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints)
+    _finish(run_dir, ctx.history, summary, config)
+    pm.hook.rlbridge_run_end(summary=summary)
+    for sink in sinks:
+        if hasattr(sink, "run_end"):
+            sink.run_end(summary)
+    return summary
+
+
+def _finish(run_dir: Path, history: list[dict[str, float]], summary: dict[str, Any], config: RunConfig) -> None:
+    from rlbridge.report import plot
+
+    files = ["config.yaml", "plan.yaml", "metrics.jsonl", "native_metrics.jsonl", "summary.json"]
+    if history:
+        skipped = plot(history, run_dir / "reward.png", f"{config.run_name} on {config.backend}")
+        if skipped:
+            summary["plot_skipped"] = skipped
+        else:
+            files.append("reward.png")
+    summary["files"] = files
+    summary["output_dir"] = str(run_dir)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
