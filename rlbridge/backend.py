@@ -224,6 +224,11 @@ class Backend(ABC):
             config=config.model_dump(mode="json"),
         )
 
+    def validate(self, plan: Plan) -> None:
+        """Check the native configuration with the engine's own parser or config classes (this
+        imports the engine). Raise RLBridgeError naming the problem; nothing is started."""
+        raise NotImplementedError(f"backend '{self.name}' has no engine-side validation")
+
     @abstractmethod
     def run(self, plan: Plan, ctx: RunContext) -> None:
         """Train according to `plan`, in this process, calling `ctx.emit_step` once per training

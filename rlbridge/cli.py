@@ -61,11 +61,16 @@ def plan(
     config: Path = typer.Argument(..., help="YAML config file."),
     set_: Optional[list[str]] = SetOption,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    check: bool = typer.Option(False, "--check", help="Also validate the plan with the engine's own config code (imports the engine)."),
 ) -> None:
     """Print the engine-native configuration a run of CONFIG would use (nothing is started)."""
     from rlbridge.runner import prepare
 
     prepared = prepare(_load(config, set_))
+    if check:
+        prepared.backend.require_engine()
+        prepared.backend.validate(prepared.plan)
+        err.print(f"plan validated by {prepared.plan.engine} {prepared.backend.installed_version()}")
     if as_json:
         print(json.dumps(prepared.plan.to_dict(), indent=2))
         return

@@ -252,18 +252,27 @@ class RunConfig(StrictModel):
     engine environment when this one lacks the engine or has another version), or a path to a
     Python environment."""
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    """RL algorithm and its loss."""
     model: ModelConfig = Field(default_factory=ModelConfig)
+    """Policy model and tokenizer."""
     data: DataConfig = Field(default_factory=DataConfig)
+    """Training and evaluation data."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    """Generation of samples."""
     reward: list[RewardSpec] = Field(default_factory=list)
     """Reward plugins; the total reward is their weighted sum."""
     environment: EnvironmentSpec | None = None
     """Optional environment plugin for multi-turn episodes and tools."""
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    """Optimisation, batches and length of training."""
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    """Machines, GPUs and CPUs."""
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    """Where actor, rollout and reference run."""
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """Metric sinks and progress display."""
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    """Saving and resuming."""
     backend_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Explicit pass-through of engine-native keys, per engine: backend_options.trl.<GRPOConfig field>,
     backend_options.verl.<hydra key>, backend_options.openrlhf.<flag>. Applied last, over the

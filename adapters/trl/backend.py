@@ -322,6 +322,11 @@ class TRLBackend(Backend):
         )
         return head + yaml.safe_dump(native, sort_keys=False)
 
+    def validate(self, plan) -> None:
+        from rlbridge_adapters.trl.train import make_args
+
+        make_args(plan.native)
+
     def run(self, plan, ctx) -> None:
         from rlbridge_adapters.trl.train import run_trl
 

@@ -159,9 +159,8 @@ def run_trl(plan, ctx) -> None:
         eval_ds = build_dataset(load_rows(config.data.eval, config, "data.eval", ctx.plugins), native, tok, "data.eval")
     rewards = [trl_reward(b, native["data"]["answer_key"], tok) for b in build_rewards(config, ctx.plugins)]
 
-    config_class = getattr(trl, native["config_class"])
     trainer_class = getattr(trl, native["trainer"])
-    args = _make_args(config_class, native["args"])
+    args = make_args(native)
     timers: dict[str, float] = {}
     callback = CanonicalMetrics(ctx, native["updates_per_step"], timers)
     with profiling_timers(timers):
@@ -182,9 +181,14 @@ def run_trl(plan, ctx) -> None:
         trainer.train(resume_from_checkpoint=resume or None)
 
 
-def _make_args(config_class, kwargs: dict[str, Any]):
+def make_args(native: dict[str, Any]):
+    """Build the GRPOConfig/RLOOConfig of a plan: TRL's own __post_init__ validates it."""
     import dataclasses
 
+    import trl
+
+    config_class = getattr(trl, native["config_class"])
+    kwargs = native["args"]
     fields = {f.name for f in dataclasses.fields(config_class)}
     for key in kwargs:
         if key not in fields:

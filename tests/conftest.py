@@ -1,0 +1,56 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "configs" / "quickstart.yaml"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_dir(tmp_path_factory):
+    """Every test builds models into one private cache, never the user's."""
+    path = tmp_path_factory.mktemp("rlbridge-cache")
+    os.environ["RLBRIDGE_CACHE_DIR"] = str(path)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    yield path
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plugin_manager():
+    from rlbridge.registry import reset_plugin_manager
+
+    reset_plugin_manager()
+    yield
+    reset_plugin_manager()
+
+
+def run_cli(*args, cwd=None, env=None):
+    """Run the real `rlbridge` command in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "rlbridge", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        env={**os.environ, **(env or {})},
+        timeout=600,
+    )
+
+
+def write_config(tmp_path, text, name="cfg.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+MINIMAL = """\
+backend: trl
+model: {path: builtin:tiny-digits}
+reward: [{name: digit_match}]
+training: {steps: 2, batch_size: 2, lr: 5.0e-3}
+algorithm: {group_size: 4}
+rollout: {max_new_tokens: 8}
+resources: {gpus_per_node: 0}
+"""
