@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from rlbridge.runtime import RunContext
 
 # Knobs the core handles itself for every engine; a backend does not declare them.
-CORE_KNOBS = frozenset({"backend", "run_name", "output_dir", "engine_env", "telemetry", "backend_options"})
+CORE_KNOBS = frozenset({"backend", "run_name", "output_dir", "engine_env", "engine_version", "telemetry", "backend_options"})
 # Sections whose keys are knobs one level down (dicts and lists are one knob each).
 _SECTIONS = ("algorithm", "model", "data", "rollout", "training", "resources", "placement", "checkpoint")
 
@@ -223,6 +223,10 @@ class Backend(ABC):
             approximations=notes,
             config=config.model_dump(mode="json"),
         )
+
+    def patches(self) -> list:
+        """The version-gated patches (rlbridge.patches.Patch) this adapter may apply in its engine process."""
+        return []
 
     def validate(self, plan: Plan) -> None:
         """Check the native configuration with the engine's own parser or config classes (this

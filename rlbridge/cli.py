@@ -21,8 +21,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+# Wide tables when output goes to a file or pipe (rich would wrap at 80 columns).
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 _state = {"debug": False}
 
 SetOption = typer.Option(None, "--set", "-s", help="Override a config key: --set training.steps=10 (repeatable).")
@@ -173,6 +174,70 @@ def doctor() -> None:
     out.print(table)
 
 
+env_app = typer.Typer(help="Engine environments: one isolated Python environment per engine version.", no_args_is_help=True)
+app.add_typer(env_app, name="env")
+
+
+@env_app.command("create")
+def env_create(spec: str = typer.Argument(..., help="ENGINE or ENGINE==VERSION, e.g. trl==1.16.0")) -> None:
+    """Create (or finish creating) the environment; idempotent and resumable."""
+    from rlbridge.envs import create
+
+    path = create(spec, echo=lambda msg: err.print(msg, highlight=False))
+    out.print(f"environment ready: {path}")
+
+
+@env_app.command("list")
+def env_list() -> None:
+    """Environments in the cache, complete or not."""
+    from rlbridge.envs import list_envs
+
+    table = Table("engine", "version", "complete", "size (MB)", "path")
+    for env in list_envs():
+        table.add_row(env["engine"], env["version"], "yes" if env["complete"] else "no (run env create again)",
+                      f"{env['size_mb']:.0f}", env["path"])
+    out.print(table)
+
+
+@env_app.command("remove")
+def env_remove(spec: str = typer.Argument(..., help="ENGINE==VERSION")) -> None:
+    """Delete an environment."""
+    from rlbridge.envs import remove
+
+    out.print(f"removed {remove(spec)}")
+
+
+@app.command()
+def patches(
+    args: Optional[list[str]] = typer.Argument(None, help="[ENGINE] to list, or: export NAME"),
+) -> None:
+    """List version-gated engine patches with their status here, or `patches export NAME` to write
+    an upstream-ready description."""
+    from rlbridge.patches import export, patch_status
+    from rlbridge.registry import get_plugin_manager
+
+    args = args or []
+    backends = sorted(get_plugin_manager().items["backend"].items())
+    if args[:1] == ["export"]:
+        if len(args) != 2:
+            raise RLBridgeError("usage: rlbridge patches export NAME")
+        for _, reg in backends:
+            for patch in reg.item().patches():
+                if patch.name == args[1]:
+                    print(export(patch))
+                    return
+        raise RLBridgeError(f"no patch named '{args[1]}' (see `rlbridge patches`)")
+    if len(args) > 1:
+        raise RLBridgeError("usage: rlbridge patches [ENGINE] | rlbridge patches export NAME")
+    table = Table("backend", "patch", "gates on", "range", "kind", "status here", "fixes")
+    for name, reg in backends:
+        if args and name != args[0]:
+            continue
+        for patch in reg.item().patches():
+            table.add_row(name, patch.name, patch.engine, patch.versions, patch.kind.value, patch_status(patch), patch.fixes)
+    out.print(table)
+
+
 def main() -> None:
     try:
         app(standalone_mode=False)
@@ -184,15 +249,14 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/yellow]")
         sys.exit(130)
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:  # usage errors from typer's click
+        name = type(exc).__name__
+        if name == "Exit":
+            sys.exit(getattr(exc, "exit_code", 0))
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
             exc.show()
             sys.exit(2)
-        if isinstance(exc, click.exceptions.Abort):
+        if name == "Abort":
             err.print("[yellow]aborted[/yellow]")
             sys.exit(130)
         raise

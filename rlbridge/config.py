@@ -251,6 +251,9 @@ class RunConfig(StrictModel):
     """Which Python environment runs the engine: 'current' (this one), 'auto' (an rlbridge-made
     engine environment when this one lacks the engine or has another version), or a path to a
     Python environment."""
+    engine_version: str | None = None
+    """Engine version (or environment label from compat_matrix/engines.yaml, e.g. '1.16.0-vllm') to
+    run on with engine_env: auto. None: any supported version here, else the recipe's default."""
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     """RL algorithm and its loss."""
     model: ModelConfig = Field(default_factory=ModelConfig)

@@ -38,6 +38,8 @@ class Patch:
     """Installs the patch; must be idempotent."""
     when: Callable[[dict], bool] = lambda plan_native: True
     """Whether this run needs it at all (e.g. only for vLLM rollout on CPU), given the native plan."""
+    diff: str = ""
+    """For upstream bugs: the proposed upstream change as a unified diff."""
 
     def applies_to(self, version: str | None) -> bool:
         return version is not None and SpecifierSet(self.versions).contains(Version(version), prereleases=True)
@@ -68,3 +70,37 @@ def apply_patches(patches: list[Patch], native: dict) -> list[dict]:
             status = "applied"
         report.append({"patch": patch.name, "engine": patch.engine, "version": version, "status": status})
     return report
+
+
+def patch_status(patch: Patch) -> str:
+    """Status in this environment: engine missing, out of range, applied when needed, or obsolete."""
+    version = installed_version(patch.engine)
+    if version is None:
+        return f"{patch.engine} not installed"
+    if not patch.applies_to(version):
+        return f"not needed: {patch.engine} {version} outside {patch.versions}"
+    try:
+        needed = patch.probe()
+    except Exception as exc:  # a probe that cannot run says so rather than guessing
+        return f"probe failed: {exc}"
+    return f"applies to {patch.engine} {version}" if needed else f"obsolete: {patch.engine} {version} behaves without it"
+
+
+def export(patch: Patch) -> str:
+    """An upstream-ready description of the patch (and its diff, if it carries one)."""
+    lines = [
+        f"# {patch.name}",
+        "",
+        f"Affects: {patch.engine} {patch.versions} ({patch.kind.value})",
+        "",
+        "## Problem",
+        patch.fixes,
+        "",
+        "## Fix",
+        patch.why,
+    ]
+    if patch.diff:
+        lines += ["", "## Proposed change", "```diff", patch.diff.rstrip(), "```"]
+    elif patch.kind is PatchKind.CPU_ENABLEMENT:
+        lines += ["", "This is a CPU enablement carried at run time by rlbridge, not a bug report."]
+    return "\n".join(lines)

@@ -7,6 +7,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -128,7 +129,7 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     pm = plugins or get_plugin_manager()
     prepared = prepare(config, pm)
     config, backend, plan = prepared.config, prepared.backend, prepared.plan
-    backend.require_engine()
+    engine_python = choose_engine_python(config, backend)
     from rlbridge.report import plot, summarize
     from rlbridge.runtime import RunContext
 
@@ -153,7 +154,8 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     summary: dict[str, Any] = {
         "run_name": config.run_name,
         "backend": backend.name,
-        "engine_version": backend.installed_version(),
+        "engine_version": backend.installed_version() if engine_python is None else config.engine_version,
+        "engine_python": str(engine_python) if engine_python else sys.executable,
         "rlbridge_version": __version__,
         "python": platform.python_version(),
         "approximations": plan.approximations,
@@ -166,11 +168,12 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     try:
         if bar is not None:
             with bar:
-                backend.run(plan, ctx)
+                _launch(backend, plan, ctx, engine_python)
         else:
-            backend.run(plan, ctx)
+            _launch(backend, plan, ctx, engine_python)
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        summary["engine_version"] = ctx.engine_version or summary["engine_version"]
         summary.update(status=status, error=f"{type(exc).__name__}: {exc}", wall_s=time.time() - started)
         summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints)
         ctx.close()
@@ -182,6 +185,7 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
                 sink.run_failed(exc)
         raise
     ctx.close()
+    summary["engine_version"] = ctx.engine_version or summary["engine_version"]
     summary.update(status="completed", wall_s=time.time() - started)
     summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints)
     _finish(run_dir, ctx.history, summary, config)
@@ -190,6 +194,34 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
         if hasattr(sink, "run_end"):
             sink.run_end(summary)
     return summary
+
+
+def choose_engine_python(config: RunConfig, backend: Backend) -> Path | None:
+    """None to run the engine in this process; else the Python of the engine environment to launch."""
+    mode = config.engine_env
+    if mode == "current":
+        backend.require_engine()
+        return None
+    if mode == "auto":
+        here = backend.installed_version()
+        wanted = config.engine_version
+        if here is not None and backend.version_supported(here) and (wanted is None or wanted == here):
+            return None
+        from rlbridge.envs import env_python, find_env
+
+        return env_python(find_env(backend.name, wanted))
+    from rlbridge.launch import python_of
+
+    return python_of(mode)
+
+
+def _launch(backend: Backend, plan: Plan, ctx, engine_python: Path | None) -> None:
+    if engine_python is None:
+        backend.run(plan, ctx)
+    else:
+        from rlbridge.launch import run_in_env
+
+        run_in_env(engine_python, plan, ctx)
 
 
 def _finish(run_dir: Path, history: list[dict[str, float]], summary: dict[str, Any], config: RunConfig) -> None:

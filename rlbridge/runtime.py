@@ -30,6 +30,7 @@ class RunContext:
         self.history: list[dict[str, float]] = []
         self.checkpoints: list[dict[str, Any]] = []
         self.started = time.time()
+        self.engine_version: str | None = None  # reported by an engine process in another environment
         self._metrics_fh = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
         self._native_fh = open(self.run_dir / "native_metrics.jsonl", "a", encoding="utf-8")
 

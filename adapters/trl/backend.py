@@ -322,6 +322,11 @@ class TRLBackend(Backend):
         )
         return head + yaml.safe_dump(native, sort_keys=False)
 
+    def patches(self) -> list:
+        from rlbridge_adapters.trl.patches import PATCHES
+
+        return PATCHES
+
     def validate(self, plan) -> None:
         from rlbridge_adapters.trl.train import make_args
 

@@ -1,0 +1,68 @@
+"""The engine side of a run launched in an engine environment: `python -m rlbridge.child JOB`.
+
+The parent (the user's `rlbridge train`) planned the run and wrote JOB (resolved config, plan, run
+directory). This process runs the backend and sends each event as one JSON line on the file
+descriptor in RLBRIDGE_EVENT_FD; the parent maps them onto its hooks, metrics.jsonl and progress bar.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+EVENT_FD_ENV = "RLBRIDGE_EVENT_FD"
+
+
+class ChildContext:
+    def __init__(self, config, plan, run_dir: Path, plugins, events) -> None:
+        self.config = config
+        self.plan = plan
+        self.run_dir = Path(run_dir)
+        self.plugins = plugins
+        self._events = events
+
+    def _send(self, **event) -> None:
+        self._events.write(json.dumps(event) + "\n")
+        self._events.flush()
+
+    def emit_step(self, step: int, metrics: dict, native: dict | None = None) -> None:
+        safe_native = {k: v for k, v in (native or {}).items() if isinstance(v, (int, float))}
+        self._send(kind="step", step=step, metrics={k: float(v) for k, v in metrics.items()}, native=safe_native)
+
+    def checkpoint_saved(self, step: int, path: str) -> None:
+        self._send(kind="checkpoint", step=step, path=str(path))
+
+
+def main(job_path: str) -> int:
+    from rlbridge.backend import Plan
+    from rlbridge.config import RunConfig
+    from rlbridge.registry import get_plugin_manager
+
+    job = json.loads(Path(job_path).read_text())
+    events = os.fdopen(int(os.environ[EVENT_FD_ENV]), "w", buffering=1)
+    ctx = None
+    try:
+        config = RunConfig.model_validate(job["config"])
+        plan = Plan.from_dict(job["plan"])
+        pm = get_plugin_manager()
+        backend = pm.backend(config.backend)
+        ctx = ChildContext(config, plan, Path(job["run_dir"]), pm, events)
+        ctx._send(kind="started", pid=os.getpid(), engine_version=backend.require_engine(), python=sys.executable)
+        backend.run(plan, ctx)
+        ctx._send(kind="done")
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        events.write(json.dumps({"kind": "error", "message": message, "traceback": traceback.format_exc()}) + "\n")
+        events.flush()
+        traceback.print_exc()
+        return 2 if exc.__class__.__module__.startswith("rlbridge") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

