@@ -240,7 +240,11 @@ def patches(
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:  # typer turns Ctrl-C into exit code 130 and returns it
+            if code == 130:
+                err.print("[yellow]interrupted[/yellow]")
+            sys.exit(code)
     except RLBridgeError as exc:
         if _state["debug"]:
             traceback.print_exc()

@@ -52,7 +52,8 @@ class Recipe:
         return f"{self.engine}-{self.label}"
 
 
-def load_recipes(path: Path = RECIPES_FILE) -> dict[str, Any]:
+def load_recipes(path: Path | None = None) -> dict[str, Any]:
+    path = Path(os.environ.get("RLBRIDGE_RECIPES") or RECIPES_FILE) if path is None else path
     if not path.exists():
         raise EnvError(f"no engine recipes at {path}: this rlbridge install has no compat_matrix/ (install from the source tree)")
     return yaml.safe_load(path.read_text())

@@ -1,0 +1,123 @@
+"""Engine environments and runs launched in them: staging, resumption, errors, Ctrl-C."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import MINIMAL, REPO, run_cli, write_config
+
+LIGHT_RECIPES = """\
+# A stand-in engine: small real packages, so the staging logic runs for real in seconds.
+demo:
+  distribution: six
+  default: "1.16.0"
+  torch: "pluggy>=1.3"
+  versions:
+    "1.16.0": {pins: []}
+    "1.17.0": {pins: []}
+    "broken": {version: "1.16.0", pins: ["rlbridge-no-such-package-xyz==9.9"]}
+"""
+
+
+@pytest.fixture
+def light_recipes(tmp_path, monkeypatch):
+    path = tmp_path / "engines.yaml"
+    path.write_text(LIGHT_RECIPES)
+    monkeypatch.setenv("RLBRIDGE_RECIPES", str(path))
+    monkeypatch.setenv("RLBRIDGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RLBRIDGE_INSTALLER", "pip")
+    return path
+
+
+def test_env_create_is_idempotent_and_lists(light_recipes, tmp_path):
+    first = run_cli("env", "create", "demo==1.16.0")
+    assert first.returncode == 0, first.stderr
+    assert "[3/5] engine: six==1.16.0 pluggy>=1.3" in first.stderr
+    env = tmp_path / "cache" / "envs" / "demo-1.16.0"
+    python = env / "bin" / "python"
+    assert subprocess.run([python, "-c", "import six, rlbridge"]).returncode == 0
+    again = run_cli("env", "create", "demo==1.16.0")
+    assert again.returncode == 0 and again.stderr.count("already done") == 5
+    listed = run_cli("env", "list")
+    assert "demo" in listed.stdout and "yes" in listed.stdout
+
+
+def test_env_create_resumes_after_an_interrupted_stage(light_recipes, tmp_path):
+    assert run_cli("env", "create", "demo==1.16.0").returncode == 0
+    env = tmp_path / "cache" / "envs" / "demo-1.16.0"
+    (env / ".rlbridge" / "engine.done").unlink()  # as if killed during the engine install
+    (env / ".rlbridge" / "rlbridge.done").unlink()
+    res = run_cli("env", "create", "demo==1.16.0")
+    assert res.returncode == 0
+    assert "[1/5] venv: already done" in res.stderr and "[2/5] torch: already done" in res.stderr
+    assert "[3/5] engine: six==1.16.0" in res.stderr and "[5/5] rlbridge:" in res.stderr
+
+
+def test_env_create_names_the_failing_package(light_recipes):
+    res = run_cli("env", "create", "demo==broken")
+    assert res.returncode == 2
+    assert "package 'rlbridge-no-such-package-xyz==9.9'" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_unknown_engine_version_lists_known_ones(light_recipes):
+    res = run_cli("env", "create", "demo==0.1")
+    assert res.returncode == 2 and "known versions: 1.16.0, 1.17.0, broken" in res.stderr
+
+
+def test_engine_env_auto_without_an_environment_says_how_to_create_it(light_recipes, tmp_path):
+    cfg = write_config(tmp_path, MINIMAL)
+    res = run_cli("train", str(cfg), "--set", "engine_env=auto", "--set", "engine_version=9.9.9",
+                  "--set", f"output_dir={tmp_path}/out", env={"RLBRIDGE_RECIPES": str(REPO / "compat_matrix" / "engines.yaml")})
+    assert res.returncode == 2
+    assert "known versions" in res.stderr
+
+
+def _processes_in_group(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@pytest.mark.engine
+def test_ctrl_c_stops_the_engine_process_and_leaves_nothing_behind(tmp_path):
+    pytest.importorskip("trl")
+    cfg = write_config(tmp_path, MINIMAL)
+    out = tmp_path / "out"
+    # engine_env pointing at this very environment forces the separate engine process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlbridge", "train", str(cfg), "--no-progress", "--set", f"engine_env={sys.prefix}",
+         "--set", "training.steps=100000", "--set", f"output_dir={out}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 240
+    metrics = out / "metrics.jsonl"
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    engine_pid = int((out / "engine.pid").read_text())
+    assert _processes_in_group(engine_pid)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert not _processes_in_group(engine_pid), "the engine's process group outlived Ctrl-C"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] >= 2
+
+
+@pytest.mark.engine
+def test_engine_process_failure_is_reported_with_its_error(tmp_path):
+    pytest.importorskip("trl")
+    cfg = write_config(tmp_path, MINIMAL)
+    res = run_cli("train", str(cfg), "--no-progress", "--set", f"engine_env={sys.prefix}",
+                  "--set", "backend_options.trl.vllm_mdoe=server", "--set", f"output_dir={tmp_path}/out")
+    assert res.returncode == 2
+    assert "exited with code 2" in res.stderr and "did you mean 'vllm_mode'" in res.stderr
