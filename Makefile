@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlbridge-installed
 
-.PHONY: install demo test test-fast clean
+.PHONY: install demo test test-fast compat clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,3 +29,7 @@ test-fast: install
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# The whole compatibility matrix: one engine environment per cell (several GB, tens of minutes).
+compat: install
+	$(BIN)/rlbridge compat run

@@ -238,6 +238,25 @@ def patches(
     out.print(table)
 
 
+compat_app = typer.Typer(help="The compatibility matrix (compat_matrix/).", no_args_is_help=True)
+app.add_typer(compat_app, name="compat")
+
+
+@compat_app.command("run")
+def compat_run(
+    engine: Optional[str] = typer.Option(None, "--engine", help="Only this engine's cells."),
+    version: Optional[str] = typer.Option(None, "--version", help="Only this version (or environment label)."),
+) -> None:
+    """Create each cell's environment, run the conformance suite in it, write compat_matrix/RESULTS.md."""
+    from rlbridge.compat import results_dir, run_matrix
+
+    results = run_matrix(engine, version, echo=lambda m: err.print(m, highlight=False))
+    failed = [r for r in results if r["status"] == "fail"]
+    out.print(f"{len(results)} results, {len(failed)} failed; table in {results_dir() / 'RESULTS.md'}")
+    if failed:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     try:
         code = app(standalone_mode=False)

@@ -123,12 +123,13 @@ def _digest(obj: Any) -> str:
 
 def _rlbridge_source() -> list[str]:
     """How to install this rlbridge into an engine environment: the source tree if we run from
-    one (editable, so the engine environment follows the checkout), else the same release."""
+    one (editable, so the engine environment follows the checkout), else the same release. With
+    plots (runs in the environment write reward.png) and pytest (for the conformance suite)."""
     from rlbridge import __version__
 
     if (REPO_ROOT / "pyproject.toml").exists():
-        return ["-e", str(REPO_ROOT)]
-    return [f"rlbridge=={__version__}"]
+        return ["-e", f"{REPO_ROOT}[plot,test]"]
+    return [f"rlbridge[plot,test]=={__version__}"]
 
 
 def _installer() -> str:

@@ -121,3 +121,19 @@ def test_engine_process_failure_is_reported_with_its_error(tmp_path):
                   "--set", "backend_options.trl.vllm_mdoe=server", "--set", f"output_dir={tmp_path}/out")
     assert res.returncode == 2
     assert "exited with code 2" in res.stderr and "did you mean 'vllm_mode'" in res.stderr
+
+
+def test_compat_run_creates_the_env_runs_the_suite_inside_and_writes_results(light_recipes, tmp_path):
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text('cells:\n  - {engine: demo, version: "1.16.0", tests: [translate, e2e-gpu]}\n')
+    results = tmp_path / "results"
+    res = run_cli("compat", "run", "--engine", "demo",
+                  env={"RLBRIDGE_MATRIX": str(matrix), "RLBRIDGE_COMPAT_RESULTS": str(results), "CUDA_VISIBLE_DEVICES": ""})
+    assert res.returncode == 0, res.stderr
+    data = json.loads((results / "results.json").read_text())
+    translate = data["demo|1.16.0|translate"]
+    # the stand-in environment has no trl: the suite ran there and skipped the trl backend, saying why
+    assert translate["status"] == "skip" and "trl is not installed" in translate["reason"]
+    assert data["demo|1.16.0|e2e-gpu"] == {**data["demo|1.16.0|e2e-gpu"], "status": "skip", "reason": "no NVIDIA GPU on this machine"}
+    table = (results / "RESULTS.md").read_text()
+    assert "| demo | 1.16.0 | skip | skip |" in table and "trl is not installed" in table
