@@ -164,7 +164,7 @@ def doctor() -> None:
         cls = reg.item
         version = cls.installed_version()
         if version is None:
-            status = f"[yellow]not installed[/yellow] (pip install 'rlbridge[{name}]')"
+            status = f"[yellow]not installed[/yellow] (pip install 'rlbridge\\[{name}]', or `rlbridge env create {name}` and engine_env: auto)"
         elif cls.version_supported(version):
             status = f"{cls.distribution} {version} (supported: {cls.supported_versions})"
         else:
@@ -183,7 +183,7 @@ def env_create(spec: str = typer.Argument(..., help="ENGINE or ENGINE==VERSION, 
     """Create (or finish creating) the environment; idempotent and resumable."""
     from rlbridge.envs import create
 
-    path = create(spec, echo=lambda msg: err.print(msg, highlight=False))
+    path = create(spec, echo=lambda msg: err.print(msg, highlight=False, markup=False))
     out.print(f"environment ready: {path}")
 
 
@@ -250,7 +250,7 @@ def compat_run(
     """Create each cell's environment, run the conformance suite in it, write compat_matrix/RESULTS.md."""
     from rlbridge.compat import results_dir, run_matrix
 
-    results = run_matrix(engine, version, echo=lambda m: err.print(m, highlight=False))
+    results = run_matrix(engine, version, echo=lambda m: err.print(m, highlight=False, markup=False))
     failed = [r for r in results if r["status"] == "fail"]
     out.print(f"{len(results)} results, {len(failed)} failed; table in {results_dir() / 'RESULTS.md'}")
     if failed:

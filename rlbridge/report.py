@@ -51,3 +51,22 @@ def plot(history: list[dict[str, float]], path: Path, title: str) -> str | None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rlbridge.report METRICS_JSONL PNG TITLE`: plot from a metrics file (used to draw
+    the plot with an engine environment's matplotlib when the user's environment has none)."""
+    import json
+    import sys
+
+    metrics, png, title = (argv or sys.argv[1:])[:3]
+    history = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
+    skipped = plot(history, Path(png), title)
+    if skipped:
+        print(skipped, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -178,7 +178,7 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
         summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints)
         ctx.close()
         (run_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
-        _finish(run_dir, ctx.history, summary, config)
+        _finish(run_dir, ctx.history, summary, config, engine_python)
         pm.hook.rlbridge_run_failed(error=exc, summary=summary)
         for sink in sinks:
             if hasattr(sink, "run_failed"):
@@ -188,7 +188,7 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     summary["engine_version"] = ctx.engine_version or summary["engine_version"]
     summary.update(status="completed", wall_s=time.time() - started)
     summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints)
-    _finish(run_dir, ctx.history, summary, config)
+    _finish(run_dir, ctx.history, summary, config, engine_python)
     pm.hook.rlbridge_run_end(summary=summary)
     for sink in sinks:
         if hasattr(sink, "run_end"):
@@ -224,12 +224,21 @@ def _launch(backend: Backend, plan: Plan, ctx, engine_python: Path | None) -> No
         run_in_env(engine_python, plan, ctx)
 
 
-def _finish(run_dir: Path, history: list[dict[str, float]], summary: dict[str, Any], config: RunConfig) -> None:
+def _finish(
+    run_dir: Path, history: list[dict[str, float]], summary: dict[str, Any], config: RunConfig, engine_python: Path | None
+) -> None:
     from rlbridge.report import plot
 
     files = ["config.yaml", "plan.yaml", "metrics.jsonl", "native_metrics.jsonl", "summary.json"]
     if history:
-        skipped = plot(history, run_dir / "reward.png", f"{config.run_name} on {config.backend}")
+        title = f"{config.run_name} on {config.backend}"
+        skipped = plot(history, run_dir / "reward.png", title)
+        if skipped and engine_python is not None:  # no matplotlib here: the engine environment has it
+            res = subprocess.run(
+                [str(engine_python), "-m", "rlbridge.report", str(run_dir / "metrics.jsonl"), str(run_dir / "reward.png"), title],
+                capture_output=True, text=True,
+            )
+            skipped = None if res.returncode == 0 else skipped
         if skipped:
             summary["plot_skipped"] = skipped
         else:

@@ -130,7 +130,7 @@ def test_two_step_run_calls_the_reward_shim_and_streams_canonical_metrics(backen
     overrides = [
         f"backend={backend.name}", f"output_dir={tmp_path}/run", "training.steps=2", "training.batch_size=2",
         "algorithm.group_size=4", "rollout.max_new_tokens=8", "reward=[{name: conformance_recorder}]",
-        "resources.gpus_per_node=0",
+        "resources.gpus_per_node=auto",  # CPU here; the GPU on an e2e-gpu cell
     ]
     summary = train(load_config(REPO / "configs" / "quickstart.yaml", overrides), pm, progress=False)
     assert summary["status"] == "completed"
