@@ -86,7 +86,7 @@ def recipe_for(spec: str, cuda: bool | None = None) -> Recipe:
         label=version,
         version=str(cell.get("version", version)),
         torch=cell.get("torch", entry.get("torch", "torch")),
-        packages=[entry["distribution"] + "==" + str(cell.get("version", version)), *cell.get("pins", [])],
+        packages=[cell.get("requirement") or f"{entry['distribution']}=={cell.get('version', version)}", *cell.get("pins", [])],
         extras=[*per_machine.get("extras", [])],
         remove=[*per_machine.get("remove", [])],
         env={**entry.get("env", {}), **cell.get("env", {})},
