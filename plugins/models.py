@@ -19,7 +19,7 @@ from pathlib import Path
 from rlbridge import hookimpl
 from rlbridge.registry import ModelBuilderPlugin
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 SPECIAL_TOKENS = ["<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -110,6 +110,7 @@ def build_tiny_model(target: Path, hidden: int = 64, layers: int = 2, heads: int
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        _portable_tokenizer_config(tmp)
         (tmp / "rlbridge_builder.json").write_text(json.dumps(spec))
         if target.exists():
             shutil.rmtree(target)
@@ -118,6 +119,17 @@ def build_tiny_model(target: Path, hidden: int = 64, layers: int = 2, heads: int
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
+
+
+def _portable_tokenizer_config(directory: Path) -> None:
+    """transformers 5 names its tokenizer class TokenizersBackend, which transformers 4 (verl 0.5.0's)
+    cannot load; PreTrainedTokenizerFast reads the same tokenizer.json in both. The chat template
+    also goes into tokenizer_config.json, where transformers 4 looks for it."""
+    path = directory / "tokenizer_config.json"
+    data = json.loads(path.read_text())
+    data["tokenizer_class"] = "PreTrainedTokenizerFast"
+    data.setdefault("chat_template", CHAT_TEMPLATE)
+    path.write_text(json.dumps(data, indent=2))
 
 
 def tiny_digits(target: Path) -> str:

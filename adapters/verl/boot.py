@@ -1,0 +1,90 @@
+"""Installed in every verl process of a run (see boot/sitecustomize.py): version-gated patches, the
+rlbridge reward manager's registration, and the copy of verl's per-step metrics into the events file.
+Everything acts through post-import hooks, so nothing of verl is imported before verl itself is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from rlbridge.importhooks import when_imported
+from rlbridge.patches import apply_patches
+
+_installed = False
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    native = {}
+    path = os.environ.get("RLBRIDGE_VERL_NATIVE")
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            native = json.load(fh)
+    from rlbridge_adapters.verl.patches import PATCHES
+
+    apply_patches(PATCHES, native)
+    when_imported("verl.utils.tracking", _instrument_tracking)
+    when_imported("verl.workers.reward_manager", _register_reward_manager)
+    when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_loop_manager)
+
+
+def write_event(event: dict) -> None:
+    path = os.environ.get("RLBRIDGE_VERL_EVENTS")
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as fh:  # one short append per line: safe across processes
+        fh.write(json.dumps(event) + "\n")
+
+
+def _numbers(data: dict) -> dict:
+    out = {}
+    for key, value in data.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number):
+            out[key] = number
+    return out
+
+
+def _instrument_tracking(module) -> None:
+    tracking = module.Tracking
+    original = tracking.log
+    if getattr(original, "_rlbridge", False):
+        return
+
+    def log(self, data, step, *args, **kwargs):
+        write_event({"kind": "metrics", "step": int(step), "data": _numbers(data)})
+        return original(self, data, step, *args, **kwargs)
+
+    log._rlbridge = True
+    tracking.log = log
+
+
+def _register_reward_manager(module) -> None:
+    from rlbridge_adapters.verl.reward_manager import REWARD_MANAGER_NAME, make_legacy_manager
+
+    registry = getattr(module, "register", None)
+    if registry is None:
+        return
+    from verl.workers.reward_manager import registry as registry_module
+
+    if REWARD_MANAGER_NAME not in getattr(registry_module, "REWARD_MANAGER_REGISTRY", {}):
+        registry(REWARD_MANAGER_NAME)(make_legacy_manager())
+
+
+def _register_reward_loop_manager(module) -> None:
+    from rlbridge_adapters.verl.reward_manager import REWARD_MANAGER_NAME, make_reward_loop_manager
+
+    registry = getattr(module, "register", None)
+    if registry is not None:
+        try:
+            registry(REWARD_MANAGER_NAME)(make_reward_loop_manager())
+        except ValueError:
+            pass  # already registered in this process

