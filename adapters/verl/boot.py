@@ -25,12 +25,20 @@ def install() -> None:
     if path and os.path.exists(path):
         with open(path) as fh:
             native = json.load(fh)
-    from rlbridge_adapters.verl.patches import PATCHES
-
-    apply_patches(PATCHES, native)
+    when_imported("verl", lambda _verl: _apply_patches(native))  # only processes that use verl
     when_imported("verl.utils.tracking", _instrument_tracking)
     when_imported("verl.workers.reward_manager", _register_reward_manager)
     when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_loop_manager)
+
+
+def _apply_patches(native: dict) -> None:
+    from rlbridge_adapters.verl.patches import PATCHES
+
+    report = apply_patches(PATCHES, native)
+    path = os.environ.get("RLBRIDGE_VERL_PATCH_REPORT")  # set in the driver process only
+    if path:
+        with open(path, "w") as fh:
+            json.dump(report, fh, indent=2)
 
 
 def write_event(event: dict) -> None:

@@ -162,6 +162,12 @@ def run_verl(plan, ctx) -> None:
         val_rows = train_rows[: max(1, min(len(train_rows), config.training.batch_size))]  # verl requires val files
     write_parquet(train_rows, run_dir / "data" / "train.parquet")
     write_parquet(val_rows, run_dir / "data" / "val.parquet")
+    os.environ["RLBRIDGE_VERL_PATCH_REPORT"] = str(run_dir / "patches.json")
+    os.environ[NATIVE_ENV] = str(run_dir / "verl_native_plan.json")
+    (run_dir / "verl_native_plan.json").write_text(json.dumps(native))
+    from rlbridge_adapters.verl import boot
+
+    boot.install()  # this process too: it imports verl to compose the config and runs the driver
     prompt_cap = longest_prompt(train_rows + val_rows, model_dir)
     native["overrides"]["trainer.default_local_dir"] = str(Path(native["overrides"]["trainer.default_local_dir"]).resolve())
     overrides = overrides_for(native, str(run_dir), model_dir, max_prompt_length=prompt_cap)
@@ -169,9 +175,9 @@ def run_verl(plan, ctx) -> None:
     check_config(cfg)
     (run_dir / "verl_overrides.txt").write_text("\n".join(overrides) + "\n")
 
+    os.environ.pop("RLBRIDGE_VERL_PATCH_REPORT")
     events = run_dir / "verl_events.jsonl"
     events.unlink(missing_ok=True)
-    (run_dir / "verl_native_plan.json").write_text(json.dumps(native))
     env = {
         **native["env"],
         "RLBRIDGE_VERL_BOOT": "1",
@@ -181,9 +187,6 @@ def run_verl(plan, ctx) -> None:
         "PYTHONPATH": os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p),
     }
     os.environ.update(env)
-    from rlbridge_adapters.verl import boot
-
-    boot.install()  # this process too (the driver composes and starts the TaskRunner)
 
     import ray
 

@@ -1,3 +1,5 @@
-"""Version-gated patches the verl adapter applies in every verl process (see boot.py)."""
+"""Version-gated patches the verl adapter applies in every verl process (see ../boot.py)."""
 
-PATCHES: list = []
+from rlbridge_adapters.verl.patches.v05_cpu import PATCHES as V05_CPU
+
+PATCHES = [*V05_CPU]

@@ -1,0 +1,287 @@
+"""verl 0.5.x on CPU: the HF rollout and FSDP2 run on gloo once these are patched at run time.
+
+Measured facts, file:line of verl 0.5.0, in ../shared research (verl.md §2c). Each patch acts through
+a post-import hook, so it touches verl only when verl imports the module concerned.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from rlbridge.importhooks import when_imported
+from rlbridge.patches import Patch, PatchKind
+
+RANGE = ">=0.5.0,<0.6"
+
+
+def _on_cpu(native: dict) -> bool:
+    return bool(native.get("cpu"))
+
+
+def _no_cuda() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+# --- gloo instead of NCCL -----------------------------------------------------------------------
+
+
+def _gloo_backend() -> None:
+    def patch(module):
+        original = module.get_nccl_backend
+
+        @functools.wraps(original)
+        def get_nccl_backend() -> str:
+            import torch
+
+            return original() if torch.cuda.is_available() else "gloo"
+
+        module.get_nccl_backend = get_nccl_backend
+
+    def rebind(workers):  # fsdp_workers imported the name before we could patch it
+        from verl.utils import device
+
+        workers.get_nccl_backend = device.get_nccl_backend
+
+    when_imported("verl.utils.device", patch)
+    when_imported("verl.workers.fsdp_workers", rebind)
+
+
+GLOO_BACKEND = Patch(
+    name="verl-cpu-gloo-backend",
+    engine="verl",
+    versions=RANGE,
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="RuntimeError: No available nccl backend found on device type cpu (verl/utils/device.py:86)",
+    why="On a machine without CUDA the collective backend is gloo; get_nccl_backend() returns it instead of raising.",
+    probe=_no_cuda,
+    apply=_gloo_backend,
+    when=_on_cpu,
+)
+
+
+# --- cpu:gloo,cpu:gloo --------------------------------------------------------------------------
+
+
+def _dedupe_backend_string() -> None:
+    import torch.distributed as dist
+
+    original = dist.init_process_group
+    if getattr(original, "_rlbridge", False):
+        return
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        backend = kwargs.get("backend")
+        if isinstance(backend, str) and "," in backend:
+            seen, parts = set(), []
+            for part in backend.split(","):
+                device = part.split(":")[0]
+                if device not in seen:
+                    seen.add(device)
+                    parts.append(part)
+            kwargs["backend"] = ",".join(parts)
+        return original(*args, **kwargs)
+
+    init_process_group._rlbridge = True
+    dist.init_process_group = init_process_group
+
+
+DEDUPE_BACKEND = Patch(
+    name="verl-cpu-duplicate-gloo",
+    engine="verl",
+    versions=">=0.5.0,<=0.9.1",
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="ValueError: Duplicate device type cpu in backend string: cpu:gloo,cpu:gloo "
+    "(verl 0.5 fsdp_workers.py:121; verl 0.9 utils/distributed.py:89)",
+    why="verl builds f'cpu:gloo,{device}:{backend}', which names cpu twice on CPU; keep the first entry per device.",
+    probe=_no_cuda,
+    apply=_dedupe_backend_string,
+    when=_on_cpu,
+)
+
+
+# --- flash attention is hard-coded --------------------------------------------------------------
+
+
+def _sdpa_instead_of_flash() -> None:
+    def patch(transformers):
+        auto = transformers.AutoConfig
+        original = auto.from_pretrained.__func__
+        if getattr(original, "_rlbridge", False):
+            return
+
+        def from_pretrained(cls, *args, **kwargs):
+            if kwargs.get("attn_implementation") == "flash_attention_2":
+                try:
+                    import flash_attn  # noqa: F401
+                except ImportError:
+                    kwargs["attn_implementation"] = "sdpa"
+            return original(cls, *args, **kwargs)
+
+        from_pretrained._rlbridge = True
+        auto.from_pretrained = classmethod(from_pretrained)
+
+    when_imported("transformers", patch)
+
+
+SDPA = Patch(
+    name="verl-sdpa-without-flash-attn",
+    engine="verl",
+    versions=RANGE,
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="ImportError: FlashAttention2 ... not installed: fsdp_workers.py:254 (actor/ref) and :1017 (critic) "
+    "hard-code attn_implementation='flash_attention_2' with no config knob in 0.5",
+    why="Where flash-attn is not installed (any CPU machine), load the model with sdpa attention instead.",
+    probe=lambda: __import__("importlib").util.find_spec("flash_attn") is None,
+    apply=_sdpa_instead_of_flash,
+    when=_on_cpu,
+)
+
+
+# --- torch.cpu lacks the CUDA device-module functions verl calls ---------------------------------
+
+
+def _cpu_device_module() -> None:
+    import psutil
+    import torch
+
+    cpu = torch.cpu
+
+    def rss_bytes(*_a, **_k) -> int:
+        return psutil.Process().memory_info().rss
+
+    fallbacks = {
+        "memory_allocated": rss_bytes,
+        "memory_reserved": rss_bytes,
+        "max_memory_allocated": rss_bytes,
+        "max_memory_reserved": rss_bytes,
+        "reset_peak_memory_stats": lambda *a, **k: None,
+        "empty_cache": lambda *a, **k: None,
+        "ipc_collect": lambda *a, **k: None,
+        "manual_seed": lambda seed: torch.manual_seed(seed),
+        "manual_seed_all": lambda seed: torch.manual_seed(seed),
+        "get_rng_state": lambda *a, **k: torch.get_rng_state(),
+        "set_rng_state": lambda state, *a, **k: torch.set_rng_state(state),
+        "get_device_name": lambda *a, **k: "cpu",
+        "mem_get_info": lambda *a, **k: (psutil.virtual_memory().available, psutil.virtual_memory().total),
+        "set_device": lambda *a, **k: None,
+    }
+    for name, fn in fallbacks.items():
+        if not hasattr(cpu, name):
+            setattr(cpu, name, fn)
+
+
+CPU_DEVICE_MODULE = Patch(
+    name="verl-cpu-device-module",
+    engine="verl",
+    versions=RANGE,
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="AttributeError: module 'torch.cpu' has no attribute 'memory_allocated' (verl/utils/profiler/performance.py:33; "
+    "then manual_seed, get_rng_state, empty_cache... via get_torch_device())",
+    why="verl treats torch.<device> as a CUDA-like module; give torch.cpu the missing functions (memory from the "
+    "process RSS, RNG from torch's CPU generator, no-op cache calls). Existing functions are left alone.",
+    probe=lambda: not hasattr(__import__("torch").cpu, "memory_allocated"),
+    apply=_cpu_device_module,
+    when=_on_cpu,
+)
+
+
+# --- CPUOffloadPolicy(pin_memory=True) ----------------------------------------------------------
+
+
+def _unpinned_offload() -> None:
+    def patch(module):
+        original = module.CPUOffloadPolicy
+        if getattr(original, "_rlbridge", False):
+            return
+
+        def cpu_offload_policy(*args, **kwargs):
+            kwargs["pin_memory"] = False
+            return original(*args, **kwargs)
+
+        cpu_offload_policy._rlbridge = True
+        module.CPUOffloadPolicy = cpu_offload_policy
+
+    when_imported("verl.workers.fsdp_workers", patch)
+
+
+UNPINNED_OFFLOAD = Patch(
+    name="verl-cpu-unpinned-offload",
+    engine="verl",
+    versions=RANGE,
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="RuntimeError: Cannot access accelerator device when none is available: fsdp_workers.py:390/394 (ref, forced "
+    "offload), :1122 (critic) build CPUOffloadPolicy(pin_memory=True)",
+    why="Pinned memory needs an accelerator; without one, offload to unpinned CPU memory.",
+    probe=_no_cuda,
+    apply=_unpinned_offload,
+    when=_on_cpu,
+)
+
+
+# --- the HF rollout samples n x n responses (an upstream bug) -----------------------------------
+
+HF_ROLLOUT_DIFF = """\
+--- a/verl/workers/rollout/hf_rollout.py
++++ b/verl/workers/rollout/hf_rollout.py
+@@ -85,7 +85,8 @@ class HFRollout(BaseRollout):
+                 "top_p": top_p,
+                 "top_k": top_k,
+                 "temperature": temperature,
+-                "num_return_sequences": self.config.n,
++                # the trainer already repeated the batch rollout.n times (ray_trainer.py:1163)
++                "num_return_sequences": 1,
+             }
+"""
+
+
+def _hf_rollout_single_sample() -> None:
+    def patch(module):
+        rollout_cls = module.HFRollout
+        original = rollout_cls.__init__
+        if getattr(original, "_rlbridge", False):
+            return
+
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            from omegaconf import OmegaConf, open_dict
+
+            config = OmegaConf.create(OmegaConf.to_container(self.config, resolve=True)) if OmegaConf.is_config(self.config) else self.config
+            with open_dict(config) if OmegaConf.is_config(config) else _nullcontext():
+                config.n = 1  # the trainer repeats the batch n times before calling the rollout
+            self.config = config
+
+        __init__._rlbridge = True
+        rollout_cls.__init__ = __init__
+
+    when_imported("verl.workers.rollout.hf_rollout", patch)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+HF_ROLLOUT_N = Patch(
+    name="verl-hf-rollout-n-squared",
+    engine="verl",
+    versions=RANGE,
+    kind=PatchKind.UPSTREAM_BUG,
+    fixes="AssertionError: Two tensor dict must have identical batch size. Got torch.Size([4]) and torch.Size([8]) "
+    "(ray_trainer.py:1200): ray_trainer.py:1163 repeats the batch by rollout.n and hf_rollout.py:88 asks generate() "
+    "for num_return_sequences=n again, giving n^2 samples per prompt",
+    why="The trainer owns the repetition (as for the vLLM/SGLang rollouts); the HF rollout must sample one sequence "
+    "per (already repeated) prompt.",
+    probe=lambda: True,
+    apply=_hf_rollout_single_sample,
+    when=lambda native: native.get("overrides", {}).get("actor_rollout_ref.rollout.name") == "hf",
+    diff=HF_ROLLOUT_DIFF,
+)
+
+PATCHES = [GLOO_BACKEND, DEDUPE_BACKEND, SDPA, CPU_DEVICE_MODULE, UNPINNED_OFFLOAD, HF_ROLLOUT_N]
