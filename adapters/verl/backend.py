@@ -36,6 +36,13 @@ def _gpus(config: RunConfig) -> int:
     return 0 if g == "auto" else int(g)
 
 
+def _dtype(config: RunConfig) -> str:
+    if config.model.dtype != "auto":
+        return config.model.dtype
+    # float32 on CPU: vLLM-CPU's bfloat16 kernels use AMX tiles, which a sandboxed CPU may refuse (SIGILL)
+    return "bfloat16" if _gpus(config) > 0 else "float32"
+
+
 def target_version(config: RunConfig) -> str:
     """The verl version the plan is for: the one installed here, else engine_version, else the default."""
     installed = VerlBackend.installed_version()
@@ -126,7 +133,7 @@ class VerlBackend(Backend):
             honoured("model.path", "actor_rollout_ref.model.path (critic.model.path for ppo)"),
             approximated(
                 "model.dtype", "actor.fsdp_config.model_dtype",
-                "verl's FSDP actor keeps float32 master weights; dtype sets the rollout and reference dtype",
+                "verl's FSDP actor keeps float32 master weights; dtype sets the rollout's dtype",
                 when=lambda c: c.model.dtype not in ("auto", "float32"),
             ),
             honoured("model.chat_template", "actor_rollout_ref.model.custom_chat_template"),
@@ -226,6 +233,7 @@ class VerlBackend(Backend):
             "actor_rollout_ref.ref.strategy": "fsdp2",
             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
             "actor_rollout_ref.rollout.name": rollout_name,
+            "actor_rollout_ref.rollout.dtype": _dtype(config),
             "actor_rollout_ref.rollout.n": algo.group_size,
             "actor_rollout_ref.rollout.temperature": ro.temperature,
             "actor_rollout_ref.rollout.top_p": ro.top_p,
@@ -284,6 +292,7 @@ class VerlBackend(Backend):
                 "+actor_rollout_ref.rollout.enable_sleep_mode": False,
                 "actor_rollout_ref.rollout.max_num_seqs": max(config.rollout_samples, 16),
                 "actor_rollout_ref.rollout.agent.num_workers": 1,
+                "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 16,
                 "reward.num_workers": 1,
             })
         passthrough = _flatten(config.backend_options.get("verl", {}))

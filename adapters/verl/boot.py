@@ -25,7 +25,7 @@ def install() -> None:
     if path and os.path.exists(path):
         with open(path) as fh:
             native = json.load(fh)
-    when_imported("verl", lambda _verl: _apply_patches(native))  # only processes that use verl
+    _apply_patches(native)  # probes are cheap; each patch waits for its module through a post-import hook
     when_imported("verl.utils.tracking", _instrument_tracking)
     when_imported("verl.workers.reward_manager", _register_reward_manager)
     when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_loop_manager)

@@ -21,8 +21,10 @@ def to_canonical(native: dict[str, float], rewards: dict[str, float] | None = No
     out = {DIRECT[k]: v for k, v in native.items() if k in DIRECT}
     if "kl" not in out and "actor/reward_kl_penalty" in native:  # KL in the reward
         out["kl"] = native["actor/reward_kl_penalty"]
-    for key in ("perf/max_memory_allocated_gb", "perf/cpu_memory_used_gb"):
-        if key in native and native[key] > 0:
+    # peak memory of the actor worker (0.9 prefixes it with actor/); on CPU rlbridge's device
+    # module reports the process's resident memory
+    for key in ("perf/max_memory_allocated_gb", "actor/perf/max_memory_allocated_gb"):
+        if native.get(key, 0) > 0:
             out["memory/peak_mb"] = max(out.get("memory/peak_mb", 0.0), native[key] * 1024)
     if rewards:
         out.update(rewards)

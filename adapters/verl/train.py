@@ -208,9 +208,9 @@ def run_verl(plan, ctx) -> None:
     follower.start()
     ray.init(**init)
     try:
-        from verl.trainer.main_ppo import run_ppo
+        from verl.trainer.main_ppo import main
 
-        run_ppo(cfg)
+        main(cfg)  # Hydra's main runs the task directly when given a composed config
     finally:
         try:
             ray.shutdown()  # this run's private cluster only

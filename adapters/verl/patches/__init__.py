@@ -1,5 +1,6 @@
 """Version-gated patches the verl adapter applies in every verl process (see ../boot.py)."""
 
 from rlbridge_adapters.verl.patches.v05_cpu import PATCHES as V05_CPU
+from rlbridge_adapters.verl.patches.v09_cpu import PATCHES as V09_CPU
 
-PATCHES = [*V05_CPU]
+PATCHES = [*V05_CPU, *V09_CPU]

@@ -19,9 +19,11 @@ def _on_cpu(native: dict) -> bool:
 
 
 def _no_cuda() -> bool:
-    import torch
+    """Cheap (no torch import: probes run at the start of every process of a run)."""
+    import os
+    import shutil
 
-    return not torch.cuda.is_available()
+    return shutil.which("nvidia-smi") is None or os.environ.get("CUDA_VISIBLE_DEVICES", "x") == ""
 
 
 # --- gloo instead of NCCL -----------------------------------------------------------------------
@@ -65,8 +67,10 @@ GLOO_BACKEND = Patch(
 
 
 def _dedupe_backend_string() -> None:
-    import torch.distributed as dist
+    when_imported("torch.distributed", _dedupe_in)
 
+
+def _dedupe_in(dist) -> None:
     original = dist.init_process_group
     if getattr(original, "_rlbridge", False):
         return
@@ -144,8 +148,11 @@ SDPA = Patch(
 
 
 def _cpu_device_module() -> None:
+    when_imported("torch", _fill_torch_cpu)
+
+
+def _fill_torch_cpu(torch) -> None:
     import psutil
-    import torch
 
     cpu = torch.cpu
 
@@ -182,7 +189,7 @@ CPU_DEVICE_MODULE = Patch(
     "then manual_seed, get_rng_state, empty_cache... via get_torch_device())",
     why="verl treats torch.<device> as a CUDA-like module; give torch.cpu the missing functions (memory from the "
     "process RSS, RNG from torch's CPU generator, no-op cache calls). Existing functions are left alone.",
-    probe=lambda: not hasattr(__import__("torch").cpu, "memory_allocated"),
+    probe=_no_cuda,
     apply=_cpu_device_module,
     when=_on_cpu,
 )

