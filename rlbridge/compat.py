@@ -37,7 +37,7 @@ def results_dir() -> Path:
 
 # What each test kind runs inside the engine environment (pytest arguments, from the repo root).
 TEST_KINDS = {
-    "translate": ["tests/conformance", "-m", "not engine"],
+    "translate": ["tests/conformance", "tests/engines", "-m", "not engine"],
     "e2e-cpu": ["tests/conformance", "-m", "engine"],
     "e2e-cpu-vllm": ["tests/test_trl_vllm.py", "-m", "engine"],
     "e2e-gpu": ["tests/conformance", "-m", "engine"],

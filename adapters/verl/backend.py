@@ -29,6 +29,19 @@ ADV_NORMS = {"grpo": {"group", "none"}, "dr_grpo": {"none"}, "rloo": {"none"}, "
 PASSTHROUGH_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 REWARD_MANAGER = "rlbridge"
 PROMPT_LENGTH_AUTO = "auto"
+# Keys rlbridge sets as defaults rather than from a canonical knob: backend_options.verl may change them.
+ADAPTER_DEFAULTS = {
+    "data.filter_overlong_prompts", "data.truncation", "data.dataloader_num_workers", "data.prompt_key",
+    "actor_rollout_ref.model.use_remove_padding", "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy",
+    "actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.actor.entropy_coeff",
+    "actor_rollout_ref.actor.kl_loss_type", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
+    "trainer.use_v1", "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.free_cache_engine",
+    "+actor_rollout_ref.rollout.enable_sleep_mode", "actor_rollout_ref.rollout.max_num_seqs",
+    "actor_rollout_ref.rollout.agent.num_workers", "reward.num_workers",
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
+    "+actor_rollout_ref.model.override_config.attn_implementation",
+}
 
 
 def _gpus(config: RunConfig) -> int:
@@ -298,7 +311,8 @@ class VerlBackend(Backend):
         passthrough = _flatten(config.backend_options.get("verl", {}))
         for key in passthrough:
             bare = key.lstrip("+")
-            if bare in o or f"+{bare}" in o:
+            owned = {k for k in (bare, f"+{bare}") if k in o and k not in ADAPTER_DEFAULTS}
+            if owned:
                 raise ConfigError(
                     f"backend_options.verl.{key} is set by rlbridge's translation of a canonical knob; set that knob instead"
                 )

@@ -233,7 +233,7 @@ UNPINNED_OFFLOAD = Patch(
 HF_ROLLOUT_DIFF = """\
 --- a/verl/workers/rollout/hf_rollout.py
 +++ b/verl/workers/rollout/hf_rollout.py
-@@ -85,7 +85,8 @@ class HFRollout(BaseRollout):
+@@ -85,7 +85,8 @@
                  "top_p": top_p,
                  "top_k": top_k,
                  "temperature": temperature,
@@ -241,6 +241,8 @@ HF_ROLLOUT_DIFF = """\
 +                # the trainer already repeated the batch rollout.n times (ray_trainer.py:1163)
 +                "num_return_sequences": 1,
              }
+ 
+         # make config according to generate mode
 """
 
 
