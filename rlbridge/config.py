@@ -123,8 +123,9 @@ class DataConfig(StrictModel):
 
 
 class RolloutConfig(StrictModel):
-    engine: Literal["hf", "vllm", "sglang"] = "hf"
-    """Generation engine: hf (transformers generate), vllm, sglang."""
+    engine: Literal["auto", "hf", "vllm", "sglang"] = "auto"
+    """Generation engine: hf (transformers generate), vllm, sglang. 'auto' lets the backend pick the
+    one it runs best here (TRL: hf; verl: hf up to 0.5, vllm from 0.6); the plan shows the choice."""
     max_new_tokens: int = Field(256, ge=1)
     """Cap on generated tokens per sample (TRL max_completion_length, verl max_response_length)."""
     max_prompt_tokens: int | None = Field(None, ge=1)
@@ -247,10 +248,10 @@ class RunConfig(StrictModel):
     output_dir: str = "runs/{run_name}"
     """Where the run writes its resolved config, plan, metrics.jsonl, summary.json and plot.
     '{run_name}' is replaced."""
-    engine_env: str = "current"
-    """Which Python environment runs the engine: 'current' (this one), 'auto' (an rlbridge-made
-    engine environment when this one lacks the engine or has another version), or a path to a
-    Python environment."""
+    engine_env: str = "auto"
+    """Which Python environment runs the engine: 'auto' (this one when it has a supported version of
+    the engine, at engine_version if set; else the rlbridge engine environment, see `rlbridge env`),
+    'current' (this one, or an error), or a path to a Python environment."""
     engine_version: str | None = None
     """Engine version (or environment label from compat_matrix/engines.yaml, e.g. '1.16.0-vllm') to
     run on with engine_env: auto. None: any supported version here, else the recipe's default."""

