@@ -190,7 +190,11 @@ def create(spec: str, echo=print, cuda: bool | None = None) -> Path:
     for i, extra in enumerate(recipe.extras):
         stages.append((f"extra{i}", [extra, recipe.torch], [*extra, recipe.torch]))
     stages.append(("cleanup", recipe.remove, None))
-    stages.append(("rlbridge", _rlbridge_source(), [*_rlbridge_source(), recipe.torch]))
+    # the project file is part of the stage: an editable install follows code changes but not new
+    # entry points or dependencies, which need a reinstall
+    project = REPO_ROOT / "pyproject.toml"
+    project_digest = _digest(project.read_text()) if project.exists() else ""
+    stages.append(("rlbridge", [_rlbridge_source(), project_digest], [*_rlbridge_source(), recipe.torch]))
     log = path.parent / f"{path.name}.install.log"
     total = len(stages)
     for n, (stage, spec_obj, pip_args) in enumerate(stages, 1):

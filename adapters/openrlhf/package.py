@@ -1,0 +1,6 @@
+"""What this adapter supports (like OpenTelemetry contrib's package.py)."""
+
+DISTRIBUTION = "openrlhf"
+# 0.9.10 is the first release with --max_len/--max_new_tokens; 0.10.2 renamed every flag (dotted).
+SUPPORTED_VERSIONS = ">=0.9.10,<=0.11.2"
+DEFAULT_VERSION = "0.11.2"
