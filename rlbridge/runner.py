@@ -86,6 +86,11 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     pm = plugins or get_plugin_manager()
     config = resolve(config)
     backend = pm.backend(config.backend)
+    if config.engine_version and not backend.version_supported(config.engine_version.split("-")[0]):
+        raise ConfigError(
+            f"engine_version: {backend.distribution} {config.engine_version} is outside the range backend "
+            f"'{backend.name}' supports ({backend.supported_versions}); pick a version in it"
+        )
     path = config.model.path
     if path.startswith(BUILTIN_PREFIX):
         pm.get("model_builder", path[len(BUILTIN_PREFIX):], "model.path")

@@ -78,3 +78,8 @@ def test_backend_options_cannot_shadow_translated_keys(tmp_path):
         _plan(tmp_path, "0.5.0", "backend_options.verl.data.train_batch_size=3")
     native = _plan(tmp_path, "0.5.0", "backend_options.verl.actor_rollout_ref.actor.policy_loss.loss_mode=gpg")
     assert native["overrides"]["actor_rollout_ref.actor.policy_loss.loss_mode"] == "gpg"
+
+
+def test_engine_version_outside_the_supported_range(tmp_path):
+    with pytest.raises(ConfigError, match=r"engine_version: verl 0.4.0 is outside the range.*>=0.5.0,<=0.9.1"):
+        _plan(tmp_path, "0.4.0")
