@@ -44,7 +44,7 @@ def test_out_of_range(tmp_path):
 
 
 def test_unknown_backend_lists_available(tmp_path):
-    _fails(tmp_path, MINIMAL, "--set", "backend=trll", expect=["unknown backend 'trll'", "did you mean 'trl'", "available: trl"])
+    _fails(tmp_path, MINIMAL, "--set", "backend=trll", expect=["unknown backend 'trll'", "did you mean 'trl'", "available: openrlhf, trl, verl"])
 
 
 def test_unknown_reward_plugin_lists_available(tmp_path):
