@@ -18,7 +18,7 @@ from rlbridge import __version__
 from rlbridge.backend import Backend, Plan
 from rlbridge.config import RunConfig
 from rlbridge.data import check_source
-from rlbridge.errors import ConfigError, RLBridgeError
+from rlbridge.errors import ConfigError
 from rlbridge.loading import dump_config
 from rlbridge.registry import PluginManager, get_plugin_manager
 
@@ -135,7 +135,7 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     prepared = prepare(config, pm)
     config, backend, plan = prepared.config, prepared.backend, prepared.plan
     engine_python = choose_engine_python(config, backend)
-    from rlbridge.report import plot, summarize
+    from rlbridge.report import summarize
     from rlbridge.runtime import RunContext
 
     run_dir = Path(config.output_dir)

@@ -19,6 +19,7 @@ from packaging.version import Version
 
 from rlbridge.backend import Backend, Capability, approximated, gpus_per_node, honoured, rejected, resolved_dtype
 from rlbridge.config import RunConfig
+from rlbridge.engine_io import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
@@ -26,7 +27,6 @@ ESTIMATORS = {"grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo", "reinforce_pp":
 LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean", "seq_mean_token_sum_norm": "seq-mean-token-sum-norm"}
 # How each estimator scales advantages in verl, in canonical terms.
 ADV_NORMS = {"grpo": {"group", "none"}, "dr_grpo": {"none"}, "rloo": {"none"}, "reinforce_pp": {"batch"}, "ppo": {"batch"}}
-PASSTHROUGH_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 REWARD_MANAGER = "rlbridge"
 PROMPT_LENGTH_AUTO = "auto"
 # Keys rlbridge sets as defaults rather than from a canonical knob: backend_options.verl may change them.

@@ -6,9 +6,9 @@ Everything acts through post-import hooks, so nothing of verl is imported before
 from __future__ import annotations
 
 import json
-import math
 import os
 
+from rlbridge.engine_io import numbers, write_event
 from rlbridge.importhooks import when_imported
 from rlbridge.patches import apply_patches
 
@@ -41,26 +41,6 @@ def _apply_patches(native: dict) -> None:
             json.dump(report, fh, indent=2)
 
 
-def write_event(event: dict) -> None:
-    path = os.environ.get("RLBRIDGE_VERL_EVENTS")
-    if not path:
-        return
-    with open(path, "a", encoding="utf-8") as fh:  # one short append per line: safe across processes
-        fh.write(json.dumps(event) + "\n")
-
-
-def _numbers(data: dict) -> dict:
-    out = {}
-    for key, value in data.items():
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(number):
-            out[key] = number
-    return out
-
-
 def _instrument_tracking(module) -> None:
     tracking = module.Tracking
     original = tracking.log
@@ -68,7 +48,7 @@ def _instrument_tracking(module) -> None:
         return
 
     def log(self, data, step, *args, **kwargs):
-        write_event({"kind": "metrics", "step": int(step), "data": _numbers(data)})
+        write_event({"kind": "metrics", "step": int(step), "data": numbers(data)})
         return original(self, data, step, *args, **kwargs)
 
     log._rlbridge = True

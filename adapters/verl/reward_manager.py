@@ -1,5 +1,5 @@
 """The rlbridge reward manager for verl: verl's reward step calls it with the batch (token ids
-included), and it calls the rlbridge reward plugins of the run (RLBRIDGE_VERL_REWARDS).
+included), and it calls the rlbridge reward plugins of the run (RLBRIDGE_REWARDS).
 
 Two shapes, one scoring core: the legacy manager API (`__call__(data, return_dict)`, verl 0.5-0.8,
 registered in `verl.workers.reward_manager`) and the reward-loop API (`async run_single(data)`,
@@ -9,47 +9,12 @@ verl 0.9, registered in `verl.experimental.reward_loop.reward_manager`). Importe
 from __future__ import annotations
 
 import json
-import os
-import statistics
 from typing import Any
 
-from rlbridge.registry import get_plugin_manager
-from rlbridge.rewards import BoundReward, RewardInput, score
+from rlbridge.engine_io import reward_stats, score_inputs, write_event
+from rlbridge.rewards import RewardInput
 
 REWARD_MANAGER_NAME = "rlbridge"
-
-_bound: list[BoundReward] | None = None
-
-
-def bound_rewards() -> list[BoundReward]:
-    global _bound
-    if _bound is None:
-        pm = get_plugin_manager()
-        specs = json.loads(os.environ["RLBRIDGE_VERL_REWARDS"])
-        _bound = [
-            BoundReward(s["name"], s["weight"], pm.get("reward", s["name"], f"reward[{i}].name").factory(**s["args"]))
-            for i, s in enumerate(specs)
-        ]
-    return _bound
-
-
-def score_inputs(inputs: list[RewardInput]) -> tuple[list[float], dict[str, list[float | None]]]:
-    """Weighted total per input (a plugin's None counts as not applicable) and each plugin's scores."""
-    per_plugin = {r.name: score(r, inputs) for r in bound_rewards()}
-    totals = []
-    for i in range(len(inputs)):
-        totals.append(sum(r.weight * per_plugin[r.name][i] for r in bound_rewards() if per_plugin[r.name][i] is not None))
-    return totals, per_plugin
-
-
-def stats(totals: list[float], per_plugin: dict[str, list[float | None]]) -> dict[str, float]:
-    out = {"reward/mean": statistics.fmean(totals), "reward/std": statistics.pstdev(totals) if len(totals) > 1 else 0.0}
-    for name, values in per_plugin.items():
-        present = [v for v in values if v is not None]
-        if present:
-            out[f"reward/{name}/mean"] = statistics.fmean(present)
-    return out
-
 
 def reward_input(tokenizer, item) -> tuple[RewardInput, int]:
     """One sample of a verl DataProto batch as a RewardInput, and its response length."""
@@ -91,9 +56,7 @@ def make_legacy_manager():
             totals, per_plugin = score_inputs(list(inputs))
             for i, (total, length) in enumerate(zip(totals, lengths)):
                 reward_tensor[i, max(length, 1) - 1] = total
-            from rlbridge_adapters.verl.boot import write_event
-
-            write_event({"kind": "reward", "train": not self.is_validation, "stats": stats(totals, per_plugin)})
+            write_event({"kind": "reward", "train": not self.is_validation, "stats": reward_stats(totals, per_plugin)})
             if return_dict:
                 extra = {f"rlbridge/{name}": [v if v is not None else float("nan") for v in values] for name, values in per_plugin.items()}
                 return {"reward_tensor": reward_tensor, "reward_extra_info": extra}
@@ -116,8 +79,6 @@ def make_reward_loop_manager():
             item = data[0]
             x, _ = reward_input(self.tokenizer, item)
             totals, per_plugin = score_inputs([x])
-            from rlbridge_adapters.verl.boot import write_event
-
             write_event({"kind": "reward_sample", "total": totals[0], "plugins": {k: v[0] for k, v in per_plugin.items()}})
             return {"reward_score": totals[0], "reward_extra_info": {f"rlbridge/{k}": v[0] for k, v in per_plugin.items()}}
 

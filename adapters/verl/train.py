@@ -12,20 +12,17 @@ import json
 import os
 import shutil
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from rlbridge.data import load_rows
+from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, model_dir_with_template
 from rlbridge.runner import materialize_model
 from rlbridge_adapters.verl.metrics import to_canonical
 from rlbridge_adapters.verl.validate import check_config, compose, overrides_for
 
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
-EVENTS_ENV = "RLBRIDGE_VERL_EVENTS"
 NATIVE_ENV = "RLBRIDGE_VERL_NATIVE"
-REWARDS_ENV = "RLBRIDGE_VERL_REWARDS"
 
 
 def to_verl_rows(rows: list[dict[str, Any]], prompt_key: str, answer_key: str, split: str) -> list[dict[str, Any]]:
@@ -45,27 +42,6 @@ def to_verl_rows(rows: list[dict[str, Any]], prompt_key: str, answer_key: str, s
     return out
 
 
-def model_dir_with_template(base: str, template: str | None, run_dir: Path) -> str:
-    """The model directory verl loads: the base one, or a copy of its small files (weights linked)
-    with the chat template this run needs, so that every verl process tokenizes the same way."""
-    if template is None:
-        return base
-    target = run_dir / "model"
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    for item in Path(base).iterdir():
-        if item.name in ("tokenizer_config.json", "chat_template.jinja"):
-            continue
-        (target / item.name).symlink_to(item.resolve())
-    config_path = Path(base) / "tokenizer_config.json"
-    data = json.loads(config_path.read_text()) if config_path.exists() else {}
-    data["chat_template"] = template
-    (target / "tokenizer_config.json").write_text(json.dumps(data, indent=2))
-    (target / "chat_template.jinja").write_text(template)
-    return str(target)
-
-
 def longest_prompt(rows: list[dict[str, Any]], model_dir: str) -> int:
     from transformers import AutoTokenizer
 
@@ -83,68 +59,6 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(path)
-
-
-class EventFollower(threading.Thread):
-    """Follows the events file the verl processes append to; emits one canonical step per tracker log."""
-
-    def __init__(self, path: Path, ctx, checkpoint_dir: str | None) -> None:
-        super().__init__(daemon=True)
-        self.path = path
-        self.ctx = ctx
-        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
-        self.stop = threading.Event()
-        self.rewards: dict[str, float] = {}
-        self.samples: list[dict[str, Any]] = []  # per-sample scores from verl 0.9's reward loop
-        self.seen_checkpoints: set[str] = set()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._follow()
-        except BaseException as exc:  # surfaced by the caller after the run
-            self.error = exc
-
-    def _follow(self) -> None:
-        while not self.path.exists() and not self.stop.is_set():
-            time.sleep(0.2)
-        if not self.path.exists():
-            return
-        with open(self.path, encoding="utf-8") as fh:
-            while True:
-                line = fh.readline()
-                if line:
-                    self._handle(json.loads(line))
-                    continue
-                if self.stop.is_set():
-                    break
-                time.sleep(0.2)
-
-    def _handle(self, event: dict[str, Any]) -> None:
-        if event["kind"] == "reward" and event.get("train"):
-            self.rewards = event["stats"]
-        elif event["kind"] == "reward_sample":
-            self.samples.append(event)
-        elif event["kind"] == "metrics":
-            native = event["data"]
-            if not any(k.startswith(("actor/", "critic/", "timing_s/")) for k in native):
-                return  # validation-only logs
-            if self.samples:
-                from rlbridge_adapters.verl.reward_manager import stats
-
-                names = self.samples[0]["plugins"].keys()
-                self.rewards = stats([s["total"] for s in self.samples], {n: [s["plugins"][n] for s in self.samples] for n in names})
-            self.ctx.emit_step(int(event["step"]), to_canonical(native, self.rewards), native=native)
-            self.rewards, self.samples = {}, []
-            self._checkpoints(int(event["step"]))
-
-    def _checkpoints(self, step: int) -> None:
-        if self.checkpoint_dir is None or not self.checkpoint_dir.exists():
-            return
-        for path in sorted(self.checkpoint_dir.glob("global_step_*")):
-            if path.name not in self.seen_checkpoints:
-                self.seen_checkpoints.add(path.name)
-                self.ctx.checkpoint_saved(int(path.name.rsplit("_", 1)[-1]), str(path))
 
 
 def run_verl(plan, ctx) -> None:
@@ -204,7 +118,10 @@ def run_verl(plan, ctx) -> None:
         init["num_gpus"] = ray_native["logical_gpus"]  # verl's resource pools always ask for GPUs
     if ray_native["cpu_resource"]:
         init["resources"] = {"cpu": ray_native["num_cpus"]}  # verl 0.5 bundles ask for a resource named 'cpu'
-    follower = EventFollower(events, ctx, cfg.trainer.default_local_dir)
+    follower = EventFollower(
+        events, ctx, to_canonical, is_step=lambda native: any(k.startswith(("actor/", "critic/", "timing_s/")) for k in native),
+        checkpoint_dir=cfg.trainer.default_local_dir, checkpoint_glob="global_step_*",
+    )
     follower.start()
     ray.init(**init)
     try:

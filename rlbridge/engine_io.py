@@ -1,0 +1,216 @@
+"""Plumbing shared by adapters whose engine runs its work in other processes (Ray actors, vLLM
+engines): an events file those processes append to, the follower that turns it into canonical
+steps, the rlbridge reward plugins as seen from inside an engine process, and the run's model
+directory with the chat template the run asks for. Imports no engine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlbridge.rewards import BoundReward, RewardInput, score
+
+EVENTS_ENV = "RLBRIDGE_EVENTS"
+REWARDS_ENV = "RLBRIDGE_REWARDS"
+PASSTHROUGH_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+
+
+# --- events -------------------------------------------------------------------------------------
+
+
+def write_event(event: dict) -> None:
+    """Append one event line to the run's events file (a no-op outside an rlbridge run)."""
+    path = os.environ.get(EVENTS_ENV)
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as fh:  # one short append per line: safe across processes
+        fh.write(json.dumps(event) + "\n")
+
+
+def numbers(data: dict) -> dict[str, float]:
+    """The finite numeric values of a metrics dict (tensors and numpy scalars included), as floats."""
+    out = {}
+    for key, value in data.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number):
+            out[key] = number
+    return out
+
+
+def process_tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and all its descendants (the engine's workers), MiB."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+class EventFollower(threading.Thread):
+    """Follows the events file and emits one canonical step per engine metrics event.
+
+    Events: {"kind": "metrics", "step", "data"} (the engine's per-step log), {"kind": "reward",
+    "train", "stats"} (batch statistics from a reward manager), {"kind": "reward_sample", "total",
+    "plugins"} (one sample, from per-sample reward hooks), {"kind": "reward_error", "error"}.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        ctx,
+        to_canonical: Callable[[dict, dict], dict],
+        is_step: Callable[[dict], bool],
+        checkpoint_dir: str | None = None,
+        checkpoint_glob: str = "global_step*",
+    ) -> None:
+        super().__init__(daemon=True)
+        self.path = Path(path)
+        self.ctx = ctx
+        self.to_canonical = to_canonical
+        self.is_step = is_step
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.checkpoint_glob = checkpoint_glob
+        self.stop = threading.Event()
+        self.rewards: dict[str, float] = {}
+        self.samples: list[dict[str, Any]] = []
+        self.reward_errors: list[str] = []
+        self.seen_checkpoints: set[str] = set()
+        self.peak_mb = 0.0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._follow()
+        except BaseException as exc:  # surfaced by the caller after the run
+            self.error = exc
+
+    def _follow(self) -> None:
+        while not self.path.exists() and not self.stop.is_set():
+            time.sleep(0.2)
+        if not self.path.exists():
+            return
+        with open(self.path, encoding="utf-8") as fh:
+            while True:
+                line = fh.readline()
+                if line:
+                    self._handle(json.loads(line))
+                    continue
+                if self.stop.is_set():
+                    break
+                self.peak_mb = max(self.peak_mb, process_tree_rss_mb(os.getpid()))
+                time.sleep(0.2)
+
+    def _handle(self, event: dict[str, Any]) -> None:
+        kind = event["kind"]
+        if kind == "reward" and event.get("train"):
+            self.rewards = event["stats"]
+        elif kind == "reward_sample":
+            self.samples.append(event)
+        elif kind == "reward_error":
+            self.reward_errors.append(event["error"])
+        elif kind == "metrics":
+            native = event["data"]
+            if not self.is_step(native):
+                return  # validation-only logs
+            if self.samples:
+                names = self.samples[0]["plugins"].keys()
+                self.rewards = reward_stats(
+                    [s["total"] for s in self.samples], {n: [s["plugins"].get(n) for s in self.samples] for n in names}
+                )
+            canonical = self.to_canonical(native, self.rewards)
+            if "memory/peak_mb" not in canonical and self.peak_mb:
+                canonical["memory/peak_mb"] = self.peak_mb
+            self.ctx.emit_step(int(event["step"]), canonical, native=native)
+            self.rewards, self.samples = {}, []
+            self._checkpoints()
+
+    def _checkpoints(self) -> None:
+        if self.checkpoint_dir is None or not self.checkpoint_dir.exists():
+            return
+        for path in sorted(self.checkpoint_dir.glob(self.checkpoint_glob)):
+            if path.name not in self.seen_checkpoints:
+                self.seen_checkpoints.add(path.name)
+                digits = "".join(c for c in path.name if c.isdigit())
+                self.ctx.checkpoint_saved(int(digits or 0), str(path))
+
+
+# --- rewards inside engine processes --------------------------------------------------------------
+
+_bound: list[BoundReward] | None = None
+
+
+def bound_rewards() -> list[BoundReward]:
+    """The run's reward plugins, built once per engine process from RLBRIDGE_REWARDS."""
+    global _bound
+    if _bound is None:
+        from rlbridge.registry import get_plugin_manager
+
+        pm = get_plugin_manager()
+        specs = json.loads(os.environ[REWARDS_ENV])
+        _bound = [
+            BoundReward(s["name"], s["weight"], pm.get("reward", s["name"], f"reward[{i}].name").factory(**s["args"]))
+            for i, s in enumerate(specs)
+        ]
+    return _bound
+
+
+def score_inputs(inputs: list[RewardInput]) -> tuple[list[float], dict[str, list[float | None]]]:
+    """Weighted total per input (a plugin's None counts as not applicable) and each plugin's scores."""
+    rewards = bound_rewards()
+    per_plugin = {r.name: score(r, inputs) for r in rewards}
+    totals = [sum(r.weight * per_plugin[r.name][i] for r in rewards if per_plugin[r.name][i] is not None) for i in range(len(inputs))]
+    return totals, per_plugin
+
+
+def reward_stats(totals: list[float], per_plugin: dict[str, list[float | None]]) -> dict[str, float]:
+    out = {"reward/mean": statistics.fmean(totals), "reward/std": statistics.pstdev(totals) if len(totals) > 1 else 0.0}
+    for name, values in per_plugin.items():
+        present = [v for v in values if v is not None]
+        if present:
+            out[f"reward/{name}/mean"] = statistics.fmean(present)
+    return out
+
+
+# --- the model directory the engine loads ---------------------------------------------------------
+
+
+def model_dir_with_template(base: str, template: str | None, run_dir: Path) -> str:
+    """The model directory the engine loads: the base one, or a copy of its small files (weights
+    linked) with the chat template this run needs, so that every engine process tokenizes the same way."""
+    if template is None:
+        return base
+    target = Path(run_dir) / "model"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for item in Path(base).iterdir():
+        if item.name in ("tokenizer_config.json", "chat_template.jinja"):
+            continue
+        (target / item.name).symlink_to(item.resolve())
+    config_path = Path(base) / "tokenizer_config.json"
+    data = json.loads(config_path.read_text()) if config_path.exists() else {}
+    data["chat_template"] = template
+    (target / "tokenizer_config.json").write_text(json.dumps(data, indent=2))
+    (target / "chat_template.jinja").write_text(template)
+    return str(target)
