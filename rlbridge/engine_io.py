@@ -24,6 +24,15 @@ REWARDS_ENV = "RLBRIDGE_REWARDS"
 PASSTHROUGH_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
 
+class CpuDeviceIndex(str):
+    """What a CPU stand-in for `torch.cuda.current_device()` returns: the string 'cpu', so that
+    `tensor.to(device=...)` and `torch.tensor(..., device=...)` land on the CPU, which formats as
+    '0' where engines build f'{device_name}:{index}' strings."""
+
+    def __format__(self, spec: str) -> str:
+        return "0"
+
+
 # --- events -------------------------------------------------------------------------------------
 
 

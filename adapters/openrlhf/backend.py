@@ -20,7 +20,8 @@ from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SU
 
 ESTIMATORS = {"grpo": "group_norm", "dr_grpo": "dr_grpo", "rloo": "rloo", "reinforce_pp": "reinforce", "ppo": "gae"}
 DOTTED_SINCE = Version("0.10.2")
-DEFAULT_PROMPT_TOKENS = 1024
+DEFAULT_PROMPT_TOKENS = 1024  # what --check validates an "auto" cap with
+MAX_LEN_AUTO = "auto"
 
 # dotted (0.10.2+) -> flat (before 0.10.2); checked against each version's own parser by the
 # conformance suite (tests/conformance, run in each OpenRLHF environment by `rlbridge compat run`).
@@ -158,7 +159,7 @@ class OpenRLHFBackend(Backend):
             honoured("rollout.engine", "vLLM engines (--vllm.num_engines)", _check_rollout),
             honoured("rollout.max_new_tokens", "--rollout.max_new_tokens"),
             approximated("rollout.max_prompt_tokens", "--data.max_len = prompt cap + max_new_tokens",
-                         f"OpenRLHF caps prompt + response; unset, rlbridge assumes {DEFAULT_PROMPT_TOKENS} prompt tokens",
+                         "OpenRLHF caps prompt + response (--data.max_len); unset, rlbridge sizes it to the longest prompt of the data",
                          when=lambda c: c.rollout.max_prompt_tokens is None),
             honoured("rollout.temperature", "--rollout.temperature"),
             honoured("rollout.top_p", "--rollout.top_p"),
@@ -211,7 +212,8 @@ class OpenRLHFBackend(Backend):
             "data.prompt_dataset": "<run_dir>/data/train.jsonl",
             "data.input_key": "prompt",
             "data.label_key": "label",
-            "data.max_len": prompt_cap + ro.max_new_tokens,
+            # prompt + response cap; without a prompt cap, sized to the data's longest prompt at launch
+            "data.max_len": prompt_cap + ro.max_new_tokens if ro.max_prompt_tokens else MAX_LEN_AUTO,
             "rollout.max_new_tokens": ro.max_new_tokens,
             "rollout.temperature": ro.temperature,
             "rollout.top_p": ro.top_p,
@@ -262,7 +264,9 @@ class OpenRLHFBackend(Backend):
         if estimator == "gae":
             flags["critic.model_name_or_path"] = "<model_dir>"
             flags["critic.adam.lr"] = tr.lr
-        if colocate and devices > 0:
+        if colocate and gpus > 0:
+            # on CPU the actor and the vLLM engine get a logical GPU each: colocation would select
+            # OpenRLHF's CUDA-IPC weight sync
             flags["train.colocate_all"] = True
         if config.checkpoint.interval:
             flags["ckpt.save_steps"] = config.checkpoint.interval
@@ -282,7 +286,7 @@ class OpenRLHFBackend(Backend):
                     f"backend_options.openrlhf.{key} is set by rlbridge's translation of a canonical knob; set that knob instead"
                 )
         flags.update({k.lstrip("-"): v for k, v in passthrough.items()})
-        logical_gpus = 0 if gpus else (max(devices, 1) + (0 if colocate else rollout_gpus))
+        logical_gpus = 0 if gpus else devices + flags["vllm.num_engines"] * ro.tensor_parallel_size
         env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
         if tr.torch_threads:
             env["OMP_NUM_THREADS"] = str(tr.torch_threads)
@@ -318,11 +322,15 @@ class OpenRLHFBackend(Backend):
 
         validate_argv(plan.native)
 
+    def patches(self) -> list:
+        from rlbridge_adapters.openrlhf.patches import PATCHES
+
+        return PATCHES
+
     def run(self, plan, ctx) -> None:
-        raise ConfigError(
-            "the OpenRLHF adapter plans and validates runs, but cannot launch them yet (issue 5): "
-            "`rlbridge plan CONFIG --set backend=openrlhf --check` shows and checks the command line"
-        )
+        from rlbridge_adapters.openrlhf.train import run_openrlhf
+
+        run_openrlhf(plan, ctx)
 
 
 def to_argv(flags: dict[str, Any], version: Version) -> list[str]:

@@ -99,6 +99,16 @@ def parse(argv: list[str], module: str = "train_ppo_ray") -> tuple[Any, dict[str
 
 
 def validate_argv(native: dict[str, Any], run_dir: str = "/tmp/rlbridge-plan", model_dir: str | None = None) -> Any:
+    from rlbridge_adapters.openrlhf.backend import DEFAULT_PROMPT_TOKENS, MAX_LEN_AUTO
+
     argv = [a.replace("<run_dir>", run_dir).replace("<model_dir>", model_dir or native["model"]["path"]) for a in native["args"]]
+    argv = [str(DEFAULT_PROMPT_TOKENS + _new_tokens(argv)) if a == MAX_LEN_AUTO else a for a in argv]
     args, _ = parse(argv)
     return args
+
+
+def _new_tokens(argv: list[str]) -> int:
+    for i, arg in enumerate(argv[:-1]):
+        if arg.endswith("max_new_tokens"):
+            return int(argv[i + 1])
+    return 0

