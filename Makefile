@@ -27,7 +27,7 @@ test: install
 # The conformance suite inside the engine environments CI proves (one cell per engine that has
 # landed beyond the main environment's trl): each cell's environment is created on first use and
 # cached in ~/.cache/rlbridge/envs. Results go to runs/ci-compat, not to the checked-in table.
-CI_CELLS ?= verl==0.5.0 verl==0.9.1
+CI_CELLS ?= verl==0.5.0 verl==0.9.1 openrlhf==0.11.2
 test-engines: install
 	@for cell in $(CI_CELLS); do \
 	  RLBRIDGE_COMPAT_RESULTS=runs/ci-compat $(BIN)/rlbridge compat run --engine $${cell%%==*} --version $${cell##*==} || exit 1; \

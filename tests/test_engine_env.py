@@ -73,10 +73,12 @@ def test_unknown_engine_version_lists_known_ones(light_recipes):
 
 def test_engine_env_auto_without_an_environment_says_how_to_create_it(light_recipes, tmp_path):
     cfg = write_config(tmp_path, MINIMAL)
-    res = run_cli("train", str(cfg), "--set", "engine_env=auto", "--set", "engine_version=9.9.9",
+    # trl 1.8.0 has a recipe, but no environment exists in this test's empty cache
+    res = run_cli("train", str(cfg), "--set", "engine_env=auto", "--set", "engine_version=1.8.0",
                   "--set", f"output_dir={tmp_path}/out", env={"RLBRIDGE_RECIPES": str(REPO / "compat_matrix" / "engines.yaml")})
     assert res.returncode == 2
-    assert "known versions" in res.stderr
+    assert "create it with `rlbridge env create trl==1.8.0`" in res.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def _processes_in_group(pgid):
