@@ -95,14 +95,14 @@ def _run_tests(env: Path, test: str) -> dict[str, Any]:
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
     passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    reasons = []
+    reasons, failures = [], []
     for case in suite.iter("testcase"):
         for tag in ("failure", "error", "skipped"):
             node = case.find(tag)
             if node is not None:
-                reasons.append(f"{case.get('name')}: {_root_cause(node)[:200]}")
+                (reasons if tag == "skipped" else failures).append(f"{case.get('name')}: {_root_cause(node)[:200]}")
     if counts["failures"] or counts["errors"]:
-        status, reason = "fail", "; ".join(r for r in reasons if "skipped" not in r)[:400]
+        status, reason = "fail", "; ".join(failures)[:400]
     elif passed == 0:
         status, reason = "skip", "; ".join(reasons)[:400] or "no test selected"
     else:

@@ -35,8 +35,11 @@ def test_the_cli_parser_validates_without_importing_torch_ray_or_vllm():
 
 def test_a_flag_of_another_naming_is_refused_by_the_parser():
     version = __import__("importlib.metadata").metadata.version("openrlhf")
-    old_style = "advantage_estimator" if version >= "0.10.2" else "algo.advantage.estimator"
-    prepared = _prepared(f"backend_options.openrlhf={{{old_style}: group_norm}}")
+    from packaging.version import Version
+
+    # a flat name on a dotted release; on a flat release, a dotted name rlbridge has no flat name for
+    other = "advantage_estimator: group_norm" if Version(version) >= Version("0.10.2") else "algo.advantage.flash_only: 1"
+    prepared = _prepared(f"backend_options.openrlhf={{{other}}}")
     with pytest.raises(ConfigError, match="unrecognized arguments"):
         prepared.backend.validate(prepared.plan)
 
