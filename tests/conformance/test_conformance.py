@@ -180,6 +180,8 @@ def test_two_step_run_calls_the_reward_shim_and_streams_canonical_metrics(backen
         assert all(math.isfinite(v) for v in row.values())
     samples = [json.loads(line) for line in recorder_plugin.read_text().splitlines()]
     assert len(samples) == 2 * 2 * 4  # steps x prompts x group
+    if backend.name != "trl":  # the engine called the plugin in its own worker processes
+        assert os.getpid() not in {x["pid"] for x in samples}
     for x in samples:
         assert x["prompt"] in {d * 4 for d in "0123456789"} and x["answer"] == x["prompt"][0]
         assert isinstance(x["completion"], str) and 1 <= len(x["completion_ids"]) <= 8
