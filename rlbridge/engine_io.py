@@ -11,9 +11,11 @@ import math
 import os
 import shutil
 import statistics
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +164,49 @@ class EventFollower(threading.Thread):
                 self.seen_checkpoints.add(path.name)
                 digits = "".join(c for c in path.name if c.isdigit())
                 self.ctx.checkpoint_saved(int(digits or 0), str(path))
+
+
+@contextmanager
+def following(follower: EventFollower) -> Iterator[EventFollower]:
+    """Run the follower while the body runs; afterwards read what is left and raise its error."""
+    follower.start()
+    try:
+        yield follower
+    finally:
+        follower.stop.set()
+        follower.join(timeout=30)
+    if follower.error is not None:
+        raise follower.error
+
+
+@contextmanager
+def private_ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resources: dict | None = None) -> Iterator[None]:
+    """A Ray cluster of this run only: `address="local"` never attaches to a cluster someone else
+    started (engines' own `ray.init()` would), its temp dir is private, and it is stopped by its own
+    handle (never `ray stop`, which kills every Ray process on the machine). On CPU, `logical_gpus`
+    declares the GPUs engines' resource requests ask for."""
+    import ray
+
+    tmp = Path(tempfile.mkdtemp(prefix="rlb-ray-"))  # short: Ray's socket paths have a length limit
+    init: dict[str, Any] = {
+        "address": "local",
+        "num_cpus": num_cpus,
+        "_temp_dir": str(tmp),
+        "include_dashboard": False,
+        "runtime_env": {"env_vars": env},
+    }
+    if logical_gpus:
+        init["num_gpus"] = logical_gpus
+    if resources:
+        init["resources"] = resources
+    ray.init(**init)
+    try:
+        yield
+    finally:
+        try:
+            ray.shutdown()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --- rewards inside engine processes --------------------------------------------------------------

@@ -104,3 +104,17 @@ def export(patch: Patch) -> str:
     elif patch.kind is PatchKind.CPU_ENABLEMENT:
         lines += ["", "This is a CPU enablement carried at run time by rlbridge, not a bug report."]
     return "\n".join(lines)
+
+
+def no_cuda() -> bool:
+    """Probe for CPU enablements: no NVIDIA GPU here. Cheap (no torch import), because probes run at
+    the start of every process of a run."""
+    import os
+    import shutil
+
+    return shutil.which("nvidia-smi") is None or os.environ.get("CUDA_VISIBLE_DEVICES", "x") == ""
+
+
+def on_cpu(native: dict) -> bool:
+    """`when` for CPU enablements: the plan runs without GPUs (adapters put 'cpu' in their native plan)."""
+    return bool(native.get("cpu"))

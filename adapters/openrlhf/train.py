@@ -11,14 +11,12 @@ from __future__ import annotations
 import json
 import os
 import runpy
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from rlbridge.data import load_rows
-from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, model_dir_with_template
+from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, model_dir_with_template, private_ray_cluster
 from rlbridge.errors import RLBridgeError
 from rlbridge.runner import materialize_model
 from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO
@@ -105,35 +103,15 @@ def run_openrlhf(plan, ctx) -> None:
     boot.install()  # this process runs OpenRLHF's driver code too
     os.environ.pop(PATCH_REPORT_ENV)
 
-    import ray
-
-    ray_tmp = Path(tempfile.mkdtemp(prefix="rlb-ray-"))  # short: Ray's socket paths have a length limit
-    init: dict[str, Any] = {
-        "address": "local",  # OpenRLHF's own ray.init() would attach to any cluster on the machine
-        "num_cpus": native["ray"]["num_cpus"],
-        "_temp_dir": str(ray_tmp),
-        "include_dashboard": False,
-        "runtime_env": {"env_vars": env},
-    }
-    if native["ray"]["logical_gpus"]:
-        init["num_gpus"] = native["ray"]["logical_gpus"]  # every OpenRLHF actor asks for GPUs
     follower = EventFollower(events, ctx, to_canonical, is_step, checkpoint_dir=None)
-    follower.start()
-    ray.init(**init)
     saved_argv = sys.argv
-    try:
-        sys.argv = [native["module"], *argv]
-        runpy.run_module(native["module"], run_name="__main__", alter_sys=True)
-    finally:
-        sys.argv = saved_argv
+    # every OpenRLHF actor asks for GPUs: on CPU they are the cluster's logical GPUs
+    with following(follower), private_ray_cluster(native["ray"]["num_cpus"], env, native["ray"]["logical_gpus"]):
         try:
-            ray.shutdown()  # this run's private cluster only
+            sys.argv = [native["module"], *argv]
+            runpy.run_module(native["module"], run_name="__main__", alter_sys=True)
         finally:
-            follower.stop.set()
-            follower.join(timeout=30)
-            shutil.rmtree(ray_tmp, ignore_errors=True)
-    if follower.error is not None:
-        raise follower.error
+            sys.argv = saved_argv
     if follower.reward_errors:
         raise RLBridgeError(
             f"{len(follower.reward_errors)} reward call(s) failed inside OpenRLHF (which would have trained on "

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from rlbridge.data import load_rows
-from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, model_dir_with_template
+from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, model_dir_with_template, private_ray_cluster
 from rlbridge.runner import materialize_model
 from rlbridge_adapters.verl.metrics import to_canonical
 from rlbridge_adapters.verl.validate import check_config, compose, overrides_for
@@ -102,38 +100,14 @@ def run_verl(plan, ctx) -> None:
     }
     os.environ.update(env)
 
-    import ray
-
-    ray_tmp = Path(tempfile.mkdtemp(prefix="rlb-ray-"))  # short: Ray's socket paths have a length limit
     ray_native = native["ray"]
-    init: dict[str, Any] = {
-        "address": "local",
-        "num_cpus": ray_native["num_cpus"],
-        "_temp_dir": str(ray_tmp),
-        "include_dashboard": False,
-        "runtime_env": {"env_vars": env},
-        "log_to_driver": True,
-    }
-    if ray_native["logical_gpus"]:
-        init["num_gpus"] = ray_native["logical_gpus"]  # verl's resource pools always ask for GPUs
-    if ray_native["cpu_resource"]:
-        init["resources"] = {"cpu": ray_native["num_cpus"]}  # verl 0.5 bundles ask for a resource named 'cpu'
     follower = EventFollower(
         events, ctx, to_canonical, is_step=lambda native: any(k.startswith(("actor/", "critic/", "timing_s/")) for k in native),
         checkpoint_dir=cfg.trainer.default_local_dir, checkpoint_glob="global_step_*",
     )
-    follower.start()
-    ray.init(**init)
-    try:
+    # verl's resource pools always ask for GPUs; verl 0.5 bundles also ask for a resource named 'cpu'
+    resources = {"cpu": ray_native["num_cpus"]} if ray_native["cpu_resource"] else None
+    with following(follower), private_ray_cluster(ray_native["num_cpus"], env, ray_native["logical_gpus"] or 0, resources):
         from verl.trainer.main_ppo import main
 
         main(cfg)  # Hydra's main runs the task directly when given a composed config
-    finally:
-        try:
-            ray.shutdown()  # this run's private cluster only
-        finally:
-            follower.stop.set()
-            follower.join(timeout=30)
-            shutil.rmtree(ray_tmp, ignore_errors=True)
-    if follower.error is not None:
-        raise follower.error

