@@ -24,10 +24,10 @@ test: install
 	$(BIN)/python -m pytest -q -ra
 	$(MAKE) test-engines
 
-# The conformance suite inside the engine environments CI proves (one cell per engine that has
-# landed beyond the main environment's trl): each cell's environment is created on first use and
+# The conformance suite inside the engine environments CI proves (TRL with vLLM rollout, and one
+# or more cells per other engine): each cell's environment is created on first use and
 # cached in ~/.cache/rlbridge/envs. Results go to runs/ci-compat, not to the checked-in table.
-CI_CELLS ?= verl==0.5.0 verl==0.9.1 openrlhf==0.11.2
+CI_CELLS ?= trl==1.16.0-vllm verl==0.5.0 verl==0.9.1 openrlhf==0.11.2
 test-engines: install
 	@for cell in $(CI_CELLS); do \
 	  RLBRIDGE_COMPAT_RESULTS=runs/ci-compat $(BIN)/rlbridge compat run --engine $${cell%%==*} --version $${cell##*==} || exit 1; \
