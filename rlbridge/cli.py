@@ -164,7 +164,7 @@ def doctor() -> None:
         cls = reg.item
         version = cls.installed_version()
         if version is None:
-            status = f"[yellow]not installed[/yellow] (pip install 'rlbridge\\[{name}]', or `rlbridge env create {name}` and engine_env: auto)"
+            status = f"[yellow]not installed here[/yellow] (`rlbridge env create {name}`; engine_env: auto runs it there)"
         elif cls.version_supported(version):
             status = f"{cls.distribution} {version} (supported: {cls.supported_versions})"
         else:
