@@ -38,9 +38,9 @@ def results_dir() -> Path:
 # What each test kind runs inside the engine environment (pytest arguments, from the repo root).
 TEST_KINDS = {
     "translate": ["tests/conformance", "tests/engines", "-m", "not engine"],
-    "e2e-cpu": ["tests/conformance", "-m", "engine"],
+    "e2e-cpu": ["tests/conformance", "tests/engines", "-m", "engine"],
     "e2e-cpu-vllm": ["tests/test_trl_vllm.py", "-m", "engine"],
-    "e2e-gpu": ["tests/conformance", "-m", "engine"],
+    "e2e-gpu": ["tests/conformance", "tests/engines", "-m", "engine"],
 }
 
 

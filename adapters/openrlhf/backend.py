@@ -29,6 +29,7 @@ FLAT = {
     "actor.model_name_or_path": "pretrain",
     "critic.model_name_or_path": "critic_pretrain",
     "reward.remote_url": "remote_rm_url",
+    "train.agent_func_path": "agent_func_path",
     "data.prompt_dataset": "prompt_data",
     "data.input_key": "input_key",
     "data.label_key": "label_key",
@@ -118,6 +119,12 @@ def _check_dtype(config: RunConfig) -> str | None:
     return None
 
 
+def _check_environment(config: RunConfig) -> str | None:
+    if config.environment is not None and config.reward:
+        return "with an environment OpenRLHF takes rewards from the agent only; move the reward into the environment or remove reward"
+    return None
+
+
 def _check_placement(config: RunConfig) -> str | None:
     if config.placement.policy == "colocate" and config.rollout.tensor_parallel_size > max(gpus_per_node(config), 1) * config.resources.nodes:
         return "colocated vLLM engines need tensor_parallel_size <= the actor's GPUs; lower rollout.tensor_parallel_size"
@@ -167,7 +174,9 @@ class OpenRLHFBackend(Backend):
             honoured("rollout.gpu_memory_utilization", "--vllm.gpu_memory_utilization"),
             honoured("rollout.tensor_parallel_size", "--vllm.tensor_parallel_size"),
             honoured("reward", "--reward.remote_url <generated reward file>"),
-            rejected("environment", "the OpenRLHF adapter does not generate an AgentExecutor for environment plugins yet; remove environment"),
+            approximated("environment", "--train.agent_func_path <generated AgentExecutor>",
+                         "OpenRLHF's multi-turn executor gives each turn the remaining --data.max_len budget, not rollout.max_new_tokens",
+                         check=_check_environment, when=lambda c: c.environment is not None),
             honoured("training.steps", "--data.max_samples = steps x batch_size, --train.num_episodes"),
             honoured("training.epochs", "--train.num_episodes"),
             honoured("training.lr", "--actor.adam.lr"),
@@ -276,6 +285,10 @@ class OpenRLHFBackend(Backend):
             flags["ckpt.load_enable"] = True
         if config.data.eval is not None:
             flags["eval.dataset"] = "<run_dir>/data/eval.jsonl"
+        if config.environment is not None:
+            # the agent computes the rewards; OpenRLHF then sets remote_url itself
+            del flags["reward.remote_url"]
+            flags["train.agent_func_path"] = "<run_dir>/rlbridge_agent.py"
         if gpus == 0:
             flags["vllm.enforce_eager"] = True
             flags["ds.attn_implementation"] = "eager"
@@ -298,6 +311,7 @@ class OpenRLHFBackend(Backend):
             "args": to_argv(flags, version),
             "model": {"path": _model_path(config), "chat_template": config.model.chat_template},
             "rewards": [{"name": r.name, "weight": r.weight, "args": r.args} for r in config.reward],
+            "environment": config.environment.model_dump(mode="json") if config.environment else None,
             "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key},
             "ray": {"num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": logical_gpus},
             "cpu": gpus == 0,
