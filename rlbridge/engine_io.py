@@ -183,7 +183,7 @@ def following(follower: EventFollower) -> Iterator[EventFollower]:
 def private_ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resources: dict | None = None) -> Iterator[None]:
     """A Ray cluster of this run only: `address="local"` never attaches to a cluster someone else
     started (engines' own `ray.init()` would), its temp dir is private, and it is stopped by its own
-    handle (never `ray stop`, which kills every Ray process on the machine). On CPU, `logical_gpus`
+    handle (never the Ray CLI's stop command, which kills every Ray process on the machine). On CPU, `logical_gpus`
     declares the GPUs engines' resource requests ask for."""
     import ray
 
