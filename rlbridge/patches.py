@@ -118,3 +118,22 @@ def no_cuda() -> bool:
 def on_cpu(native: dict) -> bool:
     """`when` for CPU enablements: the plan runs without GPUs (adapters put 'cpu' in their native plan)."""
     return bool(native.get("cpu"))
+
+
+def apply_from_environment(patches: list[Patch], native_env: str, report_env: str) -> dict:
+    """What an engine process's bootstrap does: read the native plan from the file named by
+    `native_env`, apply the patches that apply, and write the report where `report_env` says (set in
+    the launching process only). Returns the native plan."""
+    import json
+    import os
+
+    native: dict = {}
+    path = os.environ.get(native_env)
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            native = json.load(fh)
+    report = apply_patches(patches, native)
+    if os.environ.get(report_env):
+        with open(os.environ[report_env], "w") as fh:
+            json.dump(report, fh, indent=2)
+    return native

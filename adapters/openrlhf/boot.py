@@ -3,12 +3,9 @@ patches, and a copy of each TensorBoard training log (one per step) into the run
 
 from __future__ import annotations
 
-import json
-import os
-
 from rlbridge.engine_io import numbers, write_event
 from rlbridge.importhooks import when_imported
-from rlbridge.patches import apply_patches
+from rlbridge.patches import apply_from_environment
 
 NATIVE_ENV = "RLBRIDGE_OPENRLHF_NATIVE"
 PATCH_REPORT_ENV = "RLBRIDGE_OPENRLHF_PATCH_REPORT"
@@ -20,17 +17,9 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    native = {}
-    path = os.environ.get(NATIVE_ENV)
-    if path and os.path.exists(path):
-        with open(path) as fh:
-            native = json.load(fh)
     from rlbridge_adapters.openrlhf.patches import PATCHES
 
-    report = apply_patches(PATCHES, native)
-    if os.environ.get(PATCH_REPORT_ENV):  # the launching process only
-        with open(os.environ[PATCH_REPORT_ENV], "w") as fh:
-            json.dump(report, fh, indent=2)
+    apply_from_environment(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV)
     when_imported("openrlhf.utils.logging_utils", _instrument_logger)
 
 

@@ -5,13 +5,12 @@ Everything acts through post-import hooks, so nothing of verl is imported before
 
 from __future__ import annotations
 
-import json
-import os
-
 from rlbridge.engine_io import numbers, write_event
 from rlbridge.importhooks import when_imported
-from rlbridge.patches import apply_patches
+from rlbridge.patches import apply_from_environment
 
+NATIVE_ENV = "RLBRIDGE_VERL_NATIVE"
+PATCH_REPORT_ENV = "RLBRIDGE_VERL_PATCH_REPORT"
 _installed = False
 
 
@@ -20,25 +19,13 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    native = {}
-    path = os.environ.get("RLBRIDGE_VERL_NATIVE")
-    if path and os.path.exists(path):
-        with open(path) as fh:
-            native = json.load(fh)
-    _apply_patches(native)  # probes are cheap; each patch waits for its module through a post-import hook
+    from rlbridge_adapters.verl.patches import PATCHES
+
+    # probes are cheap; each patch waits for its module through a post-import hook
+    apply_from_environment(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV)
     when_imported("verl.utils.tracking", _instrument_tracking)
     when_imported("verl.workers.reward_manager", _register_reward_manager)
     when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_loop_manager)
-
-
-def _apply_patches(native: dict) -> None:
-    from rlbridge_adapters.verl.patches import PATCHES
-
-    report = apply_patches(PATCHES, native)
-    path = os.environ.get("RLBRIDGE_VERL_PATCH_REPORT")  # set in the driver process only
-    if path:
-        with open(path, "w") as fh:
-            json.dump(report, fh, indent=2)
 
 
 def _instrument_tracking(module) -> None:

@@ -16,11 +16,11 @@ from typing import Any
 from rlbridge.data import load_rows
 from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, model_dir_with_template, private_ray_cluster
 from rlbridge.runner import materialize_model
+from rlbridge_adapters.verl.boot import NATIVE_ENV, PATCH_REPORT_ENV
 from rlbridge_adapters.verl.metrics import to_canonical
 from rlbridge_adapters.verl.validate import check_config, compose, overrides_for
 
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
-NATIVE_ENV = "RLBRIDGE_VERL_NATIVE"
 
 
 def to_verl_rows(rows: list[dict[str, Any]], prompt_key: str, answer_key: str, split: str) -> list[dict[str, Any]]:
@@ -74,7 +74,7 @@ def run_verl(plan, ctx) -> None:
         val_rows = train_rows[: max(1, min(len(train_rows), config.training.batch_size))]  # verl requires val files
     write_parquet(train_rows, run_dir / "data" / "train.parquet")
     write_parquet(val_rows, run_dir / "data" / "val.parquet")
-    os.environ["RLBRIDGE_VERL_PATCH_REPORT"] = str(run_dir / "patches.json")
+    os.environ[PATCH_REPORT_ENV] = str(run_dir / "patches.json")
     os.environ[NATIVE_ENV] = str(run_dir / "verl_native_plan.json")
     (run_dir / "verl_native_plan.json").write_text(json.dumps(native))
     from rlbridge_adapters.verl import boot
@@ -87,7 +87,7 @@ def run_verl(plan, ctx) -> None:
     check_config(cfg)
     (run_dir / "verl_overrides.txt").write_text("\n".join(overrides) + "\n")
 
-    os.environ.pop("RLBRIDGE_VERL_PATCH_REPORT")
+    os.environ.pop(PATCH_REPORT_ENV)
     events = run_dir / "verl_events.jsonl"
     events.unlink(missing_ok=True)
     env = {
