@@ -29,6 +29,23 @@ class DigitTurns(Environment):
         return StepResult(reward=reward / self.turns, done=self.taken >= self.turns, feedback="\n")
 
 
+class DigitHint(DigitTurns):
+    """digit_turns with a tool: the policy may ask for the rewarded digit before answering."""
+
+    tools = ("hint",)
+
+    def hint(self, repeat: int = 1) -> str:
+        """Tell the digit that this episode rewards.
+
+        Args:
+            repeat: how many times to write the digit.
+        """
+        return self.digit * max(1, min(repeat, 8))
+
+
 @hookimpl
 def rlbridge_register_environments():
-    return [EnvironmentPlugin("digit_turns", DigitTurns, "quickstart digits over several turns (args: turns)")]
+    return [
+        EnvironmentPlugin("digit_turns", DigitTurns, "quickstart digits over several turns (args: turns)"),
+        EnvironmentPlugin("digit_hint", DigitHint, "digit_turns with a 'hint' tool that tells the digit (args: turns)"),
+    ]

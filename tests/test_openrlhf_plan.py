@@ -52,3 +52,10 @@ def test_rejections_name_the_knob(tmp_path):
         _argv(tmp_path, "0.11.2", "model.dtype=float32")
     with pytest.raises(ConfigError, match="backend_options.openrlhf.rollout.batch_size"):
         _argv(tmp_path, "0.11.2", "backend_options.openrlhf={rollout.batch_size: 3}")
+
+
+def test_environment_with_tools_is_refused_with_the_alternative(tmp_path):
+    argv = _argv(tmp_path, "0.11.2", "reward=[]", "environment={name: digit_turns}")
+    assert "--train.agent_func_path" in argv and "--reward.remote_url" not in argv
+    with pytest.raises(CapabilityError, match="environment.*has tools.*backend: verl"):
+        _argv(tmp_path, "0.11.2", "reward=[]", "environment={name: digit_hint}")

@@ -83,3 +83,25 @@ def test_backend_options_cannot_shadow_translated_keys(tmp_path):
 def test_engine_version_outside_the_supported_range(tmp_path):
     with pytest.raises(ConfigError, match=r"engine_version: verl 0.4.0 is outside the range.*>=0.5.0,<=0.9.1"):
         _plan(tmp_path, "0.4.0")
+
+
+def test_environment_becomes_an_agent_loop_and_its_tools_verl_tools(tmp_path):
+    env = "environment={name: digit_hint, args: {turns: 2}, max_turns: 3}"
+    native = _plan(tmp_path, "0.9.1", "reward=[]", env)
+    o = native["overrides"]
+    assert o["actor_rollout_ref.rollout.agent.default_agent_loop"] == "rlbridge_environment"
+    assert o["actor_rollout_ref.rollout.agent.agent_loop_config_path"] == "<run_dir>/rlbridge_agent_loops.yaml"
+    assert o["actor_rollout_ref.rollout.multi_turn.max_assistant_turns"] == 3
+    assert o["actor_rollout_ref.rollout.multi_turn.tool_config_path"] == "<run_dir>/rlbridge_tools.yaml"
+    assert [t["function"]["name"] for t in native["tools"]] == ["hint"]
+    no_tools = _plan(tmp_path, "0.9.1", "reward=[]", "environment={name: digit_turns}")
+    assert "actor_rollout_ref.rollout.multi_turn.tool_config_path" not in no_tools["overrides"] and no_tools["tools"] == []
+    assert "actor_rollout_ref.rollout.agent.agent_loop_config_path" not in _plan(tmp_path, "0.9.1")["overrides"]
+
+
+def test_environment_needs_verl_0_9_an_async_rollout_and_no_separate_reward(tmp_path):
+    env = "environment={name: digit_turns}"
+    with pytest.raises(CapabilityError, match="environment.*engine_version 0.9.1"):
+        _plan(tmp_path, "0.5.0", "reward=[]", env)
+    with pytest.raises(CapabilityError, match="environment.*move the reward into the environment"):
+        _plan(tmp_path, "0.9.1", env)

@@ -28,6 +28,9 @@ LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-m
 # How each estimator scales advantages in verl, in canonical terms.
 ADV_NORMS = {"grpo": {"group", "none"}, "dr_grpo": {"none"}, "rloo": {"none"}, "reinforce_pp": {"batch"}, "ppo": {"batch"}}
 REWARD_MANAGER = "rlbridge"
+AGENT_NAME = "rlbridge_environment"  # rlbridge_adapters.verl.agent_loop registers it under this name
+AGENT_LOOP_FILE = "rlbridge_agent_loops.yaml"
+TOOL_CONFIG_FILE = "rlbridge_tools.yaml"
 PROMPT_LENGTH_AUTO = "auto"
 # Keys rlbridge sets as defaults rather than from a canonical knob: backend_options.verl may change them.
 ADAPTER_DEFAULTS = {
@@ -107,6 +110,22 @@ def _check_placement(config: RunConfig) -> str | None:
     return None
 
 
+def _check_environment(config: RunConfig) -> str | None:
+    if config.environment is None:
+        return None
+    if config.reward:
+        return "with an environment verl takes rewards from the agent loop only; move the reward into the environment or remove reward"
+    version = _v(config)
+    if version < Version("0.9.0"):
+        return (
+            f"verl {version}'s agent loops predate the Continuous Token API that rlbridge's agent loop uses; "
+            "use engine_version 0.9.1 for environment plugins"
+        )
+    if rollout_engine(config) == "hf":
+        return "verl's agent loops need an async rollout server; use rollout.engine: vllm (or sglang)"
+    return None
+
+
 def _check_dpo_beta(config: RunConfig) -> str | None:
     return None if config.algorithm.dpo_beta == 0.1 else "algorithm.dpo_beta only applies to DPO, which verl lacks; remove it"
 
@@ -158,7 +177,10 @@ class VerlBackend(Backend):
             honoured("rollout.gpu_memory_utilization", "rollout.gpu_memory_utilization"),
             honoured("rollout.tensor_parallel_size", "rollout.tensor_model_parallel_size", _check_tp),
             honoured("reward", f"reward manager '{REWARD_MANAGER}' (calls the rlbridge reward plugins with token ids)"),
-            rejected("environment", "the verl adapter does not generate agent loops for environment plugins yet; remove environment"),
+            honoured("environment", f"agent loop '{AGENT_NAME}' (rollout.agent.agent_loop_config_path, default_agent_loop); "
+                     "its tools as verl tools (multi_turn.tool_config_path); max_turns: multi_turn.max_assistant_turns; "
+                     "rollout.max_new_tokens is the episode's response budget (turns, feedback, tool output), each turn gets what remains",
+                     _check_environment),
             honoured("training.steps", "trainer.total_training_steps"),
             honoured("training.epochs", "trainer.total_epochs"),
             honoured("training.lr", "actor.optim.lr"),
@@ -295,6 +317,19 @@ class VerlBackend(Backend):
                 "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 16,
                 "reward.num_workers": 1,
             })
+        tools: list[dict[str, Any]] = []
+        if config.environment is not None:
+            from rlbridge.environments import environment_class, tool_schemas
+
+            tools = tool_schemas(environment_class(config.environment.model_dump()))
+            o.update({
+                "actor_rollout_ref.rollout.agent.agent_loop_config_path": f"<run_dir>/{AGENT_LOOP_FILE}",
+                "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
+                "actor_rollout_ref.rollout.multi_turn.enable": True,
+                "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": config.environment.max_turns,
+            })
+            if tools:
+                o["actor_rollout_ref.rollout.multi_turn.tool_config_path"] = f"<run_dir>/{TOOL_CONFIG_FILE}"
         passthrough = _flatten(config.backend_options.get("verl", {}))
         for key in passthrough:
             bare = key.lstrip("+")
@@ -316,6 +351,8 @@ class VerlBackend(Backend):
             "model": {"path": _model_path(config), "chat_template": template},
             "rewards": [{"name": r.name, "weight": r.weight, "args": r.args} for r in config.reward],
             "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key},
+            "environment": config.environment.model_dump(mode="json") if config.environment else None,
+            "tools": tools,
             "ray": {"num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": max(gpus, 1) if cpu else None,
                     "cpu_resource": cpu and version < Version("0.6.0")},
             "cpu": cpu,

@@ -16,11 +16,14 @@ from typing import Any
 from rlbridge.data import load_rows
 from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, model_dir_with_template, private_ray_cluster
 from rlbridge.runner import materialize_model
+from rlbridge_adapters.verl.backend import AGENT_LOOP_FILE, AGENT_NAME, TOOL_CONFIG_FILE
 from rlbridge_adapters.verl.boot import NATIVE_ENV, PATCH_REPORT_ENV
 from rlbridge_adapters.verl.metrics import to_canonical
 from rlbridge_adapters.verl.validate import check_config, compose, overrides_for
 
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
+AGENT_LOOP_CLASS = "rlbridge_adapters.verl.agent_loop.EnvironmentAgentLoop"
+TOOL_CLASS = "rlbridge_adapters.verl.tools.EnvironmentTool"
 
 
 def to_verl_rows(rows: list[dict[str, Any]], prompt_key: str, answer_key: str, split: str) -> list[dict[str, Any]]:
@@ -59,6 +62,17 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
     pd.DataFrame(rows).to_parquet(path)
 
 
+def write_agent_loop_files(native: dict[str, Any], run_dir: Path) -> None:
+    """The agent-loop config naming rlbridge's environment loop, and the verl tool config for the
+    environment's tools (YAML is a superset of JSON; verl reads both with OmegaConf). Written before
+    verl is imported here, so the class paths are strings."""
+    agent_loops = [{"name": AGENT_NAME, "_target_": AGENT_LOOP_CLASS, "environment_json": json.dumps(native["environment"])}]
+    (run_dir / AGENT_LOOP_FILE).write_text(json.dumps(agent_loops, indent=2))
+    if native["tools"]:
+        tools = [{"class_name": TOOL_CLASS, "config": {"type": "native"}, "tool_schema": schema} for schema in native["tools"]]
+        (run_dir / TOOL_CONFIG_FILE).write_text(json.dumps({"tools": tools}, indent=2))
+
+
 def run_verl(plan, ctx) -> None:
     native = plan.native
     config = ctx.config
@@ -74,6 +88,8 @@ def run_verl(plan, ctx) -> None:
         val_rows = train_rows[: max(1, min(len(train_rows), config.training.batch_size))]  # verl requires val files
     write_parquet(train_rows, run_dir / "data" / "train.parquet")
     write_parquet(val_rows, run_dir / "data" / "val.parquet")
+    if native.get("environment"):
+        write_agent_loop_files(native, run_dir)
     os.environ[PATCH_REPORT_ENV] = str(run_dir / "patches.json")
     os.environ[NATIVE_ENV] = str(run_dir / "verl_native_plan.json")
     (run_dir / "verl_native_plan.json").write_text(json.dumps(native))

@@ -57,25 +57,3 @@ def test_openrlhf_own_checks_run(tmp_path):
     native["args"] = argv
     with pytest.raises(ConfigError, match="OpenRLHF's own checks failed"):
         validate_argv(native)
-
-
-@pytest.mark.engine
-def test_environment_plugin_runs_as_an_openrlhf_agent(tmp_path):
-    import json
-
-    from rlbridge.runner import train
-
-    overrides = [
-        "backend=openrlhf", f"output_dir={tmp_path}/run", "training.steps=2", "training.batch_size=2",
-        "algorithm.group_size=4", "rollout.max_new_tokens=8", "rollout.max_prompt_tokens=8", "reward=[]",
-        "environment={name: digit_turns, args: {turns: 2}, max_turns: 2}", "resources.gpus_per_node=auto",
-    ]
-    summary = train(load_config(REPO / "configs" / "quickstart.yaml", overrides), progress=False)
-    assert summary["status"] == "completed"
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2]
-    assert all("reward/digit_turns/mean" in r and 0.0 <= r["reward/mean"] <= 1.0 for r in rows)
-    events = [json.loads(line) for line in (tmp_path / "run" / "openrlhf_events.jsonl").read_text().splitlines()]
-    episodes = [e for e in events if e["kind"] == "reward_sample"]
-    assert len(episodes) == 2 * 2 * 4  # one per episode: steps x prompts x group
-    assert "--train.agent_func_path" in (tmp_path / "run" / "openrlhf_args.txt").read_text()

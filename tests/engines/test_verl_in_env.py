@@ -61,3 +61,82 @@ def test_exported_upstream_fix_applies_to_the_installed_verl(tmp_path):
     diff = text.split("```diff\n", 1)[1].rsplit("```", 1)[0]
     res = subprocess.run(["patch", "-p1", "--dry-run", "-F0"], input=diff, text=True, capture_output=True, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+class ScriptedServer:
+    """Stands in for verl's LLM server client only: returns the next scripted turn as token ids with
+    log-probs, and records the prompt ids it was sent. Everything else in the episode is verl's own
+    code (Continuous Token builder, tool parser, tool loader) and rlbridge's agent loop."""
+
+    def __init__(self, tokenizer, turns):
+        self.tokenizer, self.turns, self.prompts, self.max_tokens = tokenizer, list(turns), [], []
+
+    async def generate(self, request_id, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.prompts.append(list(prompt_ids))
+        self.max_tokens.append(sampling_params["max_tokens"])
+        ids = self.tokenizer.encode(self.turns.pop(0), add_special_tokens=False)[: sampling_params["max_tokens"]]
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
+
+
+@pytest.mark.skipif(VERL < Version("0.9.0"), reason="rlbridge's verl agent loop needs verl >= 0.9")
+def test_environment_agent_loop_runs_tools_and_steps_with_verl_own_machinery(tmp_path):
+    import asyncio
+    import json
+
+    import hydra
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
+    from verl.tools.tool_registry import load_all_tools
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from rlbridge.engine_io import model_dir_with_template
+    from rlbridge.runner import materialize_model
+    from rlbridge_adapters.verl.train import write_agent_loop_files
+    from rlbridge_adapters.verl.validate import compose, overrides_for
+
+    prepared = _prepare("reward=[]", "environment={name: digit_hint, args: {turns: 2}, max_turns: 3}", "rollout.max_new_tokens=256",
+                        "model.use_chat_template=true")
+    native = prepared.plan.native
+    model_dir = model_dir_with_template(materialize_model(prepared.config, None), native["model"]["chat_template"], tmp_path)
+    write_agent_loop_files(native, tmp_path)
+    cfg = compose(overrides_for(native, str(tmp_path), model_dir, max_prompt_length=64))
+    rollout = cfg.actor_rollout_ref.rollout
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    server = ScriptedServer(tokenizer, [
+        '<tool_call>{"name": "hint", "arguments": {"repeat": 2}}</tool_call><|im_end|>',  # a tool call: not stepped
+        "7777<|im_end|>",  # stepped: 1/2
+        "7a<|im_end|>",  # stepped: 1/4, and digit_hint(turns=2) ends the episode
+    ])
+
+    async def episode():
+        # exactly how verl's AgentLoopWorker builds a loop from the agent-loop config and the tool config
+        tools = load_all_tools(tool_config_path=rollout.multi_turn.tool_config_path, function_tool_path=None)
+        entry = next(e for e in OmegaConf.load(rollout.agent.agent_loop_config_path) if e.name == rollout.agent.default_agent_loop)
+        loop = hydra.utils.instantiate(
+            config=entry, trainer_config=DictConfigWrap(config=cfg), server_manager=server, tokenizer=tokenizer,
+            processor=None, hf_model_type="qwen2", dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data),
+            tools=ToolListWrap(tools),
+        )
+        return await loop.run(
+            {"temperature": 1.0}, raw_prompt=[{"role": "user", "content": "7777"}],
+            extra_info={"rlbridge_row": json.dumps({"prompt": "7777", "answer": "7"})},
+        )
+
+    out = asyncio.run(episode())
+    assert out.reward_score == pytest.approx(0.5 + 0.25)
+    assert out.extra_fields["turn_scores"] == pytest.approx([0.5, 0.25]) and out.extra_fields["rlbridge_tool_calls"] == 1
+    # the tool ran on the episode's environment and its answer reached the policy as a tool message
+    second_prompt = tokenizer.decode(server.prompts[1])
+    assert second_prompt.endswith("</tool_call><|im_end|>\n<|im_start|>tool\n77<|im_end|>\n<|im_start|>assistant\n")
+    # the environment's feedback went back as a user message before the third turn
+    assert tokenizer.decode(server.prompts[2]).endswith("7777<|im_end|>\n<|im_start|>user\n\n<|im_end|>\n<|im_start|>assistant\n")
+    # only the policy's tokens are trained on; each turn got the remaining response budget
+    generated = [tokenizer.encode(t, add_special_tokens=False) for t in (
+        '<tool_call>{"name": "hint", "arguments": {"repeat": 2}}</tool_call><|im_end|>', "7777<|im_end|>", "7a<|im_end|>")]
+    assert sum(out.response_mask) == sum(map(len, generated))
+    assert len(out.response_ids) == len(out.response_mask) == len(out.response_logprobs)
+    assert tokenizer.decode(out.prompt_ids + out.response_ids) == tokenizer.decode(server.prompts[2]) + "7a<|im_end|>"
+    assert server.max_tokens[0] == 256 and server.max_tokens[1] == 256 - (len(server.prompts[1]) - len(out.prompt_ids))
