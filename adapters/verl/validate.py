@@ -55,7 +55,22 @@ def validate_plan(plan, run_dir: str | None = None, model_dir: str | None = None
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose(overrides_for(native, run_dir or tmp, model_dir or native["model"]["path"]))
         check_config(cfg)
+    if native.get("environment"):
+        check_agent_loop()
     return cfg
+
+
+def check_agent_loop() -> None:
+    """rlbridge's agent loop and tool classes import against this verl (they use its agent-loop,
+    Continuous Token and tool APIs)."""
+    try:
+        from rlbridge_adapters.verl.agent_loop import EnvironmentAgentLoop
+        from rlbridge_adapters.verl.tools import EnvironmentTool  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"environment: this verl lacks the agent-loop API rlbridge's loop uses ({exc}); use engine_version 0.9.1") from exc
+    missing = [m for m in ("ct_build_initial_tokens", "ct_merge_assistant_token", "ct_merge_context_msg") if not hasattr(EnvironmentAgentLoop, m)]
+    if missing:
+        raise ConfigError(f"environment: this verl's AgentLoopBase lacks {missing}; use engine_version 0.9.1")
 
 
 def check_config(cfg) -> None:
