@@ -144,7 +144,19 @@ class EnvironmentAgentLoop(AgentLoopBase):
             return f"Error executing tool '{call.name}': {type(exc).__name__}: {exc}"
         finally:
             await tool.release(instance_id)
-        return response.text or ""
+        return self._truncate(response.text or "")
+
+    def _truncate(self, text: str) -> str:
+        """Tool output capped at multi_turn.max_tool_response_length characters, on the configured side."""
+        limit = self.rollout_config.multi_turn.max_tool_response_length
+        if not limit or len(text) <= limit:
+            return text
+        side = self.rollout_config.multi_turn.tool_response_truncate_side
+        if side == "left":
+            return "(truncated)..." + text[-limit:]
+        if side == "right":
+            return text[:limit] + "...(truncated)"
+        return text[: limit // 2] + "...(truncated)..." + text[len(text) - limit // 2 :]
 
     @staticmethod
     def _assistant_message(content: str, calls) -> dict[str, Any]:

@@ -63,6 +63,13 @@ def test_exported_upstream_fix_applies_to_the_installed_verl(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+TURNS = [
+    '<tool_call>{"name": "hint", "arguments": {"repeat": 2}}</tool_call><|im_end|>',  # a tool call: not stepped
+    "7777<|im_end|>",  # stepped: 1/2
+    "7a<|im_end|>",  # stepped: 1/4, and digit_hint(turns=2) ends the episode
+]
+
+
 class ScriptedServer:
     """Stands in for verl's LLM server client only: returns the next scripted turn as token ids with
     log-probs, and records the prompt ids it was sent. Everything else in the episode is verl's own
@@ -80,8 +87,8 @@ class ScriptedServer:
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
 
 
-@pytest.mark.skipif(VERL < Version("0.9.0"), reason="rlbridge's verl agent loop needs verl >= 0.9")
-def test_environment_agent_loop_runs_tools_and_steps_with_verl_own_machinery(tmp_path):
+def _episode(tmp_path, turns, *extra):
+    """One digit_hint episode through verl's own agent-loop construction, with scripted turns."""
     import asyncio
     import json
 
@@ -98,18 +105,14 @@ def test_environment_agent_loop_runs_tools_and_steps_with_verl_own_machinery(tmp
     from rlbridge_adapters.verl.validate import compose, overrides_for
 
     prepared = _prepare("reward=[]", "environment={name: digit_hint, args: {turns: 2}, max_turns: 3}", "rollout.max_new_tokens=256",
-                        "model.use_chat_template=true")
+                        "model.use_chat_template=true", *extra)
     native = prepared.plan.native
     model_dir = model_dir_with_template(materialize_model(prepared.config, None), native["model"]["chat_template"], tmp_path)
     write_agent_loop_files(native, tmp_path)
     cfg = compose(overrides_for(native, str(tmp_path), model_dir, max_prompt_length=64))
     rollout = cfg.actor_rollout_ref.rollout
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    server = ScriptedServer(tokenizer, [
-        '<tool_call>{"name": "hint", "arguments": {"repeat": 2}}</tool_call><|im_end|>',  # a tool call: not stepped
-        "7777<|im_end|>",  # stepped: 1/2
-        "7a<|im_end|>",  # stepped: 1/4, and digit_hint(turns=2) ends the episode
-    ])
+    server = ScriptedServer(tokenizer, turns)
 
     async def episode():
         # exactly how verl's AgentLoopWorker builds a loop from the agent-loop config and the tool config
@@ -125,7 +128,12 @@ def test_environment_agent_loop_runs_tools_and_steps_with_verl_own_machinery(tmp
             extra_info={"rlbridge_row": json.dumps({"prompt": "7777", "answer": "7"})},
         )
 
-    out = asyncio.run(episode())
+    return asyncio.run(episode()), server, tokenizer
+
+
+@pytest.mark.skipif(VERL < Version("0.9.0"), reason="rlbridge's verl agent loop needs verl >= 0.9")
+def test_environment_agent_loop_runs_tools_and_steps_with_verl_own_machinery(tmp_path):
+    out, server, tokenizer = _episode(tmp_path, TURNS)
     assert out.reward_score == pytest.approx(0.5 + 0.25)
     assert out.extra_fields["turn_scores"] == pytest.approx([0.5, 0.25]) and out.extra_fields["rlbridge_tool_calls"] == 1
     # the tool ran on the episode's environment and its answer reached the policy as a tool message
@@ -134,9 +142,16 @@ def test_environment_agent_loop_runs_tools_and_steps_with_verl_own_machinery(tmp
     # the environment's feedback went back as a user message before the third turn
     assert tokenizer.decode(server.prompts[2]).endswith("7777<|im_end|>\n<|im_start|>user\n\n<|im_end|>\n<|im_start|>assistant\n")
     # only the policy's tokens are trained on; each turn got the remaining response budget
-    generated = [tokenizer.encode(t, add_special_tokens=False) for t in (
-        '<tool_call>{"name": "hint", "arguments": {"repeat": 2}}</tool_call><|im_end|>', "7777<|im_end|>", "7a<|im_end|>")]
+    generated = [tokenizer.encode(t, add_special_tokens=False) for t in TURNS]
     assert sum(out.response_mask) == sum(map(len, generated))
     assert len(out.response_ids) == len(out.response_mask) == len(out.response_logprobs)
     assert tokenizer.decode(out.prompt_ids + out.response_ids) == tokenizer.decode(server.prompts[2]) + "7a<|im_end|>"
     assert server.max_tokens[0] == 256 and server.max_tokens[1] == 256 - (len(server.prompts[1]) - len(out.prompt_ids))
+
+
+@pytest.mark.skipif(VERL < Version("0.9.0"), reason="rlbridge's verl agent loop needs verl >= 0.9")
+def test_environment_tool_output_follows_verl_truncation_settings(tmp_path):
+    options = "backend_options.verl={actor_rollout_ref.rollout.multi_turn: {max_tool_response_length: 4, tool_response_truncate_side: right}}"
+    out, server, tokenizer = _episode(tmp_path, [TURNS[0].replace('"repeat": 2', '"repeat": 6'), *TURNS[1:]], options)
+    assert "<|im_start|>tool\n7777...(truncated)<|im_end|>" in tokenizer.decode(server.prompts[1])
+    assert out.reward_score == pytest.approx(0.75)
