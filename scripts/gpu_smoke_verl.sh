@@ -52,4 +52,11 @@ $VENV/bin/rlbridge train configs/quickstart.yaml "${ARGS[@]}" --no-progress 2>&1
 say "canonical metrics ($WORK/run/metrics.jsonl)"
 cat "$WORK/run/metrics.jsonl"
 echo
-echo "OK: verl 0.9.1 ran 2 GRPO steps on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+
+say "2 multi-turn GRPO steps: the digit_hint environment as a verl agent loop, its tool as a verl tool"
+$VENV/bin/rlbridge train configs/multiturn.yaml "${ARGS[@]/$WORK\/run/$WORK/run-multiturn}" --set environment.name=digit_hint \
+  --no-progress 2>&1 | tee "$WORK/train-multiturn.log" | tail -n 5
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "the multi-turn run failed: $WORK/train-multiturn.log and $WORK/run-multiturn/error.txt"
+cat "$WORK/run-multiturn/metrics.jsonl"
+echo
+echo "OK: verl 0.9.1 ran 2 GRPO steps and 2 multi-turn steps on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
