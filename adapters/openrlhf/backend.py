@@ -120,16 +120,17 @@ def _check_dtype(config: RunConfig) -> str | None:
 
 
 def _check_environment(config: RunConfig) -> str | None:
-    if config.environment is not None and config.reward:
-        return "with an environment OpenRLHF takes rewards from the agent only; move the reward into the environment or remove reward"
-    if config.environment is not None:
-        from rlbridge.environments import environment_class
+    from rlbridge.environments import environment_class
 
-        if environment_class(config.environment.model_dump()).tools:
-            return (
-                f"environment '{config.environment.name}' has tools, and OpenRLHF's agent executor has no tool-call "
-                "parsing; use backend: verl (verl tools) or an environment without tools"
-            )
+    if config.environment is None:
+        return None
+    if config.reward:
+        return "with an environment OpenRLHF takes rewards from the agent only; move the reward into the environment or remove reward"
+    if environment_class(config.environment.model_dump()).tools:
+        return (
+            f"environment '{config.environment.name}' has tools, and OpenRLHF's agent executor has no tool-call "
+            "parsing; use backend: verl (verl tools) or an environment without tools"
+        )
     return None
 
 

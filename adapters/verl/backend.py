@@ -28,7 +28,7 @@ LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-m
 # How each estimator scales advantages in verl, in canonical terms.
 ADV_NORMS = {"grpo": {"group", "none"}, "dr_grpo": {"none"}, "rloo": {"none"}, "reinforce_pp": {"batch"}, "ppo": {"batch"}}
 REWARD_MANAGER = "rlbridge"
-AGENT_NAME = "rlbridge_environment"  # rlbridge_adapters.verl.agent_loop registers it under this name
+AGENT_NAME = "rlbridge_environment"  # the name of rlbridge's agent loop in the agent-loop config (train.write_agent_loop_files)
 AGENT_LOOP_FILE = "rlbridge_agent_loops.yaml"
 TOOL_CONFIG_FILE = "rlbridge_tools.yaml"
 PROMPT_LENGTH_AUTO = "auto"
