@@ -144,8 +144,9 @@ def render(results: dict[str, Any]) -> str:
         "conformance suite (tests/conformance) inside its own engine environment, created from",
         "compat_matrix/engines.yaml. translate: plans validate with the engine's own config code,",
         "capability table complete, rejected knobs error. e2e-cpu: a 2-step run through the engine's own",
-        "trainer calls the rlbridge reward shim and streams canonical metrics, and where the backend runs",
-        "environment plugins, a 2-step multi-turn run through its own multi-turn machinery. e2e-gpu: the same on a GPU.",
+        "trainer calls the rlbridge reward shim and streams canonical metrics; checkpoints are reported and a",
+        "resumed run goes on from the last one; where the backend runs environment plugins, a 2-step multi-turn",
+        "run goes through its own multi-turn machinery. e2e-gpu: the same on a GPU.",
         "",
         f"Machine of the last run: {platform.system()} {platform.machine()}, Python {platform.python_version()}, "
         f"{'CUDA' if has_cuda() else 'no GPU'}.",

@@ -106,13 +106,17 @@ class EventFollower(threading.Thread):
         self.rewards: dict[str, float] = {}
         self.samples: list[dict[str, Any]] = []
         self.reward_errors: list[str] = []
-        self.seen_checkpoints: set[str] = set()
+        # checkpoints already there (a resumed run's) were reported by the run that saved them
+        self.seen_checkpoints: set[str] = (
+            {p.name for p in self.checkpoint_dir.glob(checkpoint_glob)} if self.checkpoint_dir and self.checkpoint_dir.exists() else set()
+        )
         self.peak_mb = 0.0
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             self._follow()
+            self._checkpoints()  # one saved after the last step's metrics
         except BaseException as exc:  # surfaced by the caller after the run
             self.error = exc
 

@@ -84,7 +84,7 @@ def run_openrlhf(plan, ctx) -> None:
     if MAX_LEN_AUTO in argv:
         prompts = [r[data["prompt_key"]] for r in train_rows]
         argv[argv.index(MAX_LEN_AUTO)] = str(longest_prompt(prompts, model_dir, config.model.use_chat_template) + config.rollout.max_new_tokens)
-    argv = [str(Path(a).resolve()) if i and argv[i - 1] == "--ckpt.path" else a for i, a in enumerate(argv)]
+    argv = [str(Path(a).resolve()) if i and argv[i - 1] in ("--ckpt.path", "--ckpt_path") else a for i, a in enumerate(argv)]
     validate_argv({**native, "args": argv})
     (run_dir / "openrlhf_args.txt").write_text(" ".join(argv) + "\n")
 
@@ -108,7 +108,10 @@ def run_openrlhf(plan, ctx) -> None:
     boot.install()  # this process runs OpenRLHF's driver code too
     os.environ.pop(PATCH_REPORT_ENV)
 
-    follower = EventFollower(events, ctx, to_canonical, is_step, checkpoint_dir=None)
+    ckpt_flag = next(i for i, a in enumerate(argv) if a in ("--ckpt.path", "--ckpt_path"))
+    # OpenRLHF saves the actor's DeepSpeed checkpoints as <ckpt path>/_actor/global_step<N>
+    follower = EventFollower(events, ctx, to_canonical, is_step, checkpoint_dir=str(Path(argv[ckpt_flag + 1]) / "_actor"),
+                             checkpoint_glob="global_step*")
     saved_argv = sys.argv
     # every OpenRLHF actor asks for GPUs: on CPU they are the cluster's logical GPUs
     with following(follower), private_ray_cluster(native["ray"]["num_cpus"], env, native["ray"]["logical_gpus"]):

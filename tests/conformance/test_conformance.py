@@ -6,7 +6,9 @@ are skipped, saying why), so `rlbridge compat run` can run it in each engine env
 * translate: the plan of every standard config validates with the engine's own config code; the
   capability table covers every canonical knob; every rejected knob errors before anything starts.
 * e2e (marked `engine`): a 2-step run through the engine's own trainer calls the rlbridge reward
-  shim with the right inputs and produces finite canonical metrics.
+  shim with the right inputs and produces finite canonical metrics; checkpoints are reported through
+  the checkpoint hook and a resumed run goes on from the last one; where the backend runs environment
+  plugins, a 2-step run drives one through the engine's own multi-turn machinery.
 """
 
 import importlib
@@ -209,3 +211,30 @@ def test_environment_plugin_runs_through_the_engine_multi_turn_machinery(backend
     episodes = [e for e in events if e["kind"] == "reward_sample"]
     assert len(episodes) == 2 * 2 * 4  # steps x prompts x group
     assert all(0.0 <= e["total"] <= 1.0 for e in episodes)
+
+
+@pytest.mark.engine
+def test_checkpoints_are_reported_and_a_resumed_run_continues(backend, tmp_path):
+    from rlbridge import hookimpl
+
+    saved = []
+
+    class Saves:
+        @hookimpl
+        def rlbridge_checkpoint_saved(self, step, path):
+            saved.append(step)
+
+    plugins = PluginManager()
+    plugins.register(Saves(), "saves")
+    base = [
+        f"backend={backend.name}", f"output_dir={tmp_path}/run", "training.batch_size=2", "algorithm.group_size=4",
+        "rollout.max_new_tokens=8", "checkpoint.interval=1", "resources.gpus_per_node=auto",
+    ]
+    train(load_config(REPO / "configs" / "quickstart.yaml", [*base, "training.steps=2"]), plugins, progress=False)
+    assert saved == [1, 2]
+    summary = train(load_config(REPO / "configs" / "quickstart.yaml", [*base, "training.steps=3", "checkpoint.resume=true"]),
+                    plugins, progress=False)
+    assert summary["status"] == "completed"
+    assert saved == [1, 2, 3]  # the resumed run saved step 3 only
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # it went on from step 2
