@@ -7,7 +7,6 @@ directory with the chat template the run asks for. Imports no engine.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import statistics
@@ -45,19 +44,6 @@ def write_event(event: dict) -> None:
         return
     with open(path, "a", encoding="utf-8") as fh:  # one short append per line: safe across processes
         fh.write(json.dumps(event) + "\n")
-
-
-def numbers(data: dict) -> dict[str, float]:
-    """The finite numeric values of a metrics dict (tensors and numpy scalars included), as floats."""
-    out = {}
-    for key, value in data.items():
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(number):
-            out[key] = number
-    return out
 
 
 def process_tree_rss_mb(pid: int) -> float:
@@ -251,6 +237,15 @@ def reward_stats(totals: list[float], per_plugin: dict[str, list[float | None]])
 
 
 # --- the model directory the engine loads ---------------------------------------------------------
+
+
+def run_and_model_dirs(ctx, chat_template: str | None) -> tuple[Path, str]:
+    """What every engine launcher starts with: the run directory (absolute) and the model directory
+    the engine loads (the builtin model built on first use, carrying the run's chat template)."""
+    from rlbridge.runner import materialize_model
+
+    run_dir = Path(ctx.run_dir).resolve()
+    return run_dir, model_dir_with_template(materialize_model(ctx.config, ctx.plugins), chat_template, run_dir)
 
 
 def model_dir_with_template(base: str, template: str | None, run_dir: Path) -> str:

@@ -30,16 +30,19 @@ def is_canonical(name: str) -> bool:
     return name in CANONICAL or bool(_PLUGIN_RE.match(name))
 
 
-def clean(metrics: dict[str, Any]) -> dict[str, float]:
-    """Keep canonical names with finite numeric values, as floats."""
+def numbers(data: dict) -> dict[str, float]:
+    """The finite numeric values of a metrics dict (tensors and numpy scalars included), as floats."""
     out = {}
-    for name, value in metrics.items():
-        if not is_canonical(name):
-            continue
+    for key, value in data.items():
         try:
             number = float(value)
         except (TypeError, ValueError):
             continue
         if math.isfinite(number):
-            out[name] = number
+            out[key] = number
     return out
+
+
+def clean(metrics: dict[str, Any]) -> dict[str, float]:
+    """Keep canonical names with finite numeric values, as floats."""
+    return {name: value for name, value in numbers(metrics).items() if is_canonical(name)}

@@ -3,7 +3,8 @@ patches, and a copy of each TensorBoard training log (one per step) into the run
 
 from __future__ import annotations
 
-from rlbridge.engine_io import numbers, write_event
+from rlbridge.engine_io import write_event
+from rlbridge.metrics import numbers
 from rlbridge.importhooks import when_imported
 from rlbridge.patches import apply_from_environment
 

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from rlbridge.data import load_rows
-from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, model_dir_with_template, private_ray_cluster
+from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, private_ray_cluster, run_and_model_dirs
 from rlbridge.errors import RLBridgeError
-from rlbridge.runner import materialize_model
 from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO
 
 ENVIRONMENT_ENV = "RLBRIDGE_ENVIRONMENT"  # read by rlbridge_adapters.openrlhf.agent
@@ -66,9 +65,7 @@ def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
 def run_openrlhf(plan, ctx) -> None:
     native = plan.native
     config = ctx.config
-    run_dir = Path(ctx.run_dir).resolve()
-    base_model = materialize_model(config, ctx.plugins)
-    model_dir = model_dir_with_template(base_model, native["model"]["chat_template"], run_dir)
+    run_dir, model_dir = run_and_model_dirs(ctx, native["model"]["chat_template"])
     data = native["data"]
     train_rows = load_rows(config.data.train, config, "data.train", ctx.plugins)
     needed = config.training.steps * config.training.batch_size if config.training.steps else len(train_rows)

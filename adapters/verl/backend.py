@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.backend import Backend, Capability, approximated, gpus_per_node, honoured, rejected, resolved_dtype
+from rlbridge.backend import Backend, Capability, approximated, gpus_per_node, honoured, resolved_dtype
 from rlbridge.config import RunConfig
 from rlbridge.engine_io import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError

@@ -5,7 +5,8 @@ Everything acts through post-import hooks, so nothing of verl is imported before
 
 from __future__ import annotations
 
-from rlbridge.engine_io import numbers, write_event
+from rlbridge.engine_io import write_event
+from rlbridge.metrics import numbers
 from rlbridge.importhooks import when_imported
 from rlbridge.patches import apply_from_environment
 

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbridge.data import load_rows
-from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, model_dir_with_template, private_ray_cluster
-from rlbridge.runner import materialize_model
+from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, private_ray_cluster, run_and_model_dirs
 from rlbridge_adapters.verl.backend import AGENT_LOOP_FILE, AGENT_NAME, TOOL_CONFIG_FILE
 from rlbridge_adapters.verl.boot import NATIVE_ENV, PATCH_REPORT_ENV
 from rlbridge_adapters.verl.metrics import to_canonical
@@ -76,9 +75,7 @@ def write_agent_loop_files(native: dict[str, Any], run_dir: Path) -> None:
 def run_verl(plan, ctx) -> None:
     native = plan.native
     config = ctx.config
-    run_dir = Path(ctx.run_dir).resolve()
-    base_model = materialize_model(config, ctx.plugins)
-    model_dir = model_dir_with_template(base_model, native["model"]["chat_template"], run_dir)
+    run_dir, model_dir = run_and_model_dirs(ctx, native["model"]["chat_template"])
 
     data = native["data"]
     train_rows = to_verl_rows(load_rows(config.data.train, config, "data.train", ctx.plugins), data["prompt_key"], data["answer_key"], "train")
