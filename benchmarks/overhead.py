@@ -32,8 +32,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     opts = parser.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    from rlbridge.loading import load_config
-    from rlbridge.runner import materialize_model
+    from rlbridge.run.loading import load_config
+    from rlbridge.contract.models import materialize_model
 
     model_dir = materialize_model(load_config(REPO / "configs" / "quickstart.yaml"))
     ratios, curves_equal = [], []

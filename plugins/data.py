@@ -6,7 +6,7 @@ import json
 import random
 
 from rlbridge import hookimpl
-from rlbridge.registry import DataSourcePlugin
+from rlbridge.contract.registry import DataSourcePlugin
 
 
 def digit_copy(num_rows: int = 1024, repeat: int = 4, seed: int = 0) -> list[dict]:

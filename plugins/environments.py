@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rlbridge import hookimpl
-from rlbridge.environments import Environment, StepResult
-from rlbridge.registry import EnvironmentPlugin
+from rlbridge.contract.environments import Environment, StepResult
+from rlbridge.contract.registry import EnvironmentPlugin
 
 
 class DigitTurns(Environment):

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from rlbridge import hookimpl
-from rlbridge.registry import ModelBuilderPlugin
+from rlbridge.contract.registry import ModelBuilderPlugin
 
 BUILDER_VERSION = 2
 SPECIAL_TOKENS = ["<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]

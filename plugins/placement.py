@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlbridge import hookimpl
 from rlbridge.errors import ConfigError
-from rlbridge.registry import PlacementPolicy
+from rlbridge.contract.registry import PlacementPolicy
 
 
 def _gpus(config) -> int:

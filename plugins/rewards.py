@@ -1,5 +1,5 @@
 """Built-in reward plugins. Each factory takes the reward entry's args and returns a callable
-over a list of `rlbridge.rewards.RewardInput`."""
+over a list of `rlbridge.contract.rewards.RewardInput`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 from collections.abc import Sequence
 
 from rlbridge import hookimpl
-from rlbridge.registry import RewardPlugin
-from rlbridge.rewards import RewardInput
+from rlbridge.contract.registry import RewardPlugin
+from rlbridge.contract.rewards import RewardInput
 
 
 def digit_match(digit_key: str | None = None):

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from rlbridge import hookimpl
-from rlbridge.registry import TelemetrySinkPlugin
+from rlbridge.contract.registry import TelemetrySinkPlugin
 
 
 class ConsoleSink:

@@ -4,7 +4,7 @@ Importing rlbridge imports no torch, transformers or engine; adapters import the
 when they run.
 """
 
-from rlbridge.hookspecs import hookimpl
+from rlbridge.contract.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 __all__ = ["hookimpl", "__version__"]

@@ -35,7 +35,7 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for
 
 
 def _load(config: Optional[Path], overrides: Optional[list[str]]):
-    from rlbridge.loading import load_config
+    from rlbridge.run.loading import load_config
 
     return load_config(config, overrides or [])
 
@@ -47,7 +47,7 @@ def train(
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (e.g. in CI logs)."),
 ) -> None:
     """Train: plan the config for its backend, then run it and write output_dir."""
-    from rlbridge.runner import train as run_train
+    from rlbridge.run.runner import train as run_train
 
     cfg = _load(config, set_)
     summary = run_train(cfg, progress=False if no_progress else None)
@@ -65,7 +65,7 @@ def plan(
     check: bool = typer.Option(False, "--check", help="Also validate the plan with the engine's own config code (imports the engine)."),
 ) -> None:
     """Print the engine-native configuration a run of CONFIG would use (nothing is started)."""
-    from rlbridge.runner import prepare
+    from rlbridge.run.runner import prepare
 
     prepared = prepare(_load(config, set_))
     if check:
@@ -86,7 +86,7 @@ def backends(
     capabilities: bool = typer.Option(True, "--capabilities/--no-capabilities", help="Show each capability table."),
 ) -> None:
     """Installed engines, their versions, supported ranges and capability tables."""
-    from rlbridge.registry import get_plugin_manager
+    from rlbridge.contract.registry import get_plugin_manager
 
     pm = get_plugin_manager()
     table = Table("backend", "engine", "installed", "supported", "status", "from")
@@ -107,7 +107,7 @@ def backends(
 @app.command()
 def plugins() -> None:
     """Everything registered through the `rlbridge` entry-point group, and where it came from."""
-    from rlbridge.registry import get_plugin_manager
+    from rlbridge.contract.registry import get_plugin_manager
 
     pm = get_plugin_manager()
     table = Table("kind", "name", "plugin", "distribution", "description")
@@ -121,7 +121,7 @@ def plugins() -> None:
 @app.command()
 def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout.")) -> None:
     """The JSON Schema of the config file."""
-    from rlbridge.config import RunConfig
+    from rlbridge.contract.config import RunConfig
 
     text = json.dumps(RunConfig.model_json_schema(), indent=2) + "\n"
     if output:
@@ -138,8 +138,8 @@ def doctor() -> None:
     import platform
     import subprocess
 
-    from rlbridge.registry import get_plugin_manager
-    from rlbridge.runner import cache_dir, count_gpus
+    from rlbridge.contract.registry import get_plugin_manager
+    from rlbridge.machine import cache_dir, count_gpus
 
     table = Table("check", "status")
     table.add_row("python", f"{platform.python_version()} ({sys.executable})")
@@ -181,7 +181,7 @@ app.add_typer(env_app, name="env")
 @env_app.command("create")
 def env_create(spec: str = typer.Argument(..., help="ENGINE or ENGINE==VERSION, e.g. trl==1.16.0")) -> None:
     """Create (or finish creating) the environment; idempotent and resumable."""
-    from rlbridge.envs import create
+    from rlbridge.envs.create import create
 
     path = create(spec, echo=lambda msg: err.print(msg, highlight=False, markup=False))
     out.print(f"environment ready: {path}")
@@ -190,7 +190,7 @@ def env_create(spec: str = typer.Argument(..., help="ENGINE or ENGINE==VERSION, 
 @env_app.command("list")
 def env_list() -> None:
     """Environments in the cache, complete or not."""
-    from rlbridge.envs import list_envs
+    from rlbridge.envs.create import list_envs
 
     table = Table("engine", "version", "complete", "size (MB)", "path")
     for env in list_envs():
@@ -202,7 +202,7 @@ def env_list() -> None:
 @env_app.command("remove")
 def env_remove(spec: str = typer.Argument(..., help="ENGINE==VERSION")) -> None:
     """Delete an environment."""
-    from rlbridge.envs import remove
+    from rlbridge.envs.create import remove
 
     out.print(f"removed {remove(spec)}")
 
@@ -213,8 +213,8 @@ def patches(
 ) -> None:
     """List version-gated engine patches with their status here, or `patches export NAME` to write
     an upstream-ready description."""
-    from rlbridge.patches import export, patch_status
-    from rlbridge.registry import get_plugin_manager
+    from rlbridge.engine.patches import export, patch_status
+    from rlbridge.contract.registry import get_plugin_manager
 
     args = args or []
     backends = sorted(get_plugin_manager().items["backend"].items())
@@ -248,7 +248,7 @@ def compat_run(
     version: Optional[str] = typer.Option(None, "--version", help="Only this version (or environment label)."),
 ) -> None:
     """Create each cell's environment, run the conformance suite in it, write compat_matrix/RESULTS.md."""
-    from rlbridge.compat import results_dir, run_matrix
+    from rlbridge.envs.compat import results_dir, run_matrix
 
     results = run_matrix(engine, version, echo=lambda m: err.print(m, highlight=False, markup=False))
     failed = [r for r in results if r["status"] == "fail"]

@@ -20,7 +20,7 @@ def _cache_dir(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _fresh_plugin_manager():
-    from rlbridge.registry import reset_plugin_manager
+    from rlbridge.contract.registry import reset_plugin_manager
 
     reset_plugin_manager()
     yield

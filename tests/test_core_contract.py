@@ -8,10 +8,10 @@ import textwrap
 import pytest
 
 from rlbridge import hookimpl
-from rlbridge.backend import Backend, Support, approximated, canonical_knobs, honoured, rejected
+from rlbridge.contract.backend import Backend, Support, approximated, canonical_knobs, honoured, rejected
 from rlbridge.errors import CapabilityError, RLBridgeError
-from rlbridge.loading import load_config
-from rlbridge.registry import PluginManager, get_plugin_manager, reset_plugin_manager
+from rlbridge.run.loading import load_config
+from rlbridge.contract.registry import PluginManager, get_plugin_manager, reset_plugin_manager
 from conftest import MINIMAL, run_cli, write_config
 
 
@@ -66,7 +66,7 @@ def test_missing_capability_is_an_adapter_error(tmp_path):
 
 
 def test_run_streams_only_canonical_finite_metrics_and_writes_run_files(tmp_path):
-    from rlbridge.runner import train
+    from rlbridge.run.runner import train
 
     cfg = load_config(write_config(tmp_path, MINIMAL), ["backend=stub", f"output_dir={tmp_path}/run"])
     seen = []
@@ -92,7 +92,7 @@ def test_run_streams_only_canonical_finite_metrics_and_writes_run_files(tmp_path
 
 
 def test_failed_run_calls_run_failed_and_keeps_metrics(tmp_path):
-    from rlbridge.runner import train
+    from rlbridge.run.runner import train
 
     class Failing(StubBackend):
         def run(self, plan, ctx):
@@ -135,7 +135,7 @@ def _install_fake_distribution(tmp_path, module_body, module="acme_rewards"):
 
 ACME = """
 from rlbridge import hookimpl
-from rlbridge.registry import RewardPlugin
+from rlbridge.contract.registry import RewardPlugin
 
 def shout(**args):
     return lambda inputs: [float(x.completion.isupper()) for x in inputs]
@@ -173,8 +173,8 @@ def test_duplicate_plugin_names_are_an_error(tmp_path, monkeypatch):
 
 def test_core_imports_no_engine():
     code = (
-        "import sys, rlbridge, rlbridge.cli, rlbridge.runner, rlbridge.registry;"
-        "from rlbridge.registry import get_plugin_manager; get_plugin_manager().items;"
+        "import sys, rlbridge, rlbridge.cli, rlbridge.run.runner, rlbridge.contract.registry;"
+        "from rlbridge.contract.registry import get_plugin_manager; get_plugin_manager().items;"
         "bad = [m for m in ('torch','transformers','trl','verl','openrlhf','vllm') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -212,7 +212,7 @@ def test_help_and_schema():
 def test_every_config_field_is_documented():
     from pydantic import BaseModel
 
-    from rlbridge.config import RunConfig
+    from rlbridge.contract.config import RunConfig
 
     def walk(model, prefix=""):
         for name, info in model.model_fields.items():

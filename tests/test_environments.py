@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlbridge.environments import Environment, StepResult, environment_class, tool_schemas
+from rlbridge.contract.environments import Environment, StepResult, environment_class, tool_schemas
 from rlbridge.errors import ConfigError
 
 

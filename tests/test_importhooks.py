@@ -3,7 +3,7 @@
 import sys
 import textwrap
 
-from rlbridge.importhooks import when_imported
+from rlbridge.engine.importhooks import when_imported
 
 
 def test_callback_runs_once_after_first_import_and_sees_the_final_module(tmp_path, monkeypatch):

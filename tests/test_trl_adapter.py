@@ -10,10 +10,10 @@ import pytest
 pytest.importorskip("trl")
 
 from rlbridge import hookimpl
-from rlbridge.backend import canonical_knobs
-from rlbridge.loading import load_config
-from rlbridge.registry import PluginManager, RewardPlugin
-from rlbridge.runner import prepare, train
+from rlbridge.contract.backend import canonical_knobs
+from rlbridge.run.loading import load_config
+from rlbridge.contract.registry import PluginManager, RewardPlugin
+from rlbridge.run.runner import prepare, train
 from conftest import MINIMAL, QUICKSTART, write_config
 
 CANONICAL_KEYS = {
@@ -162,7 +162,7 @@ def test_short_grpo_run_writes_canonical_metrics_and_calls_the_shim(tmp_path):
     assert len(recorder.calls) == 3 and all(len(batch) == 8 for batch in recorder.calls)
     from transformers import PreTrainedTokenizerFast
 
-    from rlbridge.runner import materialize_model
+    from rlbridge.contract.models import materialize_model
 
     tok = PreTrainedTokenizerFast.from_pretrained(materialize_model(cfg))
     for x in recorder.calls[0]:

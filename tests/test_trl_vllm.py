@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("vllm")
 
-from rlbridge.loading import load_config
-from rlbridge.runner import train
+from rlbridge.run.loading import load_config
+from rlbridge.run.runner import train
 from conftest import MINIMAL, write_config
 
 

@@ -4,8 +4,8 @@ validates these plans in the verl environments (tests/conformance, via rlbridge 
 import pytest
 
 from rlbridge.errors import CapabilityError, ConfigError
-from rlbridge.loading import load_config
-from rlbridge.runner import prepare
+from rlbridge.run.loading import load_config
+from rlbridge.run.runner import prepare
 from conftest import MINIMAL, write_config
 
 

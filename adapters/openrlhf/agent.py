@@ -11,8 +11,8 @@ import traceback
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-from rlbridge.engine_io import write_event
-from rlbridge.environments import make_environment
+from rlbridge.engine.engine_io import write_event
+from rlbridge.contract.environments import make_environment
 
 ENVIRONMENT_ENV = "RLBRIDGE_ENVIRONMENT"
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.backend import Backend, Capability, approximated, gpus_per_node, honoured, rejected
-from rlbridge.config import RunConfig
+from rlbridge.contract.backend import Backend, Capability, approximated, gpus_per_node, honoured, rejected
+from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
@@ -120,7 +120,7 @@ def _check_dtype(config: RunConfig) -> str | None:
 
 
 def _check_environment(config: RunConfig) -> str | None:
-    from rlbridge.environments import environment_class
+    from rlbridge.contract.environments import environment_class
 
     if config.environment is None:
         return None
@@ -379,6 +379,6 @@ def _shell(arg: str) -> str:
 
 
 def _model_path(config: RunConfig) -> str:
-    from rlbridge.runner import model_path
+    from rlbridge.contract.models import model_path
 
     return model_path(config)

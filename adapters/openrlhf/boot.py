@@ -3,10 +3,10 @@ patches, and a copy of each TensorBoard training log (one per step) into the run
 
 from __future__ import annotations
 
-from rlbridge.engine_io import write_event
-from rlbridge.metrics import numbers
-from rlbridge.importhooks import when_imported
-from rlbridge.patches import apply_from_environment
+from rlbridge.engine.engine_io import write_event
+from rlbridge.contract.metrics import numbers
+from rlbridge.engine.importhooks import when_imported
+from rlbridge.engine.patches import apply_from_environment
 
 NATIVE_ENV = "RLBRIDGE_OPENRLHF_NATIVE"
 PATCH_REPORT_ENV = "RLBRIDGE_OPENRLHF_PATCH_REPORT"

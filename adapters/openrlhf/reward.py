@@ -14,8 +14,8 @@ import json
 import os
 import traceback
 
-from rlbridge.engine_io import score_inputs, write_event
-from rlbridge.rewards import RewardInput
+from rlbridge.engine.engine_io import score_inputs, write_event
+from rlbridge.contract.rewards import RewardInput
 
 MODEL_ENV = "RLBRIDGE_OPENRLHF_MODEL"
 _tokenizer = None

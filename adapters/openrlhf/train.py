@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlbridge.data import load_rows
-from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, private_ray_cluster, run_and_model_dirs
+from rlbridge.contract.data import load_rows
+from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, private_ray_cluster, run_and_model_dirs
 from rlbridge.errors import RLBridgeError
 from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO
 

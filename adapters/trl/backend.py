@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlbridge.backend import Backend, Capability, approximated, gpus_per_node, honoured, rejected, resolved_dtype
-from rlbridge.config import RunConfig
+from rlbridge.contract.backend import Backend, Capability, approximated, gpus_per_node, honoured, rejected, resolved_dtype
+from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.trl.package import DISTRIBUTION, SUPPORTED_VERSIONS
 
@@ -328,6 +328,6 @@ class TRLBackend(Backend):
 
 
 def _model_path(config: RunConfig) -> str:
-    from rlbridge.runner import model_path
+    from rlbridge.contract.models import model_path
 
     return model_path(config)

@@ -12,11 +12,11 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
-from rlbridge.data import load_rows
+from rlbridge.contract.data import load_rows
 from rlbridge.errors import ConfigError
-from rlbridge.patches import apply_patches
-from rlbridge.rewards import BoundReward, RewardInput, build_rewards, score
-from rlbridge.runner import materialize_model
+from rlbridge.engine.patches import apply_patches
+from rlbridge.contract.rewards import BoundReward, RewardInput, build_rewards, score
+from rlbridge.contract.models import materialize_model
 from rlbridge_adapters.trl.metrics import to_canonical
 from rlbridge_adapters.trl.patch import profiling_timers
 from rlbridge_adapters.trl.patches import PATCHES

@@ -30,8 +30,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.utils.profiler import simple_timer
 
-from rlbridge.engine_io import write_event
-from rlbridge.environments import make_environment
+from rlbridge.engine.engine_io import write_event
+from rlbridge.contract.environments import make_environment
 
 
 class EnvironmentAgentLoop(AgentLoopBase):

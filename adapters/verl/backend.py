@@ -17,9 +17,9 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.backend import Backend, Capability, approximated, gpus_per_node, honoured, resolved_dtype
-from rlbridge.config import RunConfig
-from rlbridge.engine_io import PASSTHROUGH_CHAT_TEMPLATE
+from rlbridge.contract.backend import Backend, Capability, approximated, gpus_per_node, honoured, resolved_dtype
+from rlbridge.contract.config import RunConfig
+from rlbridge.engine.engine_io import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
@@ -319,7 +319,7 @@ class VerlBackend(Backend):
             })
         tools: list[dict[str, Any]] = []
         if config.environment is not None:
-            from rlbridge.environments import environment_class, tool_schemas
+            from rlbridge.contract.environments import environment_class, tool_schemas
 
             tools = tool_schemas(environment_class(config.environment.model_dump()))
             o.update({
@@ -406,6 +406,6 @@ def format_value(value: Any) -> str:
 
 
 def _model_path(config: RunConfig) -> str:
-    from rlbridge.runner import model_path
+    from rlbridge.contract.models import model_path
 
     return model_path(config)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlbridge.engine_io import reward_stats, score_inputs, write_event
-from rlbridge.rewards import RewardInput
+from rlbridge.engine.engine_io import reward_stats, score_inputs, write_event
+from rlbridge.contract.rewards import RewardInput
 
 REWARD_MANAGER_NAME = "rlbridge"
 

@@ -1,6 +1,6 @@
 """An rlbridge environment's tools as verl tools: rlbridge writes a verl tool config
 (`multi_turn.tool_config_path`) with one entry per tool, whose class is EnvironmentTool and whose
-schema comes from the method's signature (rlbridge.environments.tool_schemas). verl's own loader
+schema comes from the method's signature (rlbridge.contract.environments.tool_schemas). verl's own loader
 builds them once per agent-loop worker; the rlbridge agent loop executes them against the
 episode's environment instance. Imported only inside verl processes."""
 

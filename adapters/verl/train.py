@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlbridge.data import load_rows
-from rlbridge.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, private_ray_cluster, run_and_model_dirs
+from rlbridge.contract.data import load_rows
+from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, private_ray_cluster, run_and_model_dirs
 from rlbridge_adapters.verl.backend import AGENT_LOOP_FILE, AGENT_NAME, TOOL_CONFIG_FILE
 from rlbridge_adapters.verl.boot import NATIVE_ENV, PATCH_REPORT_ENV
 from rlbridge_adapters.verl.metrics import to_canonical

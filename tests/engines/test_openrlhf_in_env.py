@@ -11,8 +11,8 @@ if __import__("importlib").util.find_spec("openrlhf") is None:
     pytest.skip("openrlhf is not installed here", allow_module_level=True)
 
 from rlbridge.errors import ConfigError
-from rlbridge.loading import load_config
-from rlbridge.runner import prepare
+from rlbridge.run.loading import load_config
+from rlbridge.run.runner import prepare
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ def _prepared(*overrides):
 
 def test_the_cli_parser_validates_without_importing_torch_ray_or_vllm():
     code = (
-        "import sys; from rlbridge.loading import load_config; from rlbridge.runner import prepare;"
+        "import sys; from rlbridge.run.loading import load_config; from rlbridge.run.runner import prepare;"
         f"p = prepare(load_config({str(REPO / 'configs' / 'quickstart.yaml')!r}, ['backend=openrlhf']));"
         "p.backend.validate(p.plan);"
         "print([m for m in ('torch', 'ray', 'vllm', 'deepspeed') if m in sys.modules])"

@@ -13,9 +13,9 @@ pytest.importorskip("verl")
 from packaging.version import Version
 
 from rlbridge.errors import ConfigError
-from rlbridge.loading import load_config
-from rlbridge.patches import export
-from rlbridge.runner import prepare
+from rlbridge.run.loading import load_config
+from rlbridge.engine.patches import export
+from rlbridge.run.runner import prepare
 
 REPO = Path(__file__).resolve().parents[2]
 VERL = Version(importlib.metadata.version("verl"))
@@ -99,8 +99,8 @@ def _episode(tmp_path, turns, *extra):
     from verl.tools.tool_registry import load_all_tools
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    from rlbridge.engine_io import model_dir_with_template
-    from rlbridge.runner import materialize_model
+    from rlbridge.engine.engine_io import model_dir_with_template
+    from rlbridge.contract.models import materialize_model
     from rlbridge_adapters.verl.train import write_agent_loop_files
     from rlbridge_adapters.verl.validate import compose, overrides_for
 

@@ -11,10 +11,10 @@ import functools
 import sys
 import types
 
-from rlbridge.engine_io import CpuDeviceIndex
-from rlbridge.importhooks import when_imported
-from rlbridge.patches import Patch, PatchKind, no_cuda, on_cpu
-from rlbridge.vllm_cpu import is_vllm_cpu, use_unpacked_linear
+from rlbridge.engine.engine_io import CpuDeviceIndex
+from rlbridge.engine.importhooks import when_imported
+from rlbridge.engine.patches import Patch, PatchKind, no_cuda, on_cpu
+from rlbridge.engine.vllm_cpu import is_vllm_cpu, use_unpacked_linear
 
 RANGE = ">=0.11.0,<=0.11.2"
 

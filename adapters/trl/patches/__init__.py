@@ -1,4 +1,4 @@
-"""Version-gated patches the TRL adapter applies in its engine process (see rlbridge.patches)."""
+"""Version-gated patches the TRL adapter applies in its engine process (see rlbridge.engine.patches)."""
 
 from rlbridge_adapters.trl.patches.vllm_cpu_linear import VLLM_CPU_LINEAR
 

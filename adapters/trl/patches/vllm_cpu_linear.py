@@ -13,8 +13,8 @@ every sync is seen at once. CPU enablement, not an upstream bug.
 
 from __future__ import annotations
 
-from rlbridge.patches import Patch, PatchKind
-from rlbridge.vllm_cpu import is_vllm_cpu, use_unpacked_linear
+from rlbridge.engine.patches import Patch, PatchKind
+from rlbridge.engine.vllm_cpu import is_vllm_cpu, use_unpacked_linear
 
 
 VLLM_CPU_LINEAR = Patch(

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 
-from rlbridge.importhooks import when_imported
-from rlbridge.patches import Patch, PatchKind, no_cuda, on_cpu
+from rlbridge.engine.importhooks import when_imported
+from rlbridge.engine.patches import Patch, PatchKind, no_cuda, on_cpu
 
 RANGE = ">=0.5.0,<0.6"
 

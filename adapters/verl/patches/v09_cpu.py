@@ -8,9 +8,9 @@ import functools
 import os
 from contextlib import contextmanager
 
-from rlbridge.engine_io import CpuDeviceIndex
-from rlbridge.importhooks import when_imported
-from rlbridge.patches import Patch, PatchKind, installed_version, no_cuda, on_cpu
+from rlbridge.engine.engine_io import CpuDeviceIndex
+from rlbridge.engine.importhooks import when_imported
+from rlbridge.engine.patches import Patch, PatchKind, installed_version, no_cuda, on_cpu
 
 RANGE = ">=0.9.0,<=0.9.1"
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from rlbridge import hookspecs
+from rlbridge.contract import hookspecs
 from rlbridge.errors import PluginNotFoundError, RLBridgeError, did_you_mean
 
 if TYPE_CHECKING:
-    from rlbridge.backend import Backend
+    from rlbridge.contract.backend import Backend
 
 ENTRY_POINT_GROUP = "rlbridge"
 

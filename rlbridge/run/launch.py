@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rlbridge.child import EVENT_FD_ENV
+from rlbridge.engine.child import EVENT_FD_ENV
 from rlbridge.errors import RLBridgeError
 
 
@@ -36,7 +36,7 @@ def run_in_env(python: Path, plan, ctx) -> None:
     read_fd, write_fd = os.pipe()
     env = {**os.environ, EVENT_FD_ENV: str(write_fd), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [str(python), "-m", "rlbridge.child", str(job)], pass_fds=(write_fd,), env=env, start_new_session=True
+        [str(python), "-m", "rlbridge.engine.child", str(job)], pass_fds=(write_fd,), env=env, start_new_session=True
     )
     os.close(write_fd)
     (ctx.run_dir / "engine.pid").write_text(str(proc.pid))

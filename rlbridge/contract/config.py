@@ -4,7 +4,7 @@ One YAML file, any engine. Every field is typed, defaulted and documented here, 
 declared; `rlbridge schema` writes the JSON Schema generated from these models. Unknown keys are
 errors. Cross-field rules that hold for every engine (group size, batch divisibility) are checked
 here; what a particular engine can or cannot honour is the backend's capability table
-(`rlbridge.backend`).
+(`rlbridge.contract.backend`).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class Environment(ABC):
 
 def make_environment(spec: dict[str, Any]) -> Environment:
     """An environment instance from a config spec ({name, args, max_turns}), through the registry."""
-    from rlbridge.registry import get_plugin_manager
+    from rlbridge.contract.registry import get_plugin_manager
 
     plugin = get_plugin_manager().get("environment", spec["name"], "environment.name")
     return plugin.factory(**spec.get("args", {}))
@@ -57,7 +57,7 @@ def make_environment(spec: dict[str, Any]) -> Environment:
 def environment_class(spec: dict[str, Any]) -> type[Environment]:
     """The class of the environment a spec names: the factory itself when it is a class, else the
     class of one instance (factories are expected to be cheap)."""
-    from rlbridge.registry import get_plugin_manager
+    from rlbridge.contract.registry import get_plugin_manager
 
     factory = get_plugin_manager().get("environment", spec["name"], "environment.name").factory
     return factory if isinstance(factory, type) else type(factory(**spec.get("args", {})))

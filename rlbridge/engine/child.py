@@ -1,4 +1,4 @@
-"""The engine side of a run launched in an engine environment: `python -m rlbridge.child JOB`.
+"""The engine side of a run launched in an engine environment: `python -m rlbridge.engine.child JOB`.
 
 The parent (the user's `rlbridge train`) planned the run and wrote JOB (resolved config, plan, run
 directory). This process runs the backend and sends each event as one JSON line on the file
@@ -37,9 +37,9 @@ class ChildContext:
 
 
 def main(job_path: str) -> int:
-    from rlbridge.backend import Plan
-    from rlbridge.config import RunConfig
-    from rlbridge.registry import get_plugin_manager
+    from rlbridge.contract.backend import Plan
+    from rlbridge.contract.config import RunConfig
+    from rlbridge.contract.registry import get_plugin_manager
 
     job = json.loads(Path(job_path).read_text())
     events = os.fdopen(int(os.environ[EVENT_FD_ENV]), "w", buffering=1)

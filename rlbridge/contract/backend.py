@@ -20,11 +20,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from pydantic import BaseModel
 
-from rlbridge.config import RunConfig
+from rlbridge.contract.config import RunConfig
 from rlbridge.errors import CapabilityError, EngineNotAvailableError
 
 if TYPE_CHECKING:
-    from rlbridge.runtime import RunContext
+    from rlbridge.run.runtime import RunContext
 
 # Knobs the core handles itself for every engine; a backend does not declare them.
 CORE_KNOBS = frozenset({"backend", "run_name", "output_dir", "engine_env", "engine_version", "telemetry", "backend_options"})
@@ -253,7 +253,7 @@ class Backend(ABC):
         )
 
     def patches(self) -> list:
-        """The version-gated patches (rlbridge.patches.Patch) this adapter may apply in its engine process."""
+        """The version-gated patches (rlbridge.engine.patches.Patch) this adapter may apply in its engine process."""
         return []
 
     def validate(self, plan: Plan) -> None:

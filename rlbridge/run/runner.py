@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -15,38 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from rlbridge import __version__
-from rlbridge.backend import Backend, Plan
-from rlbridge.config import RunConfig
-from rlbridge.data import check_source
+from rlbridge.contract.backend import Backend, Plan
+from rlbridge.contract.config import RunConfig
+from rlbridge.contract.data import check_source
 from rlbridge.errors import ConfigError
-from rlbridge.loading import dump_config
-from rlbridge.registry import PluginManager, get_plugin_manager
-
-BUILTIN_PREFIX = "builtin:"
-
-
-def cache_dir() -> Path:
-    """Where rlbridge keeps built models and engine environments (RLBRIDGE_CACHE_DIR overrides)."""
-    return Path(os.environ.get("RLBRIDGE_CACHE_DIR") or Path.home() / ".cache" / "rlbridge").expanduser()
-
-
-def count_gpus() -> int:
-    """Visible NVIDIA GPUs, without importing torch."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return 0
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
-    return min(n, len(visible.split(","))) if visible else n
-
-
-def builtin_model_dir(name: str) -> Path:
-    return cache_dir() / "models" / name
+from rlbridge.run.loading import dump_config
+from rlbridge.contract.models import BUILTIN_PREFIX, looks_local
+from rlbridge.contract.registry import PluginManager, get_plugin_manager
+from rlbridge.machine import count_gpus
 
 
 def resolve(config: RunConfig) -> RunConfig:
@@ -60,18 +35,6 @@ def resolve(config: RunConfig) -> RunConfig:
     if config.checkpoint.dir is None:
         config.checkpoint.dir = str(Path(config.output_dir) / "checkpoints")
     return config
-
-
-def model_path(config: RunConfig) -> str:
-    """The directory or hub id the engine loads the policy from."""
-    path = config.model.path
-    if path.startswith(BUILTIN_PREFIX):
-        return str(builtin_model_dir(path[len(BUILTIN_PREFIX):]))
-    return str(Path(path).expanduser()) if _looks_local(path) else path
-
-
-def _looks_local(path: str) -> bool:
-    return path.startswith(("/", ".", "~")) or path.count("/") != 1 or Path(path).expanduser().exists()
 
 
 @dataclass
@@ -94,7 +57,7 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     path = config.model.path
     if path.startswith(BUILTIN_PREFIX):
         pm.get("model_builder", path[len(BUILTIN_PREFIX):], "model.path")
-    elif _looks_local(path) and not Path(path).expanduser().exists():
+    elif looks_local(path) and not Path(path).expanduser().exists():
         raise ConfigError(
             f"model.path: '{path}' does not exist; point it at a model directory, a hub id (org/name), "
             f"or a built-in model such as 'builtin:tiny-digits'"
@@ -119,24 +82,14 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     return Prepared(config, backend, plan)
 
 
-def materialize_model(config: RunConfig, plugins: PluginManager | None = None) -> str:
-    """Build a builtin model on first use; return the path the engine loads."""
-    pm = plugins or get_plugin_manager()
-    if config.model.path.startswith(BUILTIN_PREFIX):
-        name = config.model.path[len(BUILTIN_PREFIX):]
-        builder = pm.get("model_builder", name, "model.path")
-        return builder.build(builtin_model_dir(name))
-    return model_path(config)
-
-
 def train(config: RunConfig, plugins: PluginManager | None = None, progress: bool | None = None) -> dict[str, Any]:
     """Run the whole job: plan, write the run files, train, summarise. Returns summary.json's content."""
     pm = plugins or get_plugin_manager()
     prepared = prepare(config, pm)
     config, backend, plan = prepared.config, prepared.backend, prepared.plan
     engine_python = choose_engine_python(config, backend)
-    from rlbridge.report import summarize
-    from rlbridge.runtime import RunContext
+    from rlbridge.run.report import summarize
+    from rlbridge.run.runtime import RunContext
 
     run_dir = Path(config.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -152,7 +105,7 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     show = config.telemetry.progress if progress is None else progress
     bar = None
     if show:
-        from rlbridge.progress import TrainingProgress
+        from rlbridge.run.progress import TrainingProgress
 
         bar = TrainingProgress(config.training.steps, f"{config.run_name} [{backend.name}]")
     ctx = RunContext(config, plan, run_dir, pm, sinks, bar)
@@ -212,10 +165,10 @@ def choose_engine_python(config: RunConfig, backend: Backend) -> Path | None:
         wanted = config.engine_version
         if here is not None and backend.version_supported(here) and (wanted is None or wanted == here):
             return None
-        from rlbridge.envs import env_python, find_env
+        from rlbridge.envs.create import env_python, find_env
 
         return env_python(find_env(backend.name, wanted))
-    from rlbridge.launch import python_of
+    from rlbridge.run.launch import python_of
 
     return python_of(mode)
 
@@ -224,7 +177,7 @@ def _launch(backend: Backend, plan: Plan, ctx, engine_python: Path | None) -> No
     if engine_python is None:
         backend.run(plan, ctx)
     else:
-        from rlbridge.launch import run_in_env
+        from rlbridge.run.launch import run_in_env
 
         run_in_env(engine_python, plan, ctx)
 
@@ -232,7 +185,7 @@ def _launch(backend: Backend, plan: Plan, ctx, engine_python: Path | None) -> No
 def _finish(
     run_dir: Path, history: list[dict[str, float]], summary: dict[str, Any], config: RunConfig, engine_python: Path | None
 ) -> None:
-    from rlbridge.report import plot
+    from rlbridge.run.report import plot
 
     files = ["config.yaml", "plan.yaml", "metrics.jsonl", "native_metrics.jsonl", "summary.json"]
     if history:
@@ -240,7 +193,7 @@ def _finish(
         skipped = plot(history, run_dir / "reward.png", title)
         if skipped and engine_python is not None:  # no matplotlib here: the engine environment has it
             res = subprocess.run(
-                [str(engine_python), "-m", "rlbridge.report", str(run_dir / "metrics.jsonl"), str(run_dir / "reward.png"), title],
+                [str(engine_python), "-m", "rlbridge.run.report", str(run_dir / "metrics.jsonl"), str(run_dir / "reward.png"), title],
                 capture_output=True, text=True,
             )
             skipped = None if res.returncode == 0 else skipped

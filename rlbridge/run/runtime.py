@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlbridge import metrics as canonical
-from rlbridge.backend import Plan
-from rlbridge.config import RunConfig
+from rlbridge.contract import metrics as canonical
+from rlbridge.contract.backend import Plan
+from rlbridge.contract.config import RunConfig
 
 
 class RunContext:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from rlbridge import __version__
-from rlbridge.envs import REPO_ROOT, create, env_python, has_cuda
+from rlbridge.envs.create import REPO_ROOT, create, env_python, has_cuda
 from rlbridge.errors import RLBridgeError
 
 MATRIX_FILE = REPO_ROOT / "compat_matrix" / "matrix.yaml"

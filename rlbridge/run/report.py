@@ -54,7 +54,7 @@ def plot(history: list[dict[str, float]], path: Path, title: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m rlbridge.report METRICS_JSONL PNG TITLE`: plot from a metrics file (used to draw
+    """`python -m rlbridge.run.report METRICS_JSONL PNG TITLE`: plot from a metrics file (used to draw
     the plot with an engine environment's matplotlib when the user's environment has none)."""
     import json
     import sys

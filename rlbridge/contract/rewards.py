@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlbridge.config import RunConfig
+from rlbridge.contract.config import RunConfig
 
 RewardFn = Callable[[Sequence["RewardInput"]], Sequence["float | None"]]
 
@@ -37,7 +37,7 @@ class BoundReward:
 
 
 def build_rewards(config: RunConfig, plugins=None) -> list[BoundReward]:
-    from rlbridge.registry import get_plugin_manager
+    from rlbridge.contract.registry import get_plugin_manager
 
     pm = plugins or get_plugin_manager()
     bound = []

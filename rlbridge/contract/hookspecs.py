@@ -8,7 +8,7 @@ what is registered and where it came from.
 Two kinds of hooks:
 
 * Registration hooks (`rlbridge_register_*`) are called once, when the plugin manager is first
-  used, and return a list of descriptors (`rlbridge.registry`). Names must be unique across all
+  used, and return a list of descriptors (`rlbridge.contract.registry`). Names must be unique across all
   plugins; a clash is an error that names both providers. Registration hooks must stay cheap: import
   no torch or engine at module level or inside them (the descriptors load their implementation
   lazily), so that `rlbridge plan` and `rlbridge --help` stay light.
@@ -29,9 +29,9 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 if TYPE_CHECKING:
-    from rlbridge.backend import Backend, Plan
-    from rlbridge.config import RunConfig
-    from rlbridge.registry import (
+    from rlbridge.contract.backend import Backend, Plan
+    from rlbridge.contract.config import RunConfig
+    from rlbridge.contract.registry import (
         DataSourcePlugin,
         EnvironmentPlugin,
         ModelBuilderPlugin,
@@ -55,10 +55,10 @@ def rlbridge_register_backends() -> list[type[Backend]]:
 
 @hookspec
 def rlbridge_register_rewards() -> list[RewardPlugin]:
-    """Return reward plugins (`rlbridge.registry.RewardPlugin`): a name, a factory and a description.
+    """Return reward plugins (`rlbridge.contract.registry.RewardPlugin`): a name, a factory and a description.
 
     The factory is called with the `args` of the config's reward entry and returns a callable that
-    takes a list of `rlbridge.rewards.RewardInput` and returns one float (or None: not applicable)
+    takes a list of `rlbridge.contract.rewards.RewardInput` and returns one float (or None: not applicable)
     per input. Called once when rewards are first looked up.
     """
 
@@ -113,7 +113,7 @@ def rlbridge_run_start(config: RunConfig, plan: Plan, run_dir: str) -> None:
 
 @hookspec
 def rlbridge_step_end(step: int, metrics: dict[str, float]) -> None:
-    """Called after every training step with canonical metrics (`rlbridge.metrics`).
+    """Called after every training step with canonical metrics (`rlbridge.contract.metrics`).
 
     `step` counts training steps from 1 (one rollout batch and its updates). `metrics` holds only
     canonical names with finite float values; which names appear depends on the engine and the config.

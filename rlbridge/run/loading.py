@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from rlbridge.config import RunConfig
+from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
 
 
