@@ -238,6 +238,38 @@ def patches(
     out.print(table)
 
 
+@app.command("import")
+def import_(
+    recipe: str = typer.Argument(..., help="A launch script, a command line (quoted), or a config file of the engine."),
+    from_: str = typer.Option(..., "--from", help="The recipe's engine: verl, openrlhf or trl."),
+    engine_version: Optional[str] = typer.Option(None, "--engine-version", help="The engine version the recipe is for (default: the adapter's; OpenRLHF: from the flag spelling)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the canonical config here (and the report next to it, <stem>.import.txt)."),
+    reward: Optional[list[str]] = typer.Option(None, "--reward", help="Reward plugin for the config, NAME or NAME:WEIGHT (repeatable); a recipe's reward code cannot be imported."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Read a verl, OpenRLHF or TRL recipe into a canonical config; report how every setting maps."""
+    from rlbridge.run.importer import import_recipe, write
+
+    rewards = []
+    for item in reward or []:
+        name, _, weight = item.partition(":")
+        try:
+            rewards.append({"name": name, **({"weight": float(weight)} if weight else {})})
+        except ValueError:
+            raise RLBridgeError(f"--reward {item}: the weight after ':' must be a number") from None
+    result = import_recipe(recipe, from_, engine_version, rewards or None)
+    if as_json:
+        print(json.dumps(result.report_data(), indent=2, default=str))
+    else:
+        print(result.report(), end="")
+    if output:
+        report = write(result, output)
+        err.print(f"wrote {output} and {report}")
+    elif not as_json:
+        print("\n# canonical config (-o FILE writes it)")
+        print(result.to_yaml(), end="")
+
+
 compat_app = typer.Typer(help="The compatibility matrix (compat_matrix/).", no_args_is_help=True)
 app.add_typer(compat_app, name="compat")
 

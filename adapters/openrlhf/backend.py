@@ -350,6 +350,12 @@ class OpenRLHFBackend(Backend):
 
         return PATCHES
 
+    def recipe_importer(self):
+        """Reads openrlhf recipes for `rlbridge import` (the inverse mapping is derived from translate())."""
+        from rlbridge_adapters.openrlhf.importer import OpenRLHFRecipeImporter
+
+        return OpenRLHFRecipeImporter()
+
     def run(self, plan, ctx) -> None:
         from rlbridge_adapters.openrlhf.train import run_openrlhf
 

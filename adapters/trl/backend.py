@@ -331,3 +331,9 @@ def _model_path(config: RunConfig) -> str:
     from rlbridge.contract.models import model_path
 
     return model_path(config)
+    def recipe_importer(self):
+        """Reads trl recipes for `rlbridge import` (the inverse mapping is derived from translate())."""
+        from rlbridge_adapters.trl.importer import TRLRecipeImporter
+
+        return TRLRecipeImporter()
+

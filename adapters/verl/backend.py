@@ -366,6 +366,12 @@ class VerlBackend(Backend):
         return "\n".join(lines)
 
     def patches(self) -> list:
+    def recipe_importer(self):
+        """Reads verl recipes for `rlbridge import` (the inverse mapping is derived from translate())."""
+        from rlbridge_adapters.verl.importer import VerlRecipeImporter
+
+        return VerlRecipeImporter()
+
         from rlbridge_adapters.verl.patches import PATCHES
 
         return PATCHES

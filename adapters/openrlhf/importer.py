@@ -1,0 +1,196 @@
+"""Reading OpenRLHF recipes for `rlbridge import --from openrlhf` (the inverse mapping itself is derived
+from this adapter's translate(), in rlbridge.run.importer).
+
+Reads a launch script or command line of `openrlhf.cli.train_ppo_ray` (also behind `ray job submit
+... --`), in the flag spelling of the OpenRLHF version: dotted from 0.10.2 (`--actor.adam.lr`), flat
+before (`--actor_learning_rate`); the adapter's own FLAT table relates the two. Flags are checked
+against that version's own argument parser when its engine environment exists, and the spelling
+against the version always.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from rlbridge.contract.config import RunConfig
+from rlbridge.contract.models import looks_local
+from rlbridge.errors import ConfigError, did_you_mean
+from rlbridge.run.recipe import Recipe, Setting, Token, find_command, scalar
+from rlbridge_adapters.openrlhf.backend import DOTTED_SINCE, FLAT
+from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION
+
+MARKERS = ("openrlhf.cli.train_ppo_ray",)
+DOTTED = {flat: dotted for dotted, flat in FLAT.items()}
+FLAT_VERSION = "0.9.10"  # what a recipe in the flat spelling is read as, without --engine-version
+OWNED = {
+    "logger.": "logging: rlbridge writes metrics.jsonl and telemetry sinks (telemetry.sinks)",
+    "use_wandb": "logging: add a telemetry sink for your tracker (telemetry.sinks)",
+    "wandb_org": "logging", "wandb_group": "logging", "wandb_project": "logging", "wandb_run_name": "logging",
+    "use_tensorboard": "logging", "logging_steps": "logging: rlbridge records every step",
+    "ckpt.output_dir": "the final model is saved in rlbridge's run directory (model_final)",
+    "ref.num_nodes": "rlbridge places the reference model with the actor (placement)",
+    "ref.num_gpus_per_node": "rlbridge places the reference model with the actor (placement)",
+    "ref_num_nodes": "rlbridge places the reference model with the actor (placement)",
+    "ref_num_gpus_per_node": "rlbridge places the reference model with the actor (placement)",
+}
+ACTION = {
+    "reward.remote_url": "the recipe's reward function or server: rlbridge rewards are plugins (reward: [{name: ...}]); "
+                         "port reward_func to a reward plugin",
+    "reward.model_name_or_path": "a neural reward model: not a canonical reward kind yet",
+    "reward_pretrain": "a neural reward model: not a canonical reward kind yet",
+    "reward.num_nodes": "a neural reward model's placement", "reward.num_gpus_per_node": "a neural reward model's placement",
+    "reward_num_nodes": "a neural reward model's placement", "reward_num_gpus_per_node": "a neural reward model's placement",
+    "train.agent_func_path": "the recipe's agent: write an environment plugin (environment:), which rlbridge runs as an OpenRLHF agent",
+}
+
+
+def read_flags(args: list[Token], version: Version) -> list[tuple[str, Any, int | None, str, str]]:
+    """`--name v ...` tokens -> (normalised key, value, line, text, spelling). No value: True; several: a list."""
+    out = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if not tok.text.startswith("--"):
+            raise ConfigError(f"line {tok.line}: {tok.text!r} is not a flag (train_ppo_ray takes --name value)")
+        name, _, inline = tok.text[2:].partition("=")
+        values = [inline] if inline else []
+        j = i + 1
+        while j < len(args) and not (args[j].text.startswith("--") and len(args[j].text) > 2):
+            values.append(args[j].text)
+            j += 1
+        value: Any = True if not values else (scalar(values[0]) if len(values) == 1 else [scalar(v) for v in values])
+        key = DOTTED.get(name, name) if version < DOTTED_SINCE else name
+        text = " ".join(t.text for t in args[i:j])
+        out.append((key, value, tok.line, text, "" if key == name else name))
+        i = j
+    return out
+
+
+def _version_of(args: list[Token], version: str | None) -> str:
+    if version:
+        return version
+    names = [t.text[2:].split("=")[0] for t in args if t.text.startswith("--")]
+    return DEFAULT_VERSION if any("." in n for n in names) or not names else FLAT_VERSION
+
+
+def parser_flags(version: str) -> set[str] | None:
+    """The option names of train_ppo_ray's own parser, from the OpenRLHF engine environment (None without one)."""
+    try:
+        from rlbridge.envs.create import env_path, env_python
+    except ImportError:
+        return None
+    path = env_path("openrlhf", version)
+    if not (path / ".complete").exists() and not env_python(path).exists():
+        return None
+    from rlbridge.machine import cache_dir
+
+    cached = cache_dir() / "import" / f"openrlhf-{version}-flags.json"
+    if cached.exists():
+        return set(json.loads(cached.read_text()))
+    code = "from rlbridge_adapters.openrlhf.importer import _print_parser_flags; _print_parser_flags()"
+    try:
+        res = subprocess.run([str(env_python(path)), "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if res.returncode != 0:
+        return None
+    flags = json.loads(res.stdout.strip().splitlines()[-1])
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(sorted(flags)))
+    return set(flags)
+
+
+def _print_parser_flags() -> None:
+    """Run inside an OpenRLHF environment: print the parser's option names as JSON (nothing is launched)."""
+    import argparse
+    import ast
+    import os
+    from datetime import datetime
+
+    from rlbridge_adapters.openrlhf.validate import _load_by_path, _main_block, cli_file
+
+    path = cli_file()
+    main = _main_block(ast.parse(path.read_text()))
+    split = next(i for i, node in enumerate(main.body) if isinstance(node, ast.Assign) and "parse_args" in ast.unparse(node.value))
+    ns: dict[str, Any] = {"argparse": argparse, "os": os, "datetime": datetime, "__name__": "rlbridge_openrlhf_cli"}
+    config_py = path.parent.parent / "utils" / "config.py"
+    if config_py.exists():
+        ns["hierarchize"] = _load_by_path("rlbridge_openrlhf_config", config_py).hierarchize
+    exec(compile(ast.Module(main.body[:split], []), str(path), "exec"), ns)
+    names = sorted({opt[2:] for action in ns["parser"]._actions for opt in action.option_strings if opt.startswith("--")})
+    print(json.dumps(names))
+
+
+class OpenRLHFRecipeImporter:
+    engine = "openrlhf"
+    default_version = DEFAULT_VERSION
+
+    def read(self, source: str, version: str | None) -> Recipe:
+        path = Path(source)
+        text = path.read_text() if path.is_file() else source
+        name = str(path) if path.is_file() else "<command line>"
+        cmd = find_command(text, MARKERS, name, "`python -m openrlhf.cli.train_ppo_ray`")
+        version = _version_of(cmd.args, version)
+        recipe = Recipe("openrlhf", name, version, [], list(cmd.notes))
+        if not version:
+            pass
+        v = Version(version)
+        known = parser_flags(version)
+        if known is None:
+            recipe.notes.append((None, f"flags checked for their spelling only: no OpenRLHF {version} environment here "
+                                       f"(`rlbridge env create openrlhf=={version}` checks them with its own parser)"))
+        for key, value, line, text, spelling in read_flags(cmd.args, v):
+            written = spelling or key
+            if v >= DOTTED_SINCE and "." not in written:
+                hint = f"; OpenRLHF {version} calls it --{DOTTED[written]}" if written in DOTTED else " (flags are dotted since 0.10.2)"
+                raise ConfigError(f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written}{hint}; "
+                                  "or pass --engine-version for the OpenRLHF version the recipe was written for")
+            if v < DOTTED_SINCE and "." in written:
+                hint = f"; OpenRLHF {version} calls it --{FLAT[written]}" if written in FLAT else ""
+                raise ConfigError(f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written} (dotted flags start with 0.10.2){hint}; "
+                                  "pass --engine-version for the OpenRLHF version the recipe was written for")
+            if known is not None and written not in known:
+                raise ConfigError(f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written}{did_you_mean(written, known)}")
+            recipe.settings.append(Setting(key, value, line, text, spelling))
+        return recipe
+
+    def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
+        version = Version(native["openrlhf_version"])
+        tokens = [Token(a, 0) for a in native["args"]]
+        out: dict[str, Any] = {}
+        model = native["model"]["path"]
+        for key, value, *_ in read_flags(tokens, version):
+            out[key] = value.replace("<model_dir>", model) if isinstance(value, str) else value
+        train, val = config.data.train, config.data.eval
+        if train.path:
+            out["data.prompt_dataset"] = train.path
+        if val is not None and val.path:
+            out["eval.dataset"] = val.path
+        out["data.input_key"] = native["data"]["prompt_key"]
+        out["data.label_key"] = native["data"]["answer_key"]
+        return out
+
+    def special(self, setting: Setting) -> tuple[str, str] | None:
+        key = setting.key
+        for table, kind in ((OWNED, "owned"), (ACTION, "action")):
+            for prefix, reason in table.items():
+                if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
+                    return kind, reason
+        if isinstance(setting.value, str) and "<run_dir>" in setting.value:
+            return "owned", "a path inside rlbridge's run directory"
+        if key in ("data.prompt_dataset", "eval.dataset") and isinstance(setting.value, str) and not looks_local(setting.value):
+            return "action", "a hub dataset: rlbridge reads local data (jsonl, parquet, save_to_disk); download it and set data.train"
+        if key in ("data.prompt_dataset", "eval.dataset") and isinstance(setting.value, str) and "," in setting.value:
+            return "action", "several datasets: point data.train at one file"
+        return None
+
+    def option(self, setting: Setting) -> tuple[str, Any]:
+        return setting.key, setting.value
+
+    def defaults(self, recipe: Recipe) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,268 @@
+"""Reading TRL recipes for `rlbridge import --from trl` (the inverse mapping itself is derived from this
+adapter's translate(), in rlbridge.run.importer).
+
+Reads a GRPOConfig / RLOOConfig as YAML or JSON (what `trl grpo --config` reads: the config's fields
+plus the script's model_name_or_path, dataset_name, reward_funcs), or the keyword arguments of a
+`GRPOConfig(...)` / `RLOOConfig(...)` call in a Python file, parsed with `ast` and never executed
+(literals, module-level constants and arithmetic on them; anything else is an error naming the line).
+Keys are checked against the installed TRL's own config classes, and TRL's own config class
+computes the values the recipe leaves to TRL (generation_batch_size, ...), so that the import
+reproduces those too.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.metadata
+import operator
+from pathlib import Path
+from typing import Any
+
+from rlbridge.contract.config import RunConfig
+from rlbridge.errors import ConfigError, did_you_mean
+from rlbridge.run.recipe import Recipe, Setting, read_mapping
+
+CONFIG_CLASSES = ("GRPOConfig", "RLOOConfig")
+OWNED = {
+    "report_to": "logging: rlbridge writes metrics.jsonl and telemetry sinks (telemetry.sinks)",
+    "logging_steps": "logging: rlbridge logs once per canonical step",
+    "logging_strategy": "logging", "logging_first_step": "logging", "logging_dir": "logging", "run_name": "logging",
+    "log_completions": "logging", "num_completions_to_print": "logging", "log_level": "logging",
+    "disable_tqdm": "rlbridge shows its own progress bar",
+    "push_to_hub": "rlbridge does not upload models", "hub_model_id": "rlbridge does not upload models",
+    "remove_unused_columns": "rlbridge passes every data column to its reward plugins",
+    "save_strategy": "rlbridge sets it from checkpoint.interval",
+}
+SCRIPT_KEYS = {  # keys of `trl grpo --config` that are not config fields
+    "model_name_or_path": None,
+    "dataset_name": "a hub dataset: rlbridge reads local data (jsonl, parquet, save_to_disk); download it and set data.train",
+    "dataset_config": "a hub dataset's configuration: see dataset_name",
+    "dataset_train_split": "a hub dataset's split: see dataset_name",
+    "dataset_test_split": "a hub dataset's split: see dataset_name",
+    "reward_funcs": "the recipe's reward functions: rlbridge rewards are plugins (reward: [{name: ...}]); port them to reward plugins",
+    "reward_model_name_or_path": "a neural reward model: not a canonical reward kind yet",
+    "dtype": None, "torch_dtype": None,
+    "use_peft": "LoRA (peft): no canonical knob yet", "lora_r": "LoRA (peft): no canonical knob yet",
+    "lora_alpha": "LoRA (peft): no canonical knob yet", "lora_dropout": "LoRA (peft): no canonical knob yet",
+    "lora_target_modules": "LoRA (peft): no canonical knob yet", "lora_task_type": "LoRA (peft): no canonical knob yet",
+    "attn_implementation": "the model's attention implementation: set by the engine",
+    "trust_remote_code": "rlbridge loads local models",
+}
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+        ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.Mod: operator.mod}
+
+
+def config_fields(class_name: str) -> dict[str, Any] | None:
+    """Field names and defaults of the installed TRL config class (None when TRL is not installed here)."""
+    try:
+        importlib.metadata.version("trl")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    import trl
+
+    cls = getattr(trl, class_name)
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+class _Unreadable(Exception):
+    def __init__(self, node: ast.AST, why: str):
+        super().__init__(why)
+        self.node = node
+
+
+def _literal(node: ast.AST, constants: dict[str, Any]) -> Any:
+    """A value from source without running it: literals, module constants, arithmetic on them."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [_literal(e, constants) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise _Unreadable(node, "a ** expansion")
+        return {_literal(k, constants): _literal(v, constants) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _literal(node.operand, constants)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_literal(node.left, constants), _literal(node.right, constants))
+    if isinstance(node, ast.Name):
+        if node.id in constants:
+            return constants[node.id]
+        raise _Unreadable(node, f"the name {node.id!r}, which is not a module-level constant")
+    if isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
+        return "".join(str(v.value) for v in node.values)
+    raise _Unreadable(node, f"`{ast.unparse(node)}`")
+
+
+def _constants(tree: ast.Module) -> dict[str, Any]:
+    """Module-level NAME = <literal> assignments (later ones win, as when the file runs top to bottom)."""
+    constants: dict[str, Any] = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else ([node.target] if isinstance(node, ast.AnnAssign) and node.value else [])
+        for target in targets:
+            if isinstance(target, ast.Name):
+                try:
+                    constants[target.id] = _literal(node.value, constants)
+                except _Unreadable:
+                    constants.pop(target.id, None)
+    return constants
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else (func.attr if isinstance(func, ast.Attribute) else "")
+
+
+class TRLRecipeImporter:
+    engine = "trl"
+
+    @property
+    def default_version(self) -> str:
+        try:
+            return importlib.metadata.version("trl")
+        except importlib.metadata.PackageNotFoundError:
+            return "1.16.0"
+
+    def read(self, source: str, version: str | None) -> Recipe:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"{source}: no such file; --from trl reads a GRPOConfig/RLOOConfig as YAML, JSON or a Python file")
+        version = version or self.default_version
+        if path.suffix == ".py":
+            recipe = self._read_python(path, version)
+        elif path.suffix in (".yaml", ".yml", ".json"):
+            recipe = self._read_mapping(path, version)
+        else:
+            raise ConfigError(f"{path}: --from trl reads .yaml, .yml, .json (trl grpo --config) or .py files")
+        self._check_known(recipe)
+        return recipe
+
+    def _read_mapping(self, path: Path, version: str) -> Recipe:
+        data, lines = read_mapping(path)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of GRPOConfig fields")
+        class_name = "RLOOConfig" if str(data.get("trainer", "")).lower() == "rloo" else "GRPOConfig"
+        data = {k: v for k, v in data.items() if k != "trainer"}
+        recipe = Recipe("trl", str(path), version, [], extras={"config_class": class_name})
+        recipe.settings.append(Setting("config_class", class_name, None, class_name))
+        for key, value in data.items():
+            recipe.settings.append(Setting(_key(key), value, lines.get(key), f"{key}: {value}", key if _key(key) != key else ""))
+        return recipe
+
+    def _read_python(self, path: Path, version: str) -> Recipe:
+        try:
+            tree = ast.parse(path.read_text(), str(path))
+        except SyntaxError as exc:
+            raise ConfigError(f"{path}:{exc.lineno}: Python syntax error: {exc.msg}") from exc
+        constants = _constants(tree)
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n) in CONFIG_CLASSES]
+        if not calls:
+            raise ConfigError(f"{path}: no GRPOConfig(...) or RLOOConfig(...) call found; rlbridge import reads the config's keyword arguments")
+        call = min(calls, key=lambda n: n.lineno)
+        class_name = _call_name(call)
+        recipe = Recipe("trl", str(path), version, [], extras={"config_class": class_name})
+        if len(calls) > 1:
+            recipe.notes.append((call.lineno, f"{len(calls)} config calls; the first ({class_name}, line {call.lineno}) is imported"))
+        recipe.settings.append(Setting("config_class", class_name, call.lineno, class_name))
+        if call.args:
+            raise ConfigError(f"{path}:{call.lineno}: {class_name}(...) has positional arguments; rlbridge import reads keyword arguments only")
+        for kw in call.keywords:
+            if kw.arg is None:
+                raise ConfigError(f"{path}:{kw.value.lineno}: {class_name}(**{ast.unparse(kw.value)}) cannot be read without running the file; "
+                                  "write the arguments out as keyword=literal")
+            try:
+                value = _literal(kw.value, constants)
+            except _Unreadable as exc:
+                raise ConfigError(f"{path}:{exc.node.lineno}: {class_name} argument {kw.arg}={ast.unparse(kw.value)} cannot be read without "
+                                  f"running the file ({exc}); write the value as a literal") from None
+            recipe.settings.append(Setting(_key(kw.arg), value, kw.value.lineno, f"{kw.arg}={ast.unparse(kw.value)}",
+                                           kw.arg if _key(kw.arg) != kw.arg else ""))
+        # the trainer call: its model (a literal) and what it passes that rlbridge does not import
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and _call_name(node) in ("GRPOTrainer", "RLOOTrainer"):
+                for kw in node.keywords:
+                    if kw.arg == "model":
+                        try:
+                            recipe.settings.append(Setting("model_name_or_path", _literal(kw.value, constants), kw.value.lineno,
+                                                           f"model={ast.unparse(kw.value)}"))
+                        except _Unreadable:
+                            recipe.notes.append((kw.value.lineno, f"model={ast.unparse(kw.value)} is not a literal; set model.path"))
+                    elif kw.arg in ("reward_funcs", "train_dataset", "eval_dataset", "peft_config", "environment_factory"):
+                        recipe.settings.append(Setting(f"{_call_name(node)}.{kw.arg}", ast.unparse(kw.value), kw.value.lineno,
+                                                       f"{kw.arg}={ast.unparse(kw.value)}"))
+        return recipe
+
+    def _check_known(self, recipe: Recipe) -> None:
+        fields = config_fields(recipe.extras["config_class"])
+        if fields is None:
+            recipe.notes.append((None, "keys not checked: TRL is not installed here"))
+            return
+        installed = importlib.metadata.version("trl")
+        if installed != recipe.version:
+            recipe.notes.append((None, f"keys checked against the installed TRL {installed}, not {recipe.version}"))
+        for s in recipe.settings:
+            if s.key in fields or s.key in SCRIPT_KEYS or s.key == "config_class" or "." in s.key:
+                continue
+            raise ConfigError(f"{recipe.where(s.line)}: unknown TRL {installed} {recipe.extras['config_class']} field "
+                              f"'{s.spelling or s.key}'{did_you_mean(s.key, fields)}")
+
+    def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
+        out = dict(native["args"])
+        out["config_class"] = native["config_class"]
+        out["model_name_or_path"] = native["model"]["path"]
+        out["dtype"] = native["model"]["dtype"]
+        return out
+
+    def special(self, setting: Setting) -> tuple[str, str] | None:
+        key = setting.key
+        if key in OWNED:
+            return "owned", OWNED[key]
+        if key in SCRIPT_KEYS and SCRIPT_KEYS[key]:
+            return "action", SCRIPT_KEYS[key]
+        if "." in key:  # GRPOTrainer(reward_funcs=..., train_dataset=...)
+            what = key.split(".", 1)[1]
+            return "action", {
+                "reward_funcs": "the recipe's reward functions: rlbridge rewards are plugins (reward: [{name: ...}]); port them",
+                "train_dataset": "the trainer's dataset (code): set data.train to a local jsonl/parquet/save_to_disk copy",
+                "eval_dataset": "the trainer's eval dataset (code): set data.eval",
+                "peft_config": "LoRA (peft): no canonical knob yet",
+                "environment_factory": "a TRL environment: write an rlbridge environment plugin",
+            }.get(what, "trainer argument")
+        if key == "model_init_kwargs" and isinstance(setting.value, dict) and set(setting.value) <= {"dtype", "torch_dtype"}:
+            return None
+        return None
+
+    def option(self, setting: Setting) -> tuple[str, Any]:
+        return setting.key, setting.value
+
+    def defaults(self, recipe: Recipe) -> dict[str, Any]:
+        """What TRL's own config class makes of the recipe: the values it leaves unset, as TRL computes them."""
+        class_name = recipe.extras["config_class"]
+        fields = config_fields(class_name)
+        if fields is None:
+            return {}
+        import trl
+
+        kwargs = {s.key: s.value for s in recipe.settings if s.key in fields}
+        kwargs.setdefault("output_dir", "/tmp/rlbridge-import")
+        cls = getattr(trl, class_name)
+        for drop in ((), ("bf16", "fp16", "tf32")):  # bf16 on a CPU-only machine: TRL refuses it here, not on the GPU
+            try:
+                cfg = cls(**{k: v for k, v in kwargs.items() if k not in drop})
+                break
+            except Exception:  # noqa: BLE001 - TRL's own validation of the recipe; retried without device flags
+                cfg = None
+        if cfg is None:
+            return {}
+        out = {}
+        for name in fields:
+            value = getattr(cfg, name, None)
+            if isinstance(value, (int, float, str, bool, list, dict)) or value is None:
+                out[name] = value.value if hasattr(value, "value") else value
+        out["config_class"] = class_name
+        return out
+
+
+def _key(key: str) -> str:
+    return {"torch_dtype": "dtype"}.get(key, key)

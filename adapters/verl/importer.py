@@ -1,0 +1,207 @@
+"""Reading verl recipes for `rlbridge import --from verl` (the inverse mapping itself is derived from
+this adapter's translate(), in rlbridge.run.importer).
+
+Reads a launch script or command line of `python -m verl.trainer.main_ppo` (Hydra overrides
+parsed by Hydra's own override parser: `key=value`, `+key=value`, `++key=value`), Hydra's saved
+`.hydra/overrides.yaml`, or a saved full config (`.hydra/config.yaml`, compared with verl's
+packaged defaults from the verl engine environment to find what the recipe set). Keys are checked
+against that verl version's packaged config when its environment exists.
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlbridge.contract.config import RunConfig
+from rlbridge.errors import ConfigError, did_you_mean
+from rlbridge.run.recipe import Recipe, Setting, find_command, flatten, read_mapping
+from rlbridge_adapters.verl.package import DEFAULT_VERSION
+
+MARKERS = ("verl.trainer.main_ppo",)
+# What rlbridge sets itself, by key prefix, and why (these are dropped, and listed in the report).
+OWNED = {
+    "trainer.logger": "logging: rlbridge writes metrics.jsonl and telemetry sinks (telemetry.sinks)",
+    "trainer.project_name": "logging: the experiment tracker's project",
+    "trainer.log_val_generations": "logging",
+    "trainer.default_hdfs_dir": "checkpoint upload; rlbridge keeps checkpoints in checkpoint.dir",
+    "trainer.device": "rlbridge sets the device from resources.gpus_per_node",
+    "ray_init.": "rlbridge starts a private Ray cluster per run (resources.cpus_per_node)",
+    "ray_kwargs.": "rlbridge starts a private Ray cluster per run (resources.cpus_per_node)",
+    "hydra.": "Hydra's own settings",
+}
+ACTION = {
+    "custom_reward_function.": "the recipe's reward function: rlbridge rewards are plugins (reward: [{name: ...}]); "
+                               "port compute_score to a reward plugin",
+    "reward_model.reward_manager": "rlbridge calls its reward plugins through its own reward manager",
+    "reward.reward_manager.": "rlbridge calls its reward plugins through its own reward manager",
+    "reward_model.enable": "a neural reward model: not a canonical reward kind yet",
+    "reward_model.model.": "a neural reward model: not a canonical reward kind yet",
+    "actor_rollout_ref.rollout.multi_turn.tool_config_path": "verl tools: write an environment plugin with tools (environment:)",
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path": "a verl agent loop: write an environment plugin (environment:)",
+}
+
+
+def _version_dir(version: str) -> Path | None:
+    try:
+        from rlbridge.envs.create import env_path
+    except ImportError:  # before the structure change
+        from rlbridge.envs import env_path  # type: ignore[no-redef]
+    path = env_path("verl", version)
+    found = glob.glob(str(path / "lib" / "python*" / "site-packages" / "verl" / "trainer" / "config"))
+    return Path(found[0]) if found else None
+
+
+def packaged_defaults(version: str) -> dict[str, Any] | None:
+    """verl's packaged main_ppo config (flat) for a version whose engine environment exists."""
+    config_dir = _version_dir(version)
+    if config_dir is None or not (config_dir / "_generated_ppo_trainer.yaml").exists():
+        return None
+    data = yaml.safe_load((config_dir / "_generated_ppo_trainer.yaml").read_text())
+    return flatten(data)
+
+
+class VerlRecipeImporter:
+    engine = "verl"
+    default_version = DEFAULT_VERSION
+
+    def read(self, source: str, version: str | None) -> Recipe:
+        version = version or DEFAULT_VERSION
+        path = Path(source)
+        if path.is_file() and path.suffix in (".yaml", ".yml", ".json"):
+            recipe = self._read_config(path, version)
+        else:
+            text = path.read_text() if path.is_file() else source
+            name = str(path) if path.is_file() else "<command line>"
+            recipe = self._read_script(text, name, version)
+        self._check_known(recipe)
+        return recipe
+
+    def _read_script(self, text: str, name: str, version: str) -> Recipe:
+        cmd = find_command(text, MARKERS, name, "`python -m verl.trainer.main_ppo`")
+        recipe = Recipe("verl", name, version, [], list(cmd.notes))
+        overrides = []
+        for tok in cmd.args:
+            if tok.text.startswith("-"):
+                if tok.text.startswith(("--config-name", "--config-path", "-cn", "-cp", "--config-dir")):
+                    recipe.notes.append((tok.line, f"{tok.text}: the recipe composes its own config; only its overrides are imported"))
+                else:
+                    recipe.notes.append((tok.line, f"{tok.text}: a Hydra command-line flag, ignored"))
+                continue
+            overrides.append(tok)
+        for tok in overrides:
+            recipe.settings.append(self._override(tok.text, tok.line, name))
+        return recipe
+
+    @staticmethod
+    def _override(text: str, line: int | None, source: str) -> Setting:
+        try:
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+        except ImportError:
+            raise ConfigError("--from verl parses Hydra overrides with Hydra's parser: pip install 'rlbridge[import]'") from None
+        try:
+            (override,) = OverridesParser.create().parse_overrides([text])
+        except Exception as exc:  # Hydra's OverrideParseException and friends
+            raise ConfigError(f"{source}:{line}: not a Hydra override: {text!r} ({str(exc).splitlines()[0]})") from exc
+        if override.is_delete():
+            raise ConfigError(f"{source}:{line}: {text!r} deletes a key of verl's config; rlbridge import cannot express a deletion, remove it")
+        key = override.key_or_group
+        prefix = "++" if override.is_force_add() else ("+" if override.is_add() else "")
+        return Setting(key, _plain(override.value()), line, text, prefix + key if prefix else "")
+
+    def _read_config(self, path: Path, version: str) -> Recipe:
+        data, lines = read_mapping(path)
+        recipe = Recipe("verl", str(path), version, [])
+        if isinstance(data, list):  # .hydra/overrides.yaml
+            text = path.read_text().splitlines()
+            for item in data:
+                line = next((i + 1 for i, t in enumerate(text) if str(item) in t), None)
+                recipe.settings.append(self._override(str(item), line, str(path)))
+            return recipe
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected verl's saved config (a mapping) or Hydra's overrides.yaml (a list)")
+        defaults = packaged_defaults(version)
+        if defaults is None:
+            raise ConfigError(
+                f"{path}: a full verl config needs verl {version}'s packaged defaults to tell what the recipe set; "
+                f"create the environment (`rlbridge env create verl=={version}`) or import the run's .hydra/overrides.yaml"
+            )
+        for key, value in flatten(data).items():
+            if key in defaults and _same_default(defaults[key], value):
+                continue
+            recipe.settings.append(Setting(key, value, lines.get(key), f"{key}: {value}", "" if key in defaults else f"+{key}"))
+        recipe.notes.append((None, f"values equal to verl {version}'s packaged defaults were skipped"))
+        return recipe
+
+    def _check_known(self, recipe: Recipe) -> None:
+        defaults = packaged_defaults(recipe.version)
+        if defaults is None:
+            recipe.notes.append((None, f"keys not checked: no verl {recipe.version} environment here (`rlbridge env create verl=={recipe.version}`)"))
+            return
+        prefixes = {k.rsplit(".", i)[0] for k in defaults for i in range(1, k.count(".") + 1)}
+        for s in recipe.settings:
+            if s.spelling.startswith("+"):
+                continue  # `+key` adds a key: Hydra accepts new keys there
+            if s.key in defaults or s.key in prefixes:
+                continue
+            parent = s.key.rsplit(".", 1)[0]
+            siblings = [k for k in defaults if k.startswith(parent + ".")]
+            hint = did_you_mean(s.key, siblings) or did_you_mean(s.key, defaults)
+            raise ConfigError(
+                f"{recipe.where(s.line)}: unknown verl {recipe.version} key '{s.key}'{hint}; verl's Hydra would reject it "
+                "(prefix it with + to add a new key)"
+            )
+
+    def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        model = native["model"]["path"]
+        for key, value in native["overrides"].items():
+            if isinstance(value, str):
+                value = value.replace("<model_dir>", model)
+            out[key.lstrip("+")] = value
+        # the data rlbridge rewrites into the run directory is the config's own data
+        train, val = config.data.train, config.data.eval
+        out["data.train_files"] = train.path if train.path else out.get("data.train_files")
+        if val is not None and val.path:
+            out["data.val_files"] = val.path
+        else:
+            out.pop("data.val_files", None)
+        out["data.prompt_key"] = native["data"]["prompt_key"]
+        return out
+
+    def special(self, setting: Setting) -> tuple[str, str] | None:
+        for table, kind in ((OWNED, "owned"), (ACTION, "action")):
+            for prefix, reason in table.items():
+                if setting.key == prefix or (prefix.endswith(".") and setting.key.startswith(prefix)):
+                    return kind, reason
+        if isinstance(setting.value, str) and "<run_dir>" in setting.value:
+            return "owned", "a path inside rlbridge's run directory"
+        if setting.key == "data.train_files" and isinstance(setting.value, list):
+            return "action", "several training files: point data.train at one file (concatenate them first)"
+        return None
+
+    def option(self, setting: Setting) -> tuple[str, Any]:
+        return (setting.spelling or setting.key), setting.value
+
+    def defaults(self, recipe: Recipe) -> dict[str, Any]:
+        defaults = packaged_defaults(recipe.version) or {}
+        # the experiment name is verl's default run name, not a setting worth carrying over
+        return {k: v for k, v in defaults.items() if not (isinstance(v, str) and "${" in v) and k != "trainer.experiment_name"}
+
+
+def _plain(value: Any) -> Any:
+    """Hydra's parsed value as plain Python (lists, dicts, numbers, strings)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _same_default(default: Any, value: Any) -> bool:
+    from rlbridge.run.recipe import same
+
+    return same(default, value)

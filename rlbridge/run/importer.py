@@ -1,0 +1,593 @@
+"""`rlbridge import`: an engine recipe -> a canonical config, by inverting the adapter's own translation.
+
+There is no second, hand-written native -> canonical table. The adapter's reader
+(adapters/<engine>/importer.py) turns the recipe into native settings, spelled the way the
+adapter's plan spells them. Then this module searches the canonical config whose plan reproduces
+them: for every canonical knob (walked from the RunConfig schema, so knobs added later are
+covered) it probes `backend.plan()` with other values, sees which native keys move, and solves
+for the value that reproduces the recipe's (directly, or through the linear relation the probes
+show, e.g. TRL's max_steps = steps x updates per step); every candidate is kept only when the
+full plan reproduces more of the recipe. What no knob reproduces goes to
+`backend_options.<engine>` when the adapter accepts it there, else into the report as
+rlbridge-owned (run-directory paths, logging), as needing an rlbridge plugin (reward functions,
+agents, hub datasets), or as a conflict, each with the line it came from. Round trip, by
+construction and re-checked at the end: plan(import(recipe)) reproduces every setting the report
+does not list as owned, needing action or in conflict.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rlbridge.contract.backend import Backend
+from rlbridge.contract.config import RunConfig
+from rlbridge.errors import ConfigError, RLBridgeError
+from rlbridge.run.recipe import Recipe, Setting, same
+
+# Canonical fields the solver does not search: the core's own (the runner fills them), and the
+# plugin lists, which a recipe's reward code cannot be translated into (the report says so).
+_NOT_SEARCHED = {"backend", "output_dir", "engine_env", "engine_version", "telemetry", "backend_options",
+                 "reward", "environment", "placement.args", "data.train.args", "data.eval.args"}
+_PLACEHOLDER_REWARD = {"name": "digit_match"}
+RECIPE_WEIGHT = 1000  # a setting the recipe makes outweighs any number of engine defaults reproduced
+KINDS = {
+    "mapped": "mapped to a canonical knob",
+    "same": "rlbridge's plan sets the same value itself",
+    "option": "kept as backend_options",
+    "owned": "dropped: rlbridge sets it itself",
+    "action": "not imported: needs an rlbridge plugin or knob",
+    "conflict": "not reproduced: the plan sets another value",
+}
+
+
+class RecipeImporter(Protocol):
+    """What an adapter provides for `rlbridge import` (returned by `Backend.recipe_importer()`)."""
+
+    engine: str
+    default_version: str
+
+    def read(self, source: str, version: str | None) -> Recipe:
+        """The recipe's native settings, keys spelled as `view` spells them. Raise ConfigError (one
+        line, with the source line) for a recipe without a launch command or with unknown keys."""
+
+    def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
+        """A plan's native configuration as the flat settings a recipe would write (placeholders such
+        as <model_dir> replaced by the config's own paths)."""
+
+    def special(self, setting: Setting) -> tuple[str, str] | None:
+        """('owned' | 'action', reason) for a setting rlbridge sets itself or cannot import; else None."""
+
+    def option(self, setting: Setting) -> tuple[str, Any]:
+        """The backend_options key and value that pass this setting through."""
+
+    def defaults(self, recipe: Recipe) -> dict[str, Any]:
+        """The engine's effective values of the keys the recipe leaves unset (empty when unknown)."""
+
+
+@dataclass
+class Entry:
+    key: str
+    value: Any
+    line: int | None
+    kind: str
+    detail: str = ""
+
+
+@dataclass
+class ImportResult:
+    config: dict[str, Any]
+    """The canonical config, as written to the YAML file."""
+    entries: list[Entry]
+    recipe: Recipe
+    notes: list[str] = field(default_factory=list)
+    defaults_matched: tuple[int, int] = (0, 0)
+
+    def by_kind(self, kind: str) -> list[Entry]:
+        return [e for e in self.entries if e.kind == kind]
+
+    def report(self) -> str:
+        r = self.recipe
+        lines = [f"# rlbridge import of {r.source} (read as {r.engine} {r.version})"]
+        counts = ", ".join(f"{len(self.by_kind(k))} {k}" for k in KINDS)
+        lines.append(f"# {len(self.entries)} settings: {counts}")
+        if self.defaults_matched[1]:
+            lines.append(f"# {r.engine} defaults the recipe leaves unset, reproduced: {self.defaults_matched[0]} of {self.defaults_matched[1]}")
+        for kind, title in KINDS.items():
+            entries = self.by_kind(kind)
+            if not entries:
+                continue
+            lines.append(f"\n{kind}: {title}")
+            for e in entries:
+                where = f"{r.source}:{e.line}" if e.line else r.source
+                lines.append(f"  {e.key}={_show(e.value)}  ({where})" + (f"\n      -> {e.detail}" if e.detail else ""))
+        for line, note in r.notes:
+            lines.append(f"note: {r.where(line)}: {note}")
+        for note in self.notes:
+            lines.append(f"note: {note}")
+        return "\n".join(lines) + "\n"
+
+    def report_data(self) -> dict[str, Any]:
+        return {
+            "source": self.recipe.source, "engine": self.recipe.engine, "version": self.recipe.version,
+            "settings": [{"key": e.key, "value": e.value, "line": e.line, "kind": e.kind, "detail": e.detail} for e in self.entries],
+            "notes": [f"{self.recipe.where(line)}: {n}" for line, n in self.recipe.notes] + self.notes,
+        }
+
+    def to_yaml(self) -> str:
+        head = (f"# imported by `rlbridge import {self.recipe.source} --from {self.recipe.engine}` "
+                f"({self.recipe.engine} {self.recipe.version}); the import report lists what did not map\n")
+        return head + yaml.safe_dump(self.config, sort_keys=False)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if v not in (None, {}, [])}
+    return json.dumps(value) if isinstance(value, (list, dict)) or value is None else str(value)
+
+
+# --- entry point --------------------------------------------------------------------------------
+
+def import_recipe(
+    source: str,
+    engine: str,
+    version: str | None = None,
+    rewards: list[dict[str, Any]] | None = None,
+    plugins=None,
+) -> ImportResult:
+    """Read `source` (a file or a command line) as a recipe of `engine` and return the canonical config and report."""
+    from rlbridge.contract.registry import get_plugin_manager
+
+    pm = plugins or get_plugin_manager()
+    backend = pm.backend(engine)
+    importer = getattr(backend, "recipe_importer", lambda: None)()
+    if importer is None:
+        raise ConfigError(f"--from {engine}: backend '{engine}' has no recipe importer")
+    recipe = importer.read(source, version)
+    if version and not backend.version_supported(version):
+        raise ConfigError(f"--engine-version {version}: outside the range backend '{engine}' supports ({backend.supported_versions})")
+    return Solver(backend, importer, recipe, explicit_version=version is not None, rewards=rewards).run()
+
+
+# --- the solver ---------------------------------------------------------------------------------
+
+@dataclass
+class Leaf:
+    path: str
+    options: list[Any] | None  # every value of a Literal/bool knob
+    kinds: set[type]
+    nullable: bool
+    default: Any
+    source: bool = False  # a DataSource (data.train / data.eval)
+
+
+def leaves(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[Leaf]:
+    """Every scalar knob of the config schema, as dotted paths (nested sections walked)."""
+    from rlbridge.contract.config import DataSource
+
+    out: list[Leaf] = []
+    for name, info in model.model_fields.items():
+        path = prefix + name
+        if path in _NOT_SEARCHED:
+            continue
+        default = info.get_default(call_default_factory=True)
+        args = _union_args(info.annotation)
+        nullable = type(None) in args
+        args = [a for a in args if a is not type(None)]
+        sub = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if sub is DataSource:
+            out.append(Leaf(path, None, {str}, nullable, _dump(default), source=True))
+            continue
+        if sub is not None:
+            if nullable:
+                out.append(Leaf(path, [None], set(), True, None))
+            out += leaves(sub, path + ".")
+            continue
+        options: list[Any] = []
+        kinds: set[type] = set()
+        for a in args:
+            if typing.get_origin(a) is Literal:
+                options += list(typing.get_args(a))
+            elif a is bool:
+                options += [True, False]
+            elif a in (int, float, str):
+                kinds.add(a)
+        if not options and not kinds:
+            continue  # dicts, lists: not searched
+        if kinds and options and path == "resources.gpus_per_node":
+            options = []  # 'auto' is resolved before planning
+        out.append(Leaf(path, options or None, kinds, nullable, _dump(default)))
+    return out
+
+
+def _union_args(annotation: Any) -> list[Any]:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or str(origin) == "types.UnionType" or type(annotation).__name__ == "UnionType":
+        out = []
+        for a in typing.get_args(annotation):
+            out += _union_args(a)
+        return out
+    return [annotation]
+
+
+def _dump(value: Any) -> Any:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+def get_path(data: dict[str, Any], path: str) -> Any:
+    node: Any = data
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def set_path(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    out = json.loads(json.dumps(data))
+    node = out
+    parts = path.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value
+    return out
+
+
+_MISSING = object()
+
+
+def data_source(path: str) -> dict[str, Any]:
+    """A canonical data source for a file path a recipe names."""
+    suffix = Path(path).suffix.lower()
+    kind = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}.get(suffix, "hf_disk")
+    return {"type": kind, "path": path}
+
+
+class Solver:
+    def __init__(self, backend: Backend, importer: RecipeImporter, recipe: Recipe, explicit_version: bool = False,
+                 rewards: list[dict[str, Any]] | None = None):
+        self.backend, self.importer, self.recipe = backend, importer, recipe
+        self.explicit_version = explicit_version
+        self.rewards = rewards
+        self.cache: dict[str, dict[str, Any] | None] = {}
+        self.entries: list[Entry] = []
+        self.target: dict[str, Any] = {}
+        self.lines: dict[str, Setting] = {}
+        for s in recipe.settings:
+            special = importer.special(s)
+            if special:
+                self.entries.append(Entry(s.spelling or s.key, s.value, s.line, special[0], special[1]))
+            elif s.key in self.target and not same(self.target[s.key], s.value):
+                first = self.lines[s.key]
+                self.entries.append(Entry(s.spelling or s.key, s.value, s.line, "conflict",
+                                          f"set twice; line {first.line} set {_show(first.value)}, the later value wins as in the engine"))
+                self.target[s.key] = s.value
+                self.lines[s.key] = s
+            else:
+                self.target[s.key] = s.value
+                self.lines[s.key] = s
+        self.defaults = {k: v for k, v in importer.defaults(recipe).items()
+                         if k not in self.target and not importer.special(Setting(k, v))}
+        self.knob_count: dict[str, int] = {}
+
+    # -- evaluating a candidate config --
+    def view(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        key = json.dumps(data, sort_keys=True, default=str)
+        if key not in self.cache:
+            self.cache[key] = self._view(data)
+        return self.cache[key]
+
+    def _view(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        from rlbridge.run.runner import resolve
+
+        try:
+            config = resolve(RunConfig.model_validate(data))
+            plan = self.backend.plan(config)
+            return self.importer.view(plan.native, config)
+        except (ValidationError, RLBridgeError, ValueError, TypeError, KeyError, ZeroDivisionError):
+            return None
+
+    def score(self, view: dict[str, Any] | None) -> tuple[int, float]:
+        """(settings reproduced, the recipe's weighing more than engine defaults; then a tie-break that
+        prefers reproducing keys fewer knobs move, e.g. data.train_batch_size before the mini batch)."""
+        if view is None:
+            return (-1, 0.0)
+        hits = [k for k, v in self.target.items() if k in view and same(view[k], v)]
+        defaults = sum(1 for k, v in self.defaults.items() if k in view and same(view[k], v))
+        specific = sum(1.0 / max(self.knob_count.get(k, 1), 1) for k in hits)
+        return (RECIPE_WEIGHT * len(hits) + defaults, specific)
+
+    # -- the search --
+    def base(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend.name,
+            "engine_version": self.recipe.version,
+            "run_name": "run",
+            "reward": [_PLACEHOLDER_REWARD],
+            "resources": {"gpus_per_node": 1},
+        }
+
+    def run(self) -> ImportResult:
+        data = self.base()
+        if self.view(data) is None:
+            raise ConfigError(f"backend '{self.backend.name}' cannot plan its own default config for {self.recipe.engine} {self.recipe.version}")
+        all_leaves = leaves()
+        view = self.view(data)
+        self.knob_count = {}
+        for leaf in all_leaves:
+            for key in self.influence(data, leaf, view)[0]:
+                self.knob_count[key] = self.knob_count.get(key, 0) + 1
+        for _ in range(4):
+            changed = False
+            for leaf in all_leaves:
+                data, moved = self.solve_leaf(data, leaf)
+                changed |= moved
+            if not changed:
+                break
+        return self.finish(data, all_leaves)
+
+    def influence(self, data: dict[str, Any], leaf: Leaf, view: dict[str, Any]) -> tuple[set[str], list[tuple[Any, dict[str, Any]]]]:
+        """Native keys that move when the knob moves, and the probes (value, view)."""
+        current = get_path(data, leaf.path)
+        probes: list[Any] = []
+        if leaf.options:
+            probes += [o for o in leaf.options if o != current]
+        if leaf.source:
+            probes += [{"type": "jsonl", "path": "/rlbridge-probe/a.jsonl"}, {"type": "parquet", "path": "/rlbridge-probe/b.parquet"}]
+        elif str in leaf.kinds:
+            probes += ["rlbridge-probe-a", "/rlbridge-probe/b"]
+        numeric = leaf.kinds & {int, float}
+        if numeric:
+            probes += self.numeric_pool(data, leaf, current)
+        if leaf.nullable and current is not None:
+            probes.append(None)
+        seen: list[tuple[Any, dict[str, Any]]] = []
+        moved: set[str] = set()
+        keys = set(self.target) | set(self.defaults)
+        valid_numeric = 0
+        for value in probes:
+            if numeric and isinstance(value, (int, float)) and not isinstance(value, bool) and valid_numeric >= 3:
+                continue
+            probe_view = self.view(set_path(data, leaf.path, value))
+            if probe_view is None:
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                valid_numeric += 1
+            seen.append((value, probe_view))
+            for k in keys:
+                if not same(probe_view.get(k, _MISSING), view.get(k, _MISSING)):
+                    moved.add(k)
+        return moved, seen
+
+    def numeric_pool(self, data: dict[str, Any], leaf: Leaf, current: Any) -> list[Any]:
+        group = get_path(data, "algorithm.group_size")
+        group = group if isinstance(group, int) else 8
+        base = [1, 2, 3, 4, 8, 16, 5, 10, 32, 64, 128]
+        pool = base + [b * group for b in base]
+        if float in leaf.kinds and int not in leaf.kinds:
+            pool = [0.5, 0.25, 0.1, 0.9, 0.01, 2.0, 3.0]
+        if isinstance(current, (int, float)) and not isinstance(current, bool):
+            pool = [current * 2, current + 1] + pool if current else pool
+        out = []
+        for p in pool:
+            if p != current and p not in out:
+                out.append(p)
+        return out
+
+    def candidates(self, data: dict[str, Any], leaf: Leaf, moved: set[str], probes: list[tuple[Any, dict[str, Any]]],
+                   view: dict[str, Any]) -> list[Any]:
+        current = get_path(data, leaf.path)
+        out: list[Any] = list(leaf.options or [])
+        if leaf.nullable:
+            out.append(None)
+        if leaf.default in (leaf.options or []) or type(leaf.default) in leaf.kinds or (leaf.source and leaf.default):
+            out.append(leaf.default)
+        points = [(current, view)] + probes if isinstance(current, (int, float)) and not isinstance(current, bool) else probes
+        numeric_points = [(v, pv) for v, pv in points if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        for key in sorted(moved):
+            target = self.target.get(key, self.defaults.get(key, _MISSING))
+            if target is _MISSING:
+                continue
+            parts = list(enumerate(target)) if isinstance(target, (list, tuple)) else [(None, target)]
+            for index, x in parts:
+                if leaf.source and isinstance(x, str):
+                    out.append(data_source(x))
+                if isinstance(x, str) and str in leaf.kinds:
+                    out.append(x)
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    continue
+                if leaf.kinds & {int, float}:
+                    out.append(x)
+                    out += self.linear(numeric_points, key, index, x, leaf)
+        # keep order, drop repeats and the current value
+        unique: list[Any] = []
+        for c in out:
+            if not same(c, current) and not any(same(c, u) for u in unique):
+                unique.append(c)
+        return unique
+
+    @staticmethod
+    def linear(points: list[tuple[Any, dict[str, Any]]], key: str, index: int | None, x: float, leaf: Leaf) -> list[Any]:
+        """The knob value that gives native value x, if the probes show a linear relation."""
+        samples = []
+        for v, pv in points:
+            y = pv.get(key)
+            if index is not None:
+                y = y[index] if isinstance(y, (list, tuple)) and len(y) > index else None
+            if isinstance(y, (int, float)) and not isinstance(y, bool):
+                samples.append((float(v), float(y)))
+        out: list[Any] = []
+        for i in range(len(samples)):
+            for j in range(i + 1, len(samples)):
+                (v0, y0), (v1, y1) = samples[i], samples[j]
+                if v0 == v1 or y0 == y1:
+                    continue
+                v = v0 + (x - y0) * (v1 - v0) / (y1 - y0)
+                if int in leaf.kinds and float not in leaf.kinds:
+                    import math
+
+                    out += [round(v)] if abs(v - round(v)) < 1e-6 else [math.floor(v), math.ceil(v)]
+                else:
+                    out.append(v)
+        return out
+
+    def solve_leaf(self, data: dict[str, Any], leaf: Leaf) -> tuple[dict[str, Any], bool]:
+        view = self.view(data)
+        assert view is not None
+        moved, probes = self.influence(data, leaf, view)
+        if not moved:
+            return data, False
+        best, best_score, moved_any = data, self.score(view), False
+        for value in self.candidates(data, leaf, moved, probes, view):
+            candidate = set_path(data, leaf.path, value)
+            s = self.score(self.view(candidate))
+            if s > best_score:
+                best, best_score, moved_any = candidate, s, True
+        return best, moved_any
+
+    # -- classification and the round-trip check --
+    def finish(self, data: dict[str, Any], all_leaves: list[Leaf]) -> ImportResult:
+        view = self.view(data)
+        assert view is not None
+        influence = {leaf.path: self.influence(data, leaf, view)[0] for leaf in all_leaves}
+        config = RunConfig.model_validate(data)
+        knobs_of: dict[str, list[str]] = {}
+        for path, keys in influence.items():
+            for k in keys:
+                knobs_of.setdefault(k, []).append(path)
+        options: dict[str, Any] = {}
+        pending: list[tuple[str, Setting]] = []
+        for key, setting in self.lines.items():
+            x = self.target[key]
+            if key in view and same(view[key], x):
+                knobs = knobs_of.get(key, [])
+                if knobs:
+                    detail = self.knob_detail(config, knobs)
+                    self.entries.append(Entry(setting.spelling or key, x, setting.line, "mapped", detail))
+                else:
+                    self.entries.append(Entry(setting.spelling or key, x, setting.line, "same", "no canonical knob needed"))
+                continue
+            pending.append((key, setting))
+        for key, setting in pending:
+            x = self.target[key]
+            opt_key, opt_value = self.importer.option(setting)
+            trial = set_path(data, "backend_options", {self.backend.name: {**options, opt_key: opt_value}})
+            trial_view = self.view(trial)
+            if trial_view is not None and key in trial_view and same(trial_view[key], x) and self.score(trial_view)[0] >= self.score(view)[0]:
+                options[opt_key] = opt_value
+                view = trial_view
+                self.entries.append(Entry(setting.spelling or key, x, setting.line, "option",
+                                          f"backend_options.{self.backend.name}.{opt_key}"))
+                continue
+            knobs = knobs_of.get(key, [])
+            planned = view.get(key, _MISSING)
+            why = "the plan has " + ("no such key" if planned is _MISSING else _show(planned))
+            if knobs:
+                why += " (from " + self.knob_detail(config, knobs) + ")"
+            refused = self.refusal(data, opt_key, opt_value)
+            if refused:
+                why += f"; backend_options refuses it: {refused}"
+            self.entries.append(Entry(setting.spelling or key, x, setting.line, "conflict", why))
+        if options:
+            data = set_path(data, "backend_options", {self.backend.name: options})
+        final_view = self.view(data)
+        assert final_view is not None
+        # the round trip, re-checked: every mapped / same / option setting is in the final plan
+        for e in self.entries:
+            if e.kind in ("mapped", "same", "option"):
+                key = self._key_of(e)
+                if not (key in final_view and same(final_view[key], self.target[key])):
+                    e.kind, e.detail = "conflict", f"the final plan has {_show(final_view.get(key))}"
+        order = {s.line or 0: i for i, s in enumerate(self.recipe.settings)}
+        self.entries.sort(key=lambda e: (list(KINDS).index(e.kind), order.get(e.line or 0, 0)))
+        matched = sum(1 for k, v in self.defaults.items() if k in final_view and same(final_view[k], v))
+        defaults_seen = sum(1 for k in self.defaults if k in final_view)
+        return ImportResult(self.output(data), self.entries, self.recipe, self.output_notes(data), (matched, defaults_seen))
+
+    @staticmethod
+    def knob_detail(config: RunConfig, knobs: list[str]) -> str:
+        """The knobs that move a native key, those set to other than their default first."""
+        values = {k: _dump(_value_at(config, k)) for k in knobs}
+        explicit = [k for k in knobs if not same(values[k], _dump(_default_at(k)))]
+        shown = explicit or knobs
+        return ", ".join(f"{k}={_show(values[k])}" for k in shown)
+
+    def _key_of(self, entry: Entry) -> str:
+        for key, s in self.lines.items():
+            if (s.spelling or key) == entry.key and s.line == entry.line:
+                return key
+        return entry.key
+
+    def refusal(self, data: dict[str, Any], key: str, value: Any) -> str | None:
+        from rlbridge.run.runner import resolve
+
+        try:
+            config = resolve(RunConfig.model_validate(set_path(data, "backend_options", {self.backend.name: {key: value}})))
+            self.backend.plan(config)
+        except RLBridgeError as exc:
+            return str(exc)
+        except (ValidationError, ValueError, TypeError) as exc:
+            return str(exc).splitlines()[0]
+        return None
+
+    def output(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The canonical config to write: only what differs from the defaults, placeholders removed."""
+        config = RunConfig.model_validate(data)
+        out = config.model_dump(mode="json", exclude_defaults=True)
+        out.pop("run_name", None) if out.get("run_name") == "run" else None
+        if not self.explicit_version:
+            out.pop("engine_version", None)
+        out["reward"] = self.rewards or []
+        ordered = {"backend": self.backend.name}
+        ordered.update({k: v for k, v in out.items() if k != "backend"})
+        return ordered
+
+    def output_notes(self, data: dict[str, Any]) -> list[str]:
+        notes = []
+        if not self.rewards:
+            notes.append("reward: the config has none yet; rlbridge rewards are plugins (`rlbridge plugins`): "
+                         "add one with --reward NAME or edit reward:, see the 'action' settings above")
+        if not self.explicit_version:
+            notes.append(f"engine_version is not written: the plan above was made for {self.recipe.engine} {self.recipe.version}, "
+                         f"and the config plans for whichever {self.recipe.engine} version runs it (--engine-version pins it)")
+        if "train" not in data.get("data", {}):
+            notes.append("data.train: the recipe names no training data rlbridge can read; the config keeps rlbridge's default generator")
+        return notes
+
+
+def _value_at(config: RunConfig, path: str) -> Any:
+    value: Any = config
+    for part in path.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def _default_at(path: str) -> Any:
+    model: Any = RunConfig
+    parts = path.split(".")
+    for part in parts[:-1]:
+        args = [a for a in _union_args(model.model_fields[part].annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not args:
+            return None
+        model = args[0]
+    return _dump(model.model_fields[parts[-1]].get_default(call_default_factory=True))
+
+
+def _dump_value(value: Any) -> Any:
+    return None if value is _MISSING else value
+
+
+def write(result: ImportResult, output: Path) -> Path:
+    """Write the config and, next to it, the report (<stem>.import.txt)."""
+    output.write_text(result.to_yaml())
+    report = output.with_name(output.stem + ".import.txt")
+    report.write_text(result.report())
+    return report
