@@ -4,3 +4,8 @@ DISTRIBUTION = "openrlhf"
 # 0.9.10 is the first release with --max_len/--max_new_tokens; 0.10.2 renamed every flag (dotted).
 SUPPORTED_VERSIONS = ">=0.9.10,<=0.11.2"
 DEFAULT_VERSION = "0.11.2"
+# This adapter's own tests (the conformance suite, rlbridge.testing.suite, runs on top of them).
+TESTS = (
+    "tests/engines/test_openrlhf_in_env.py",
+    "tests/test_openrlhf_plan.py",
+)

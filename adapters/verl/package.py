@@ -5,3 +5,8 @@ DISTRIBUTION = "verl"
 SUPPORTED_VERSIONS = ">=0.5.0,<=0.9.1"
 # The version a plan targets when no verl is installed where the plan is made (the recipe default).
 DEFAULT_VERSION = "0.9.1"
+# This adapter's own tests (the conformance suite, rlbridge.testing.suite, runs on top of them).
+TESTS = (
+    "tests/engines/test_verl_in_env.py",
+    "tests/test_verl_plan.py",
+)

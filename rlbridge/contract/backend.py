@@ -3,7 +3,7 @@
 A backend names its engine and the version range it supports, states for every canonical knob
 whether it is honoured, approximated (and how) or rejected, turns a RunConfig into the engine's
 native configuration (`plan`, pure), and trains from that plan (`run`), streaming canonical
-metrics to the run context. The shared conformance suite (tests/conformance) holds every backend to this.
+metrics to the run context. The shipped conformance suite (`rlbridge.testing.suite`) holds every backend to this.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import importlib.metadata
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 import yaml
 from packaging.specifiers import SpecifierSet
@@ -23,8 +24,6 @@ from pydantic import BaseModel
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import CapabilityError, EngineNotAvailableError
 
-if TYPE_CHECKING:
-    from rlbridge.run.runtime import RunContext
 
 # Knobs the core handles itself for every engine; a backend does not declare them.
 CORE_KNOBS = frozenset({"backend", "run_name", "output_dir", "engine_env", "engine_version", "telemetry", "backend_options"})
@@ -148,6 +147,26 @@ class Plan:
         return cls(**data)
 
 
+class TrainingContext(Protocol):
+    """What `Backend.run` talks to while it trains. In the user's process this is
+    `rlbridge.run.runtime.RunContext` (metrics.jsonl, hooks, sinks, progress bar); in an engine
+    environment it is `rlbridge.engine.child.ChildContext`, which sends the same calls to the user's
+    process as events. A backend only uses what is declared here."""
+
+    config: RunConfig
+    plan: Plan
+    run_dir: Path
+    plugins: Any
+    """The plugin manager (`rlbridge.contract.registry.PluginManager`) of this process."""
+
+    def emit_step(self, step: int, metrics: dict[str, Any], native: dict[str, Any] | None = None, **extra: Any) -> Any:
+        """Record training step `step` (counted from 1): canonical `metrics`, the engine's own `native`
+        names; adapters may pass `samples` (prompt/completion/reward rows) and `rewards` (per sample)."""
+
+    def checkpoint_saved(self, step: int, path: str) -> None:
+        """The engine wrote a complete checkpoint for training step `step` at `path`."""
+
+
 class Backend(ABC):
     """Base class of engine adapters. Subclasses set the class attributes and the four methods."""
 
@@ -262,7 +281,7 @@ class Backend(ABC):
         raise NotImplementedError(f"backend '{self.name}' has no engine-side validation")
 
     @abstractmethod
-    def run(self, plan: Plan, ctx: RunContext) -> None:
+    def run(self, plan: Plan, ctx: TrainingContext) -> None:
         """Train according to `plan`, in this process, calling `ctx.emit_step` once per training
         step with the engine's metrics mapped to canonical names, and `ctx.checkpoint_saved`
         after every checkpoint."""

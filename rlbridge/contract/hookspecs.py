@@ -28,17 +28,18 @@ PROJECT = "rlbridge"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-if TYPE_CHECKING:
+from rlbridge.contract.descriptors import (
+    DataSourcePlugin,
+    EnvironmentPlugin,
+    ModelBuilderPlugin,
+    PlacementPolicy,
+    RewardPlugin,
+    TelemetrySinkPlugin,
+)
+
+if TYPE_CHECKING:  # types only: backend and config import nothing from here, so no cycle either way
     from rlbridge.contract.backend import Backend, Plan
     from rlbridge.contract.config import RunConfig
-    from rlbridge.contract.registry import (
-        DataSourcePlugin,
-        EnvironmentPlugin,
-        ModelBuilderPlugin,
-        PlacementPolicy,
-        RewardPlugin,
-        TelemetrySinkPlugin,
-    )
 
 
 # --- registration -------------------------------------------------------------------------------

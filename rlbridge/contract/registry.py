@@ -1,9 +1,9 @@
-"""Plugin descriptors and the plugin manager that collects them from entry points."""
+"""The plugin manager: collects every plugin registered through the `rlbridge` entry-point group
+(built-in and third-party alike) and looks descriptors (`rlbridge.contract.descriptors`) up by name."""
 
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -11,58 +11,20 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from rlbridge.contract import hookspecs
+from rlbridge.contract.descriptors import (  # re-exported: plugins import them from here
+    RewardPlugin,
+    EnvironmentPlugin,
+    DataSourcePlugin,
+    ModelBuilderPlugin,
+    PlacementPolicy,
+    TelemetrySinkPlugin,
+)
 from rlbridge.errors import PluginNotFoundError, RLBridgeError, did_you_mean
 
 if TYPE_CHECKING:
     from rlbridge.contract.backend import Backend
 
 ENTRY_POINT_GROUP = "rlbridge"
-
-
-@dataclass(frozen=True)
-class RewardPlugin:
-    name: str
-    factory: Callable[..., Callable[[list[Any]], list[float | None]]]
-    """Called with the reward entry's args; returns the reward callable."""
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class EnvironmentPlugin:
-    name: str
-    factory: Callable[..., Any]
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class DataSourcePlugin:
-    name: str
-    generate: Callable[..., list[dict[str, Any]]]
-    """Called with the data source's args (and seed); returns the rows."""
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class ModelBuilderPlugin:
-    name: str
-    build: Callable[..., str]
-    """Called with (cache_dir); creates the model directory if missing and returns its path."""
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class PlacementPolicy:
-    name: str
-    layout: Callable[..., dict[str, Any]]
-    """Called with (config); returns {role: devices} or raises RLBridgeError."""
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class TelemetrySinkPlugin:
-    name: str
-    factory: Callable[..., Any]
-    description: str = ""
 
 
 @dataclass

