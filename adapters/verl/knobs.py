@@ -1,0 +1,184 @@
+"""verl: the everyday knobs (KL estimator, entropy bonus, discounting, dynamic sampling, rollout
+correction, chat-template arguments, over-long prompts, gradient checkpointing, dynamic batching,
+packing, sequence parallelism), LoRA and the critic of PPO.
+
+Every key below was read in verl's own config (`verl/trainer/config/_generated_ppo_trainer.yaml`) of
+0.5.0 and 0.9.1; where a key exists only from some version on, the check says so and refuses older
+versions. Called by `VerlBackend.capabilities()` and `.translate()`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packaging.version import Version
+
+from rlbridge.contract.backend import Capability, only_for, gpus_per_node, honoured
+from rlbridge.contract.config import RunConfig
+from rlbridge.contract.models import resolve_path
+
+# canonical estimator -> verl's name (verl's k3 is low_var_kl: both clamp the estimate to [-10, 10])
+KL_ESTIMATORS = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
+ROLLOUT_IS = {"token_truncate": "token", "sequence_truncate": "sequence"}
+CHAT_KWARGS_SINCE = Version("0.6.0")
+ROLLOUT_CORRECTION_SINCE = Version("0.6.1")  # algorithm.rollout_correction.* (0.6.0 had algorithm.rollout_is*)
+FILTER_GROUPS_SINCE = Version("0.9.0")  # algorithm.filter_groups.* in the main trainer (v1 only)
+
+
+def _version(config: RunConfig) -> Version:
+    from rlbridge_adapters.verl.backend import VerlBackend
+
+    return VerlBackend.target_version(config)
+
+
+def kl_estimator(config: RunConfig) -> str:
+    """The effective estimator: the placement's standard when unset."""
+    algo = config.algorithm
+    return algo.kl_estimator or ("k3" if algo.kl_placement == "loss" else "k1")
+
+
+def _check_dynamic_sampling(config: RunConfig) -> str | None:
+    if not config.algorithm.dynamic_sampling:
+        return None
+    version = _version(config)
+    if version < FILTER_GROUPS_SINCE:
+        return (f"verl {version}'s main trainer has no group filtering (DAPO dynamic sampling lives in its recipe/dapo "
+                "trainer); use engine_version 0.9.1 on GPUs, or backend: openrlhf")
+    if gpus_per_node(config) == 0:
+        return ("verl filters groups only in its v1 (TransferQueue) trainer, and rlbridge's CPU runs use the legacy "
+                "trainer; run on GPUs, or use backend: openrlhf")
+    return None
+
+
+def _check_rollout_correction(config: RunConfig) -> str | None:
+    mode = config.algorithm.rollout_correction
+    if mode == "none":
+        return None
+    version = _version(config)
+    if version < ROLLOUT_CORRECTION_SINCE:
+        return f"verl {version} has no algorithm.rollout_correction (added in 0.6.1); use engine_version 0.9.1"
+    if mode not in ROLLOUT_IS:
+        return ("verl's rollout_correction.rollout_is truncates importance weights (token or sequence); masking is its "
+                "rejection sampling (rollout_rs), which has other thresholds: use token_truncate or sequence_truncate, "
+                "or backend_options.verl.algorithm.rollout_correction.rollout_rs")
+    return None
+
+
+def _check_chat_kwargs(config: RunConfig) -> str | None:
+    version = _version(config)
+    if config.model.chat_template_kwargs and version < CHAT_KWARGS_SINCE:
+        return f"verl {version} has no data.apply_chat_template_kwargs (added in 0.6.0); use engine_version 0.9.1"
+    return None
+
+
+def _check_lora(config: RunConfig) -> str | None:
+    lora = config.model.lora
+    if lora is not None and lora.dropout:
+        return "verl's FSDP workers build the LoRA config without dropout (lora_rank, lora_alpha, target_modules only); set model.lora.dropout: 0"
+    return None
+
+
+def _check_sequence_parallel(config: RunConfig) -> str | None:
+    sp = config.training.sequence_parallel_size
+    if sp == 1:
+        return None
+    if not config.training.sequence_packing:
+        return "verl's Ulysses sequence parallelism needs remove-padding: set training.sequence_packing: true"
+    devices = max(gpus_per_node(config), 1) * config.resources.nodes
+    if devices % sp:
+        return f"sequence_parallel_size ({sp}) must divide the devices ({devices})"
+    return None
+
+
+PPO_ONLY = "the only algorithm with a critic"
+
+
+def _all(*checks):
+    def check(config: RunConfig) -> str | None:
+        return next((p for p in (c(config) for c in checks if c) if p), None)
+
+    return check
+
+
+def _critic(knob: str, extra=None):
+    return _all(only_for(knob, ("ppo",), PPO_ONLY), extra)
+
+
+def capabilities() -> list[Capability]:
+    ref, critic, actor, model = "actor_rollout_ref.ref", "critic", "actor_rollout_ref.actor", "actor_rollout_ref.model"
+    return [
+        honoured("algorithm.kl_estimator", (f"{actor}.kl_loss_type", "algorithm.kl_penalty"),
+                 note="kl_loss_type with kl_placement loss, algorithm.kl_penalty with reward: k1=kl, k2=mse, "
+                      "k3=low_var_kl (verl clamps it to [-10, 10])"),
+        honoured("algorithm.entropy_coef", f"{actor}.entropy_coeff"),
+        honoured("algorithm.gamma", "algorithm.gamma", only_for("algorithm.gamma", ("ppo", "reinforce_pp"), "discounted returns")),
+        honoured("algorithm.gae_lambda", "algorithm.lam", only_for("algorithm.gae_lambda", ("ppo",), "GAE")),
+        honoured("algorithm.dynamic_sampling", ("algorithm.filter_groups.enable", "algorithm.filter_groups.metric"),
+                 _check_dynamic_sampling, note="verl 0.9+, v1 trainer; metric: reward (groups with zero reward std are dropped and refilled)"),
+        honoured("algorithm.rollout_correction", ("algorithm.rollout_correction.rollout_is",), _check_rollout_correction,
+                 note="token_truncate -> token, sequence_truncate -> sequence (truncated importance weights)"),
+        honoured("algorithm.rollout_correction_threshold", "algorithm.rollout_correction.rollout_is_threshold"),
+        honoured("model.chat_template_kwargs", "data.apply_chat_template_kwargs", _check_chat_kwargs, note="verl 0.6+"),
+        honoured("model.lora", (f"{model}.lora_rank", f"{model}.lora_alpha", f"{model}.target_modules"), _check_lora),
+        honoured("rollout.drop_overlong_prompts", "data.filter_overlong_prompts"),
+        honoured("training.gradient_checkpointing", (f"{model}.enable_gradient_checkpointing", "critic.model.enable_gradient_checkpointing")),
+        honoured("training.max_tokens_per_device",
+                 (f"{actor}.use_dynamic_bsz", f"{actor}.ppo_max_token_len_per_gpu", f"{critic}.ppo_max_token_len_per_gpu"),
+                 note="the reference and rollout log-prob passes inherit the actor's token budget"),
+        honoured("training.sequence_packing", (f"{model}.use_remove_padding", "critic.model.use_remove_padding")),
+        honoured("training.sequence_parallel_size",
+                 (f"{actor}.ulysses_sequence_parallel_size", f"{critic}.ulysses_sequence_parallel_size"), _check_sequence_parallel,
+                 note=f"{ref} inherits the actor's degree"),
+        honoured("critic.path", "critic.model.path", _critic("critic.path")),
+        honoured("critic.lr", "critic.optim.lr", _critic("critic.lr")),
+        honoured("critic.value_clip", "critic.cliprange_value", _critic("critic.value_clip")),
+        honoured("critic.warmup_steps", "trainer.critic_warmup", _critic("critic.warmup_steps")),
+        honoured("critic.micro_batch_size", "critic.ppo_micro_batch_size_per_gpu", _critic("critic.micro_batch_size")),
+    ]
+
+
+def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version) -> None:
+    """Add the keys of the knobs above to the override dict `o` (in place)."""
+    algo, tr = config.algorithm, config.training
+    estimator = KL_ESTIMATORS[kl_estimator(config)]
+    if algo.kl_placement == "loss":
+        o["actor_rollout_ref.actor.kl_loss_type"] = estimator
+    else:
+        o["algorithm.kl_penalty"] = estimator
+    o["actor_rollout_ref.actor.entropy_coeff"] = algo.entropy_coef
+    o["algorithm.gamma"] = algo.gamma
+    o["algorithm.lam"] = algo.gae_lambda
+    if algo.dynamic_sampling:
+        o["algorithm.filter_groups.enable"] = True
+        o["algorithm.filter_groups.metric"] = "reward"
+    if algo.rollout_correction in ROLLOUT_IS:
+        o["algorithm.rollout_correction.rollout_is"] = ROLLOUT_IS[algo.rollout_correction]
+        o["algorithm.rollout_correction.rollout_is_threshold"] = algo.rollout_correction_threshold
+    if config.model.chat_template_kwargs:
+        o["data.apply_chat_template_kwargs"] = dict(config.model.chat_template_kwargs)
+    lora = config.model.lora
+    if lora is not None:
+        o["actor_rollout_ref.model.lora_rank"] = lora.rank
+        o["actor_rollout_ref.model.lora_alpha"] = lora.alpha
+        o["actor_rollout_ref.model.target_modules"] = lora.target_modules
+    o["data.filter_overlong_prompts"] = config.rollout.drop_overlong_prompts
+    o["actor_rollout_ref.model.enable_gradient_checkpointing"] = tr.gradient_checkpointing
+    o["actor_rollout_ref.model.use_remove_padding"] = tr.sequence_packing
+    if tr.max_tokens_per_device:
+        o["actor_rollout_ref.actor.use_dynamic_bsz"] = True
+        o["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] = tr.max_tokens_per_device
+    if tr.sequence_parallel_size > 1:
+        o["actor_rollout_ref.actor.ulysses_sequence_parallel_size"] = tr.sequence_parallel_size
+    if algo.name == "ppo":
+        critic = config.critic
+        o["critic.model.path"] = resolve_path(critic.path) if critic.path else "<model_dir>"
+        o["critic.optim.lr"] = critic.lr or tr.lr
+        o["critic.cliprange_value"] = critic.value_clip
+        o["critic.ppo_micro_batch_size_per_gpu"] = critic.micro_batch_size or micro
+        o["critic.model.enable_gradient_checkpointing"] = tr.gradient_checkpointing
+        o["critic.model.use_remove_padding"] = tr.sequence_packing
+        o["trainer.critic_warmup"] = critic.warmup_steps
+        if tr.max_tokens_per_device:
+            o["critic.ppo_max_token_len_per_gpu"] = tr.max_tokens_per_device
+        if tr.sequence_parallel_size > 1:
+            o["critic.ulysses_sequence_parallel_size"] = tr.sequence_parallel_size
