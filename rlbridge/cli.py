@@ -270,6 +270,73 @@ def import_(
         print(result.to_yaml(), end="")
 
 
+@app.command()
+def bench(
+    spec: Path = typer.Argument(..., help="Bench spec YAML: base config, arms, seeds (see docs/benchmarks.md)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Bench directory (default: the spec's output_dir)."),
+    lock: Optional[Path] = typer.Option(
+        None, "--lock", help="Hold an exclusive flock on this file during each run (machines shared with other jobs)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Resolve arms, check fairness and plans; run nothing."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+) -> None:
+    """A/B runs: every arm x seed as one real run, then report.md, results.json and plots."""
+    from rlbridge.run.bench import run_bench
+
+    data = run_bench(spec, output, lock, progress=not no_progress, dry_run=dry_run,
+                     echo=lambda m: err.print(m, highlight=False, markup=False))
+    if dry_run:
+        out.print(f"{len(data['jobs'])} runs planned; nothing run (--dry-run)")
+        return
+    done = sum(a["runs_completed"] for a in data["arms"].values())
+    out.print(f"[green]done[/green]: {done} runs, {len(data['arms'])} arms; report in {data['bench_dir']}/report.md")
+
+
+@app.command()
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="Run directories (output_dir of `rlbridge train`)."),
+    output: Path = typer.Option(Path("report.html"), "--output", "-o", help="The HTML file to write."),
+) -> None:
+    """One self-contained HTML page: canonical metric plots of the runs on shared axes, config
+    differences, summaries and sampled completions. Opens in any browser, no server."""
+    from rlbridge.run.dashboard import write_report
+
+    path = write_report(run_dirs, output)
+    out.print(f"[green]report[/green]: {len(run_dirs)} run{'s' if len(run_dirs) != 1 else ''} -> {path}")
+
+
+@app.command("import")
+def import_(
+    recipe: str = typer.Argument(..., help="A launch script, a command line (quoted), or a config file of the engine."),
+    from_: str = typer.Option(..., "--from", help="The recipe's engine: verl, openrlhf or trl."),
+    engine_version: Optional[str] = typer.Option(None, "--engine-version", help="The engine version the recipe is for (default: the adapter's; OpenRLHF: from the flag spelling)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the canonical config here (and the report next to it, <stem>.import.txt)."),
+    reward: Optional[list[str]] = typer.Option(None, "--reward", help="Reward plugin for the config, NAME or NAME:WEIGHT (repeatable); a recipe's reward code cannot be imported."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Read a verl, OpenRLHF or TRL recipe into a canonical config; report how every setting maps."""
+    from rlbridge.run.importer import import_recipe, write
+
+    rewards = []
+    for item in reward or []:
+        name, _, weight = item.partition(":")
+        try:
+            rewards.append({"name": name, **({"weight": float(weight)} if weight else {})})
+        except ValueError:
+            raise RLBridgeError(f"--reward {item}: the weight after ':' must be a number") from None
+    result = import_recipe(recipe, from_, engine_version, rewards or None)
+    if as_json:
+        print(json.dumps(result.report_data(), indent=2, default=str))
+    else:
+        print(result.report(), end="")
+    if output:
+        report = write(result, output)
+        err.print(f"wrote {output} and {report}")
+    elif not as_json:
+        print("\n# canonical config (-o FILE writes it)")
+        print(result.to_yaml(), end="")
+
+
 compat_app = typer.Typer(help="The compatibility matrix (compat_matrix/).", no_args_is_help=True)
 app.add_typer(compat_app, name="compat")
 

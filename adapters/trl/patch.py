@@ -3,7 +3,9 @@
 TRL times generation, reward calls and `_prepare_inputs` with `trl.extras.profiling.ProfilingContext`
 but reports those timings only to wandb/mlflow/trackio, not through callbacks. While a run is
 active we also add each duration to a dict (keeping TRL's own behaviour), from which the metrics
-callback derives timing/generate_s and timing/update_s.
+callback derives the canonical phase timings (generate, reward, old log-prob, reference, weight
+sync, update). Log-prob passes run inside `_prepare_inputs` (old policy, then reference) are kept
+apart, in call order, under "logps_in_prepare".
 """
 
 from __future__ import annotations
@@ -16,13 +18,29 @@ def profiling_timers(timers: dict[str, float]):
     from trl.extras import profiling
 
     original = profiling.ProfilingContext._log_metrics
+    original_enter = profiling.ProfilingContext.__enter__
+    active: list[str] = []
+
+    def enter(self):
+        active.append(self.name)
+        return original_enter(self)
 
     def log_metrics(self, duration: float) -> None:
-        timers[self.name] = timers.get(self.name, 0.0) + duration
+        if active and active[-1] == self.name:
+            active.pop()
+        name = self.name
+        # a log-prob pass inside _prepare_inputs is the old-policy or reference pass (no grad);
+        # the one inside compute_loss is the actor's own forward
+        if name.endswith("._get_per_token_logps_and_entropies") and any(a.endswith("._prepare_inputs") for a in active):
+            timers.setdefault("logps_in_prepare", []).append(duration)
+        else:
+            timers[name] = timers.get(name, 0.0) + duration
         original(self, duration)
 
+    profiling.ProfilingContext.__enter__ = enter
     profiling.ProfilingContext._log_metrics = log_metrics
     try:
         yield timers
     finally:
         profiling.ProfilingContext._log_metrics = original
+        profiling.ProfilingContext.__enter__ = original_enter

@@ -102,6 +102,7 @@ class CanonicalMetrics(TrainerCallback):
         self.step_started: float | None = None
         self.last_tokens = 0.0
         self.on_gpu = torch.cuda.is_available()
+        self.trainer = None  # set once the trainer exists (which passes decide old/ref log-probs)
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.step_started is None:
@@ -114,13 +115,12 @@ class CanonicalMetrics(TrainerCallback):
             return
         step_s = time.perf_counter() - self.step_started
         canonical = to_canonical(logs)
-        generate = sum(v for k, v in self.timers.items() if "generate" in k)
+        canonical.update(phase_timings(self.timers, self.trainer))
         prepare = sum(v for k, v in self.timers.items() if k.endswith("._prepare_inputs"))
         tokens = float(logs.get("num_tokens", self.last_tokens))
         canonical.update(
             {
                 "timing/step_s": step_s,
-                "timing/generate_s": generate,
                 "timing/update_s": max(step_s - prepare, 0.0),
                 "throughput/tokens_per_s": (tokens - self.last_tokens) / step_s if step_s > 0 else 0.0,
                 "memory/peak_mb": (
@@ -137,6 +137,36 @@ class CanonicalMetrics(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         self.ctx.checkpoint_saved(state.global_step // self.per_step, str(path))
+
+
+def phase_timings(timers: dict, trainer) -> dict[str, float]:
+    """Canonical phase times of one step from TRL's own profiling timers (a phase TRL did not run is
+    absent). Generation: the `*generate*` timers; reward: `_calculate_rewards`; weight sync:
+    `sync_weights`; the no-grad log-prob passes inside `_prepare_inputs` are the old-policy pass
+    (when TRL needs it: misaligned generation or vLLM importance sampling) and the reference pass
+    (beta != 0), in that order, as TRL's _generate_and_score_completions runs them."""
+    out: dict[str, float] = {}
+    generate = [v for k, v in timers.items() if "generate" in k and isinstance(v, float)]
+    if generate:
+        out["timing/generate_s"] = sum(generate)
+    for suffix, name in (("._calculate_rewards", "timing/reward_s"), (".sync_weights", "timing/weight_sync_s")):
+        found = [v for k, v in timers.items() if k.endswith(suffix)]
+        if found:
+            out[name] = sum(found)
+    passes = timers.get("logps_in_prepare") or []
+    if passes and trainer is not None:
+        args = trainer.args
+        generate_every = args.steps_per_generation * trainer.num_iterations
+        old = args.gradient_accumulation_steps % generate_every != 0 or (
+            getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False)
+        )
+        ref = trainer.beta != 0.0
+        if old and ref:
+            out["timing/old_logprob_s"] = sum(passes[0::2])
+            out["timing/ref_s"] = sum(passes[1::2])
+        elif old or ref:
+            out["timing/old_logprob_s" if old else "timing/ref_s"] = sum(passes)
+    return out
 
 
 def run_trl(plan, ctx) -> None:
@@ -173,6 +203,7 @@ def run_trl(plan, ctx) -> None:
             processing_class=tok,
             callbacks=[callback],
         )
+        callback.trainer = trainer
         # disable_tqdm makes transformers print every raw log dict; rlbridge shows its own progress.
         trainer.remove_callback(PrinterCallback)
         resume = native["resume"]

@@ -12,6 +12,11 @@ DIRECT = {
     "timing_s/step": "timing/step_s",
     "timing_s/gen": "timing/generate_s",
     "timing_s/update_actor": "timing/update_s",
+    # verl's marked_timer names (ray_trainer.py, 0.5 to 0.9.1); a phase verl skips has no timer
+    "timing_s/reward": "timing/reward_s",
+    "timing_s/old_log_prob": "timing/old_logprob_s",
+    "timing_s/ref": "timing/ref_s",
+    "timing_s/update_weights": "timing/weight_sync_s",  # 0.9: checkpoint_manager.update_weights
     "perf/throughput": "throughput/tokens_per_s",
 }
 

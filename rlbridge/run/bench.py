@@ -1,0 +1,532 @@
+"""`rlbridge bench SPEC`: A/B runs of one canonical job on several engines, versions or settings.
+
+A bench spec names a base config, the arms (backend, engine version and `--set` overrides each)
+and the seeds. Before anything runs, every arm x seed is resolved to a canonical config, and arms
+that differ in anything their overrides do not declare are refused. Then every arm x seed is one
+real `rlbridge train` (or, for `kind: native`, the engine's own entry point) in a fresh process,
+one at a time, measured from outside the same way for every engine: process-tree peak memory,
+start-up time, the arrival time of every step. A finished run is kept under a key of its resolved
+config, engine environment and rlbridge version, so an interrupted bench resumes where it stopped.
+The statistics, report.md, results.json and plots are in rlbridge.run.bench_report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rlbridge import __version__
+from rlbridge.contract.config import RunConfig
+from rlbridge.errors import ConfigError, RLBridgeError
+from rlbridge.run.loading import dump_config, format_validation_error, load_config
+
+# Keys that differ per run by construction, never a difference between arms.
+PER_RUN_KEYS = ("run_name", "output_dir", "checkpoint.dir", "training.seed")
+NATIVE_SCRIPTS = {"trl": "rlbridge.engine.native_trl"}
+
+
+class ArmSpec(BaseModel):
+    """One arm of a bench: the base config plus this arm's declared overrides."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, description="Label in the report (default: the arm written as a string).")
+    kind: Literal["rlbridge", "native"] = Field(
+        "rlbridge",
+        description="rlbridge: `rlbridge train`; native: the same plan through the engine's own entry point, "
+        "without rlbridge around it (to measure rlbridge's overhead).",
+    )
+    backend: str | None = Field(None, description="backend of this arm (declares `backend` as a difference).")
+    engine_version: str | None = Field(None, description="Engine version / environment label, e.g. 0.9.1.")
+    set: list[str] = Field(default_factory=list, description="`key=value` overrides; their keys are declared differences.")
+    config: str | None = Field(
+        None, description="Another base config for this arm (relative to the spec); it may differ only in declared keys."
+    )
+
+    @classmethod
+    def parse(cls, item: Any) -> "ArmSpec":
+        """An arm written as a string: `trl`, `verl@0.9.1`, `verl rollout.engine=hf`, `native:trl`."""
+        if not isinstance(item, str):
+            return cls.model_validate(item)
+        words = item.split()
+        if not words:
+            raise ConfigError("arms: an empty arm; write e.g. 'trl' or 'verl@0.9.1 rollout.engine=hf'")
+        head, sets = words[0], words[1:]
+        kind = "rlbridge"
+        if head.startswith("native:"):
+            kind, head = "native", head[len("native:"):]
+        backend, _, version = head.partition("@")
+        if "=" in backend:
+            raise ConfigError(f"arms: '{item}' must start with a backend (e.g. 'trl {item}')")
+        return cls(name=item, kind=kind, backend=backend, engine_version=version or None, set=sets)
+
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        head = ("native:" if self.kind == "native" else "") + (self.backend or "base")
+        head += f"@{self.engine_version}" if self.engine_version else ""
+        return " ".join([head, *self.set])
+
+    def declared(self) -> set[str]:
+        keys = {item.partition("=")[0].strip() for item in self.set}
+        if self.backend:
+            keys.add("backend")
+        if self.engine_version:
+            keys.add("engine_version")
+        return keys
+
+
+class BenchSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    config: str = Field(..., description="The base canonical config (path relative to the spec file).")
+    set: list[str] = Field(default_factory=list, description="Overrides applied to every arm (e.g. training.steps=60).")
+    arms: list[ArmSpec] = Field(..., min_length=1, description="The arms to compare (strings or mappings).")
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="training.seed values; every arm runs each.")
+    target_reward: float | None = Field(None, description="Reward for time- and steps-to-target (first step with reward/mean >= it).")
+    reward_at: list[int] | None = Field(
+        None, description="Steps at which mean reward is compared across arms (default: 25, 50, 75 and 100 % of the steps)."
+    )
+    window: int | None = Field(
+        None, ge=1, description="Steps averaged for the reward at a step (s-window+1..s); default: a tenth of the steps."
+    )
+    alpha: float = Field(0.05, gt=0, lt=1, description="Significance level of the pairwise verdicts (95 % intervals: 0.05).")
+    output_dir: str = Field("runs/bench/{name}", description="Bench directory ({name}: the spec file's stem).")
+
+    @field_validator("arms", mode="before")
+    @classmethod
+    def _arms(cls, value: Any) -> Any:
+        return [ArmSpec.parse(item) for item in value] if isinstance(value, list) else value
+
+
+@dataclass
+class RunJob:
+    """One arm x seed, resolved."""
+
+    arm: str
+    arm_index: int
+    kind: str
+    seed: int
+    config: RunConfig
+    engine: str  # where it runs: "here:trl==1.16.0" or the engine environment's directory name
+    key: str
+    plan: dict[str, Any] = field(default_factory=dict)
+    approximations: list[str] = field(default_factory=list)
+
+    @property
+    def dirname(self) -> str:
+        slug = "".join(c if c.isalnum() or c in "._-" else "-" for c in self.arm).strip("-")[:40]
+        return f"{self.arm_index:02d}-{slug}-seed{self.seed}-{self.key}"
+
+
+def load_spec(path: str | Path) -> tuple[BenchSpec, Path]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"bench spec not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"bench spec {path}: YAML syntax error: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"bench spec {path}: the top level must be a mapping (config:, arms:, seeds:)")
+    try:
+        spec = BenchSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError("bench spec " + format_validation_error(exc).removeprefix("invalid config: ")) from exc
+    labels = [arm.label() for arm in spec.arms]
+    dup = {x for x in labels if labels.count(x) > 1}
+    if dup:
+        raise ConfigError(f"arms: two arms are both named '{sorted(dup)[0]}'; give one a name:")
+    return spec, path
+
+
+def bench_dir(spec: BenchSpec, spec_path: Path, output: str | Path | None) -> Path:
+    return Path(output) if output else Path(spec.output_dir.replace("{name}", spec_path.stem))
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: data}
+
+
+def _covered(key: str, declared: set[str]) -> bool:
+    return any(key == d or key.startswith(d + ".") or d.startswith(key + ".") for d in declared)
+
+
+def arm_config(spec: BenchSpec, spec_path: Path, arm: ArmSpec, seed: int) -> RunConfig:
+    base = spec_path.parent / (arm.config or spec.config)
+    overrides = list(spec.set)
+    if arm.backend:
+        overrides.append(f"backend={arm.backend}")
+    if arm.engine_version:
+        overrides.append(f"engine_version={arm.engine_version}")
+    overrides += list(arm.set) + [f"training.seed={seed}"]
+    try:
+        config = load_config(base, overrides)
+    except ConfigError as exc:
+        raise ConfigError(f"arm '{arm.label()}': {exc}") from exc
+    if config.training.steps is None:
+        raise ConfigError(f"arm '{arm.label()}': training.steps: a bench needs a step count (set training.steps)")
+    return config
+
+
+def differences(configs: dict[str, RunConfig]) -> dict[str, dict[str, Any]]:
+    """Canonical keys whose values differ between arms: {key: {arm: value}}."""
+    flat = {arm: _flatten(cfg.model_dump(mode="json")) for arm, cfg in configs.items()}
+    keys = sorted({k for f in flat.values() for k in f})
+    out = {}
+    for key in keys:
+        if any(key == p or key.startswith(p + ".") for p in PER_RUN_KEYS):
+            continue
+        values = {arm: f.get(key, "<unset>") for arm, f in flat.items()}
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+            out[key] = values
+    return out
+
+
+def check_fairness(spec: BenchSpec, diffs: dict[str, dict[str, Any]]) -> None:
+    """Refuse differences between two arms that neither arm declares."""
+    arms = {arm.label(): arm for arm in spec.arms}
+    for key, values in diffs.items():
+        names = list(values)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if values[a] == values[b]:
+                    continue
+                if not (_covered(key, arms[a].declared()) or _covered(key, arms[b].declared())):
+                    raise ConfigError(
+                        f"arms '{a}' and '{b}' differ in {key} ({values[a]!r} vs {values[b]!r}), which neither arm "
+                        f"declares; use one base config, or declare it in an arm's set: ({key}=...)"
+                    )
+
+
+def run_key(config: RunConfig, engine: str, kind: str) -> str:
+    data = config.model_dump(mode="json")
+    data.pop("run_name", None)
+    data.pop("output_dir", None)
+    data.get("checkpoint", {}).pop("dir", None)
+    blob = json.dumps({"config": data, "engine": engine, "kind": kind, "rlbridge": __version__}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def engine_label(config: RunConfig, backend) -> str:
+    from rlbridge.run.runner import choose_engine_python
+
+    python = choose_engine_python(config, backend)
+    if python is None:
+        return f"here:{backend.distribution}=={backend.installed_version()}"
+    return python.parent.parent.name if python.parent.name == "bin" else str(python)
+
+
+def build_jobs(spec: BenchSpec, spec_path: Path, plugins=None) -> tuple[list[RunJob], dict[str, dict[str, Any]]]:
+    """Resolve every arm x seed, check fairness and plans; nothing is started or written."""
+    from rlbridge.contract.registry import get_plugin_manager
+    from rlbridge.run.runner import prepare
+
+    pm = plugins or get_plugin_manager()
+    first = {arm.label(): arm_config(spec, spec_path, arm, spec.seeds[0]) for arm in spec.arms}
+    diffs = differences(first)
+    check_fairness(spec, diffs)
+    for arm in spec.arms:
+        if arm.kind == "native" and first[arm.label()].backend not in NATIVE_SCRIPTS:
+            raise ConfigError(
+                f"arm '{arm.label()}': kind native is available for {', '.join(NATIVE_SCRIPTS)} "
+                f"(not '{first[arm.label()].backend}')"
+            )
+    jobs = []
+    # seed-major order: the arms alternate, so drift in machine load falls on every arm alike
+    for seed in spec.seeds:
+        for index, arm in enumerate(spec.arms):
+            label = arm.label()
+            config = arm_config(spec, spec_path, arm, seed)
+            try:
+                prepared = prepare(config, pm)
+                engine = engine_label(prepared.config, prepared.backend)
+            except RLBridgeError as exc:
+                raise type(exc)(f"arm '{label}': {exc}") from exc
+            if arm.kind == "native" and not engine.startswith("here:"):
+                raise ConfigError(f"arm '{label}': kind native runs the engine installed here; {engine} is an engine environment")
+            key = run_key(prepared.config, engine, arm.kind)
+            jobs.append(
+                RunJob(label, index, arm.kind, seed, config, engine, key, prepared.plan.to_dict(), prepared.plan.approximations)
+            )
+    return jobs, diffs
+
+
+# --- running -------------------------------------------------------------------------------
+
+
+def _tree_rss(proc) -> int:
+    """Resident memory of a process and all its descendants (bytes)."""
+    import psutil
+
+    total = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+@contextlib.contextmanager
+def _locked(lock: Path | None):
+    if lock is None:
+        yield 0.0
+        return
+    import fcntl
+
+    started = time.perf_counter()
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield time.perf_counter() - started
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class _StepTail:
+    """Reads new step lines of a metrics.jsonl as they appear and stamps their arrival time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.buffer = ""
+        self.arrivals: list[tuple[int, float]] = []
+
+    def poll(self, now: float) -> None:
+        try:
+            with open(self.path, "r", encoding="utf-8") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+                self.offset = fh.tell()
+        except FileNotFoundError:
+            return
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split("\n")
+        for line in lines:
+            if line.strip():
+                with contextlib.suppress(ValueError, KeyError):
+                    self.arrivals.append((int(json.loads(line)["step"]), now))
+
+
+def command_for(job: RunJob, run_dir: Path) -> tuple[list[str], Path]:
+    """The command of one run, and the metrics.jsonl it writes."""
+    out = run_dir / "run"
+    if job.kind == "native":
+        from rlbridge.contract.data import load_rows
+        from rlbridge.contract.models import materialize_model
+        from rlbridge.run.runner import resolve
+
+        config = resolve(job.config)
+        plan = json.loads(json.dumps(job.plan))
+        plan["native"]["args"]["output_dir"] = str((out / "trainer").absolute())
+        native_job = {
+            "plan": plan,
+            "model_dir": materialize_model(config),
+            "rows": load_rows(config.data.train, config, "data.train"),
+            "reward": [r.model_dump(mode="json") for r in config.reward],
+        }
+        (run_dir / "native_job.json").write_text(json.dumps(native_job))
+        cmd = [sys.executable, "-m", NATIVE_SCRIPTS[job.config.backend], str(run_dir / "native_job.json"), str(out)]
+        return cmd, out / "metrics.jsonl"
+    config = job.config.model_copy(deep=True)
+    config.output_dir = str(out.absolute())
+    config.run_name = f"{job.arm} seed {job.seed}"
+    (run_dir / "config.in.yaml").write_text(dump_config(config))
+    return [sys.executable, "-m", "rlbridge", "train", str(run_dir / "config.in.yaml"), "--no-progress"], out / "metrics.jsonl"
+
+
+def run_one(job: RunJob, run_dir: Path, lock: Path | None = None, on_step=None, poll_s: float = 0.05) -> dict[str, Any]:
+    """Run one job in a fresh process and measure it from outside; returns run.json's content."""
+    try:
+        import psutil
+    except ImportError as exc:
+        raise RLBridgeError("rlbridge bench needs psutil and scipy: pip install 'rlbridge[bench]'") from exc
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cmd, metrics_path = command_for(job, run_dir)
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    metrics_path.unlink(missing_ok=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    tail = _StepTail(metrics_path)
+    peak = 0
+    with _locked(lock) as waited, open(run_dir / "output.log", "w") as log:
+        started = time.perf_counter()
+        started_at = time.time()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        ps = psutil.Process(proc.pid)
+        last_mem = 0.0
+        try:
+            while proc.poll() is None:
+                now = time.perf_counter() - started
+                tail.poll(now)
+                if now - last_mem >= 0.2:
+                    peak = max(peak, _tree_rss(ps))
+                    last_mem = now
+                if on_step and tail.arrivals:
+                    on_step(tail.arrivals[-1][0])
+                time.sleep(poll_s)
+        except BaseException:
+            from rlbridge.run.launch import stop_process_group
+
+            stop_process_group(proc)
+            raise
+        wall = time.perf_counter() - started
+        tail.poll(wall)
+    history = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()] if metrics_path.exists() else []
+    result: dict[str, Any] = {
+        "arm": job.arm,
+        "kind": job.kind,
+        "seed": job.seed,
+        "key": job.key,
+        "engine": job.engine,
+        "command": cmd,
+        "returncode": proc.returncode,
+        "status": "completed" if proc.returncode == 0 and len(history) >= (job.config.training.steps or 0) else "failed",
+        "started_at": started_at,
+        "lock_wait_s": waited,
+        "wall_s": wall,
+        "peak_tree_rss_mb": peak / 2**20,
+        "step_arrival_s": {str(step): t for step, t in tail.arrivals},
+        "history": history,
+    }
+    summary = metrics_path.parent / "summary.json"
+    if summary.exists():
+        data = json.loads(summary.read_text())
+        result["engine_version"] = data.get("engine_version")
+    if result["status"] != "completed":
+        result["error"] = (run_dir / "output.log").read_text()[-2000:]
+    (run_dir / "run.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def load_done(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "run.json"
+    if not path.exists():
+        return None
+    with contextlib.suppress(ValueError):
+        data = json.loads(path.read_text())
+        if data.get("status") == "completed":
+            return data
+    return None
+
+
+def describe(jobs: list[RunJob], diffs: dict[str, dict[str, Any]]) -> str:
+    """What differs between arms, in canonical terms, and what each arm approximates."""
+    lines = ["What differs between arms (canonical config):"]
+    if not diffs:
+        lines.append("  nothing but the kind of run")
+    for key, values in diffs.items():
+        lines.append(f"  {key}: " + "; ".join(f"{arm} = {json.dumps(v)}" for arm, v in values.items()))
+    seen = set()
+    for job in jobs:
+        if job.arm in seen:
+            continue
+        seen.add(job.arm)
+        lines.append(f"Arm '{job.arm}' ({job.kind}, {job.engine}) approximates:" + ("" if job.approximations else " nothing"))
+        lines.extend(f"  - {note}" for note in job.approximations)
+    return "\n".join(lines)
+
+
+def run_bench(
+    spec_path: str | Path,
+    output: str | Path | None = None,
+    lock: str | Path | None = None,
+    progress: bool = True,
+    echo=print,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Plan, check fairness, run what is not done yet, and write the report. Returns results.json."""
+    spec, path = load_spec(spec_path)
+    jobs, diffs = build_jobs(spec, path)
+    echo(describe(jobs, diffs))
+    out = bench_dir(spec, path, output)
+    if dry_run:
+        return {"jobs": [j.dirname for j in jobs]}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "spec.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    (out / "fairness.txt").write_text(describe(jobs, diffs) + "\n")
+    results: list[dict[str, Any]] = []
+    todo = []
+    for job in jobs:
+        done = load_done(out / "runs" / job.dirname)
+        if done is not None:
+            results.append(done)
+        else:
+            todo.append(job)
+    echo(f"{len(jobs)} runs: {len(results)} already done (reused), {len(todo)} to run")
+    bar = _BenchProgress(len(jobs), len(results)) if progress else None
+    failed = []
+    with bar if bar is not None else contextlib.nullcontext():
+        for job in todo:
+            if bar is not None:
+                bar.start_run(f"{job.arm} seed {job.seed}", job.config.training.steps)
+            result = run_one(job, out / "runs" / job.dirname, Path(lock) if lock else None,
+                             on_step=bar.step if bar is not None else None)
+            if result["status"] != "completed":
+                failed.append(job)
+                echo(f"run failed: {job.arm} seed {job.seed} (rc {result['returncode']}); log: {out / 'runs' / job.dirname / 'output.log'}")
+            results.append(result)
+            if bar is not None:
+                bar.finish_run()
+    from rlbridge.run.bench_report import write_report
+
+    order = {j.key: i for i, j in enumerate(jobs)}
+    results.sort(key=lambda r: order.get(r["key"], 0))
+    data = write_report(out, spec, jobs, diffs, results)
+    data["bench_dir"] = str(out)
+    if failed:
+        raise RLBridgeError(f"{len(failed)} of {len(jobs)} runs failed (see their output.log); the report covers the rest; "
+                            f"run the bench again to retry them")
+    return data
+
+
+class _BenchProgress:
+    def __init__(self, total: int, done: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=Console(stderr=True),
+        )
+        self.runs = self.progress.add_task("runs", total=total, completed=done)
+        self.current = None
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+
+    def start_run(self, name: str, steps: int | None) -> None:
+        self.current = self.progress.add_task(f"  {name}: step", total=steps)
+
+    def step(self, step: int) -> None:
+        if self.current is not None:
+            self.progress.update(self.current, completed=step)
+
+    def finish_run(self) -> None:
+        if self.current is not None:
+            self.progress.remove_task(self.current)
+            self.current = None
+        self.progress.advance(self.runs)

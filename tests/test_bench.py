@@ -1,0 +1,117 @@
+"""`rlbridge bench`: spec parsing, the fairness check, the statistics, and one small real bench on TRL
+(2 arms that differ in one knob, 2 seeds, 3 steps) whose report files and numbers must be
+consistent. No wall-time thresholds: the machine is shared."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlbridge.errors import ConfigError
+from rlbridge.run.bench import ArmSpec, build_jobs, load_spec, run_key
+from rlbridge.run.bench_report import interval, verdict
+from rlbridge.run.runner import resolve
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "configs" / "quickstart.yaml"
+
+
+def write_spec(tmp_path: Path, **spec) -> Path:
+    path = tmp_path / "bench.yaml"
+    path.write_text(yaml.safe_dump({"config": str(QUICKSTART), **spec}))
+    return path
+
+
+def test_arm_strings():
+    arm = ArmSpec.parse("verl@0.9.1 rollout.engine=hf")
+    assert (arm.backend, arm.engine_version, arm.set, arm.kind) == ("verl", "0.9.1", ["rollout.engine=hf"], "rlbridge")
+    assert arm.declared() == {"backend", "engine_version", "rollout.engine"}
+    assert ArmSpec.parse("native:trl").kind == "native"
+    with pytest.raises(ConfigError, match="must start with a backend"):
+        ArmSpec.parse("rollout.temperature=0.5")
+
+
+def test_undeclared_difference_is_refused(tmp_path):
+    other = tmp_path / "other.yaml"
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["training"]["lr"] = 1.0e-3  # not declared by either arm
+    other.write_text(yaml.safe_dump(data))
+    spec = write_spec(tmp_path, arms=["trl", {"name": "b", "config": str(other), "set": ["rollout.temperature=0.7"]}])
+    with pytest.raises(ConfigError, match=r"differ in training\.lr .*neither arm declares"):
+        build_jobs(*load_spec(spec))
+
+
+def test_declared_difference_is_shown_and_keys_differ(tmp_path):
+    spec = write_spec(tmp_path, arms=["trl", "trl rollout.temperature=0.7"], seeds=[0, 1], set=["training.steps=3"])
+    jobs, diffs = build_jobs(*load_spec(spec))
+    assert list(diffs) == ["rollout.temperature"]
+    assert diffs["rollout.temperature"] == {"trl": 1.0, "trl rollout.temperature=0.7": 0.7}
+    assert len(jobs) == 4 and len({j.key for j in jobs}) == 4
+    assert [j.arm for j in jobs[:2]] == ["trl", "trl rollout.temperature=0.7"]  # arms alternate within a seed
+    # the key is the resolved config: the same job in another output_dir has the same key
+    moved = jobs[0].config.model_copy(deep=True)
+    moved.output_dir = "/elsewhere"
+    assert run_key(resolve(moved), jobs[0].engine, "rlbridge") == jobs[0].key
+    moved.training.lr = 1e-3
+    assert run_key(resolve(moved), jobs[0].engine, "rlbridge") != jobs[0].key
+
+
+def test_bad_spec_names_the_field(tmp_path):
+    spec = write_spec(tmp_path, arms=["trl"], seed=[1])
+    with pytest.raises(ConfigError, match="seed"):
+        load_spec(spec)
+
+
+def test_statistics():
+    ci = interval([1.0, 2.0, 3.0])
+    assert ci["mean"] == 2.0 and ci["high"] - 2.0 == pytest.approx(4.302653 / math.sqrt(3), rel=1e-5)
+    assert verdict([0.1, 0.11, 0.12], [0.9, 0.91, 0.92])["verdict"] == "differs"
+    assert verdict([0.1, 0.3, 0.2], [0.15, 0.25, 0.2])["verdict"] == "same within seed noise"
+    assert verdict([0.5, 0.5], [0.5, 0.5])["verdict"] == "identical"
+    assert "Welch" in verdict([1.0, 2.0], [1.5, 2.5])["method"]
+
+
+@pytest.mark.engine
+def test_small_trl_bench_report_is_consistent(tmp_path):
+    spec = write_spec(tmp_path, arms=["trl", "trl rollout.temperature=0.7"], seeds=[0, 1], target_reward=0.0,
+                      set=["training.steps=3", "training.batch_size=4", "algorithm.group_size=4", "rollout.max_new_tokens=8"])
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "rlbridge", "bench", str(spec), "-o", str(out), "--no-progress"]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "4 runs: 0 already done" in res.stderr
+    for name in ("report.md", "results.json", "reward_vs_step.png", "reward_vs_wall.png", "phases.png", "throughput_memory.png"):
+        assert (out / name).stat().st_size > 0, name
+    data = json.loads((out / "results.json").read_text())
+    assert len(data["runs"]) == 4 and all(r["status"] == "completed" for r in data["runs"])
+    assert data["rlbridge_commit"] and data["differences"] == {"rollout.temperature": {"trl": 1.0, "trl rollout.temperature=0.7": 0.7}}
+    for run in data["runs"]:
+        assert len(data["histories"][run["key"]]) == 3 and sorted(map(int, run["step_arrival_s"])) == [1, 2, 3]
+        n = run["numbers"]
+        for key in ("auc", "reward_final", "step_s", "gen_tokens_per_s", "samples_per_s", "startup_s", "wall_s",
+                    "train_s", "peak_tree_rss_mb"):
+            assert isinstance(n[key], float) and math.isfinite(n[key]) and n[key] >= 0, key
+        assert n["steps_to_target"] == 1  # target 0.0 is reached at the first step
+        assert n["wall_s"] > n["train_s"] and n["startup_s"] < n["wall_s"]
+        # TRL's own timers: generation and reward are timed; no reference (kl_coef 0) and no weight sync (HF rollout)
+        assert {"timing/generate_s", "timing/reward_s", "timing/update_s", "timing/step_s"} <= set(n["phases"])
+        assert "timing/ref_s" not in n["phases"] and "timing/weight_sync_s" not in n["phases"]
+    for arm in data["arms"].values():
+        agg = arm["aggregate"]
+        assert arm["runs_completed"] == 2 and agg["auc"]["n"] == 2
+        assert agg["auc"]["low"] <= agg["auc"]["mean"] <= agg["auc"]["high"]
+    (pair,) = data["pairs"]
+    assert pair["auc"]["verdict"] in ("same within seed noise", "differs", "identical") and "Welch" in pair["auc"]["method"]
+    report = (out / "report.md").read_text()
+    assert "Welch" in report and "rollout.temperature" in report and "| trl rollout.temperature=0.7 |" in report
+    # an interrupted or repeated bench reuses finished runs
+    (out / "runs" / sorted(p.name for p in (out / "runs").iterdir())[0] / "run.json").unlink()
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "4 runs: 3 already done (reused), 1 to run" in res.stderr
