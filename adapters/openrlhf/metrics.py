@@ -12,6 +12,10 @@ DIRECT = {
     "timing/step_total": "timing/step_s",
     "timing/generation": "timing/generate_s",
     "timing/ppo_train": "timing/update_s",
+    # 0.11 PPOTrainer.train_step: weight sync to vLLM, and make_experience (old-policy, reference and
+    # value passes in one timer; rewards come with the samples, inside timing/generation)
+    "timing/broadcast": "timing/weight_sync_s",
+    "timing/make_experience": "timing/experience_s",
 }
 
 

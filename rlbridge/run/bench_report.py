@@ -25,6 +25,7 @@ PHASES = [
     ("timing/reward_s", "reward"),
     ("timing/old_logprob_s", "old log-prob"),
     ("timing/ref_s", "reference"),
+    ("timing/experience_s", "old log-prob + ref + values (one timer)"),
     ("timing/update_s", "actor update"),
     ("timing/weight_sync_s", "weight sync"),
 ]
