@@ -74,18 +74,54 @@ def build_tokenizer():
     return tok
 
 
-def build_tiny_model(target: Path, hidden: int = 64, layers: int = 2, heads: int = 2, seed: int = 0) -> str:
+def bpe_corpus() -> list[str]:
+    """What the BPE tokenizer of tiny-bpe is trained on: the digit task's strings (runs of one digit,
+    so '11', '1111'... become tokens) and a little English and arithmetic, deterministic."""
+    lines = [d * n for d in "0123456789" for n in (2, 3, 4, 6, 8)]
+    lines += [f"{a} + {b} = {a + b}" for a in range(0, 40, 3) for b in range(0, 30, 7)]
+    words = "the answer is a number think step by step hint digit repeat copy write final result tool call".split()
+    lines += [" ".join(words[i:] + words[:i]) for i in range(len(words))]
+    return lines * 4
+
+
+def build_bpe_tokenizer(vocab_size: int = 320):
+    """A byte-level BPE tokenizer trained here with the `tokenizers` library (the Qwen2 pipeline:
+    byte-level pre-tokenizer and decoder), so that decoding then re-encoding a policy's sampled ids
+    often differs from them: the tokenizer writes '11' as one token, a policy may sample '1' '1'."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, trainers
+    from tokenizers.models import BPE
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tk.train_from_iterator(bpe_corpus(), trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<pad>", bos_token=None, unk_token=None,
+        padding_side="left", model_max_length=512,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def build_tiny_model(target: Path, hidden: int = 64, layers: int = 2, heads: int = 2, seed: int = 0, tokenizer: str = "char") -> str:
     """A random Qwen2 model (head_dim = hidden/heads >= 32 for vLLM's CPU attention) with the
-    char-level tokenizer, saved in float32. Idempotent; written to a temp dir and moved into place."""
+    char-level tokenizer (or the trained BPE one: tokenizer='bpe'), saved in float32. Idempotent;
+    written to a temp dir and moved into place."""
     target = Path(target)
     marker = target / "rlbridge_builder.json"
     spec = {"builder_version": BUILDER_VERSION, "hidden": hidden, "layers": layers, "heads": heads, "seed": seed}
+    if tokenizer != "char":
+        spec["tokenizer"] = tokenizer
     if marker.exists() and json.loads(marker.read_text()) == spec:
         return str(target)
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tok = build_tokenizer()
+    tok = build_bpe_tokenizer() if tokenizer == "bpe" else build_tokenizer()
     cfg = Qwen2Config(
         vocab_size=len(tok),
         hidden_size=hidden,
@@ -136,6 +172,10 @@ def tiny_digits(target: Path) -> str:
     return build_tiny_model(target)
 
 
+def tiny_bpe(target: Path) -> str:
+    return build_tiny_model(target, tokenizer="bpe")
+
+
 @hookimpl
 def rlbridge_register_model_builders():
     return [
@@ -143,5 +183,10 @@ def rlbridge_register_model_builders():
             "tiny-digits",
             tiny_digits,
             "random Qwen2, 64 hidden x 2 layers, head_dim 32, char-level tokenizer (~60k parameters)",
-        )
+        ),
+        ModelBuilderPlugin(
+            "tiny-bpe",
+            tiny_bpe,
+            "tiny-digits with a byte-level BPE tokenizer trained locally (320 tokens): re-encoding sampled ids differs",
+        ),
     ]

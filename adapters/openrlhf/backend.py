@@ -182,7 +182,7 @@ class OpenRLHFBackend(Backend):
             rejected("rollout.top_k", "train_ppo_ray has no top-k flag; remove rollout.top_k"),
             honoured("rollout.gpu_memory_utilization", "--vllm.gpu_memory_utilization"),
             honoured("rollout.tensor_parallel_size", "--vllm.tensor_parallel_size"),
-            honoured("reward", "--reward.remote_url <generated reward file>"),
+            honoured("reward", "--train.agent_func_path <generated executor scoring the engine's token ids>"),
             approximated("environment", "--train.agent_func_path <generated AgentExecutor>",
                          "OpenRLHF's multi-turn executor gives each turn the remaining --data.max_len budget, not rollout.max_new_tokens",
                          check=_check_environment, when=lambda c: c.environment is not None),
@@ -253,7 +253,8 @@ class OpenRLHFBackend(Backend):
             "vllm.num_engines": max(devices // ro.tensor_parallel_size, 1) if colocate else max(rollout_gpus // ro.tensor_parallel_size, 1),
             "vllm.tensor_parallel_size": ro.tensor_parallel_size,
             "vllm.gpu_memory_utilization": ro.gpu_memory_utilization,
-            "reward.remote_url": "<run_dir>/rlbridge_reward.py",
+            # an agent executor, not --reward.remote_url: reward_func only sees decoded text (reward.py)
+            "train.agent_func_path": "<run_dir>/rlbridge_reward.py",
             "ds.param_dtype": dtype,
             "ds.zero_stage": 0 if gpus == 0 else 2,
             "logger.tensorboard_dir": "<run_dir>/tensorboard",
@@ -295,8 +296,7 @@ class OpenRLHFBackend(Backend):
         if config.data.eval is not None:
             flags["eval.dataset"] = "<run_dir>/data/eval.jsonl"
         if config.environment is not None:
-            # the agent computes the rewards; OpenRLHF then sets remote_url itself
-            del flags["reward.remote_url"]
+            # the environment's agent computes the rewards
             flags["train.agent_func_path"] = "<run_dir>/rlbridge_agent.py"
         if gpus == 0:
             flags["vllm.enforce_eager"] = True
@@ -319,7 +319,7 @@ class OpenRLHFBackend(Backend):
             "module": "openrlhf.cli.train_ppo_ray",
             "args": to_argv(flags, version),
             "model": {"path": _model_path(config), "chat_template": config.model.chat_template},
-            "rewards": [{"name": r.name, "weight": r.weight, "args": r.args} for r in config.reward],
+            "rewards": [r.model_dump(mode="json", exclude_none=True) for r in config.reward],
             "environment": config.environment.model_dump(mode="json") if config.environment else None,
             "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key},
             "ray": {"num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": logical_gpus},

@@ -1,27 +1,35 @@
-"""The rlbridge reward plugins as an OpenRLHF reward function.
+"""The rlbridge reward plugins as an OpenRLHF agent executor, so that plugins get the token ids the
+engine generated.
 
-OpenRLHF loads the file passed as --reward.remote_url (a generated two-line file that imports this
-function) inside each vLLM rollout actor and calls `reward_func(queries, prompts, labels)` once per
-sample. `queries` is prompt + completion decoded with special tokens kept, so the completion's token
-ids can be recovered exactly with the model's tokenizer. OpenRLHF swallows exceptions raised here
-(the sample gets no reward); every one is recorded as a reward_error event, which the launcher counts
-and reports.
+OpenRLHF's `reward_func(queries, prompts, labels)` (--reward.remote_url FILE.py) only sees text: the
+query is prompt + completion decoded with special tokens kept, and recovering the completion's ids
+from it means re-encoding, which a BPE tokenizer does not invert (the policy may emit a
+non-canonical split such as '1' '1' where the tokenizer would write '11'). So rlbridge passes
+--train.agent_func_path instead: the generated file imports RewardExecutor below as AgentExecutor,
+OpenRLHF loads it inside each vLLM rollout actor, and for every sample it runs OpenRLHF's own
+SingleTurnAgentExecutor (generation, truncation, log-probs) and then scores the action span of the
+token ids it returned. An exception raised by a plugin is recorded as a reward_error event (which the
+launcher counts and reports) and fails the rollout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import traceback
 
-from rlbridge.engine.engine_io import score_inputs, write_event
+from openrlhf.utils.agent import SingleTurnAgentExecutor
+
 from rlbridge.contract.rewards import RewardInput
+from rlbridge.engine.engine_io import sample_fields, score_inputs, write_event
 
 MODEL_ENV = "RLBRIDGE_OPENRLHF_MODEL"
 _tokenizer = None
 
 
 def _tok():
+    """The run's tokenizer (for budget arithmetic in the environment agent; never for reward ids)."""
     global _tokenizer
     if _tokenizer is None:
         from transformers import AutoTokenizer
@@ -30,30 +38,38 @@ def _tok():
     return _tokenizer
 
 
-def reward_func(queries, prompts, labels, **kwargs):
-    import torch
+def reward_input(prompt: str, label: str | None, action_ids: list[int], tokenizer) -> RewardInput:
+    """One sample as plugins see it: the engine's action token ids, and their text."""
+    info = json.loads(label) if label else {}
+    return RewardInput(
+        prompt=info.get("prompt", prompt),
+        completion=tokenizer.decode(action_ids, skip_special_tokens=True),
+        completion_ids=list(action_ids),
+        answer=info.get("answer"),
+        metadata=info.get("row", {}),
+    )
 
-    try:
-        inputs = []
-        for query, prompt, label in zip(queries, prompts, labels):
-            raw = query[len(prompt):] if query.startswith(prompt) else query
-            ids = _tok()(raw, add_special_tokens=False)["input_ids"]
-            info = json.loads(label) if label else {}
-            inputs.append(
-                RewardInput(
-                    prompt=info.get("prompt", prompt),
-                    completion=_tok().decode(ids, skip_special_tokens=True),
-                    completion_ids=ids,
-                    answer=info.get("answer"),
-                    metadata=info.get("row", {}),
-                )
-            )
-        totals, per_plugin = score_inputs(inputs)
-    except Exception as exc:
-        write_event({"kind": "reward_error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
-        raise
-    for i, total in enumerate(totals):
-        write_event({"kind": "reward_sample", "total": total, "plugins": {k: v[i] for k, v in per_plugin.items()}})
-    rewards = torch.tensor(totals, dtype=torch.float32)
-    extra = {name: torch.tensor([v if v is not None else 0.0 for v in values]) for name, values in per_plugin.items()}
-    return {"rewards": rewards, "scores": rewards, "extra_logs": extra}
+
+class RewardExecutor(SingleTurnAgentExecutor):
+    """OpenRLHF's single-turn executor without a reward endpoint, scored with the run's plugins."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, *args, **kwargs):
+        output = await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, *args, **kwargs)
+        start, end = output["action_ranges"][-1]
+        x = reward_input(prompt, label, output["observation_tokens"][start:end], hf_tokenizer)
+        try:
+            totals, per_plugin = await asyncio.to_thread(score_inputs, [x])
+        except Exception as exc:
+            write_event({"kind": "reward_error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+            raise
+        plugins = {k: v[0] for k, v in per_plugin.items()}
+        write_event({"kind": "reward_sample", "total": totals[0], "plugins": plugins, **sample_fields(x)})
+        output.update(
+            reward=totals[0],
+            scores=totals[0],
+            extra_logs={name: (value if value is not None else 0.0) for name, value in plugins.items()},
+        )
+        return output

@@ -110,6 +110,12 @@ def _check_dpo_only(config: RunConfig) -> str | None:
     )
 
 
+def _check_environment(config: RunConfig) -> str | None:
+    if config.environment is not None and config.algorithm.name == "rloo":
+        return "TRL's RLOOTrainer has no rollout_func, which runs environments on TRL; use algorithm.name: grpo or dr_grpo"
+    return None
+
+
 def _check_resources(config: RunConfig) -> str | None:
     if gpus_per_node(config) > 1:
         return (
@@ -181,7 +187,11 @@ class TRLBackend(Backend):
             honoured("rollout.gpu_memory_utilization", "vllm_gpu_memory_utilization", vllm_util),
             honoured("rollout.tensor_parallel_size", "vllm_tensor_parallel_size", vllm_tp),
             honoured("reward", "reward_funcs + reward_weights"),
-            rejected("environment", "the TRL adapter does not wire environment plugins into environment_factory yet; remove environment"),
+            approximated("environment", "GRPOTrainer rollout_func driving the environment (adapters/trl/environment.py); its reward is a reward function named after it",
+                         "TRL's environment_factory continues an episode only through tool calls (no per-turn reward, done or "
+                         "feedback), so rlbridge drives episodes through rollout_func; feedback and tool messages are rendered "
+                         "one message at a time with the chat template, tool calls parsed in the hermes <tool_call> format",
+                         check=_check_environment, when=lambda c: c.environment is not None),
             honoured("training.steps", "max_steps = steps x updates per step"),
             honoured("training.epochs", "num_train_epochs"),
             honoured("training.lr", "learning_rate"),
@@ -254,7 +264,8 @@ class TRLBackend(Backend):
             "fp16": dtype == "float16" and gpus > 0,
             "gradient_checkpointing": False,
             "model_init_kwargs": {"dtype": dtype},
-            "reward_weights": [r.weight for r in config.reward],
+            # an environment's episode reward comes first, as a reward function of weight 1
+            "reward_weights": [1.0] * (config.environment is not None) + [r.weight for r in config.reward],
             "remove_unused_columns": False,
             "use_vllm": ro.engine == "vllm",
         }
@@ -287,7 +298,8 @@ class TRLBackend(Backend):
             "config_class": f"{trainer}Config",
             "args": args,
             "model": {"path": _model_path(config), "dtype": dtype},
-            "rewards": [{"name": r.name, "weight": r.weight, "args": r.args} for r in config.reward],
+            "rewards": [r.model_dump(mode="json", exclude_none=True) for r in config.reward],
+            "environment": config.environment.model_dump(mode="json") if config.environment else None,
             "data": {
                 "prompt_key": config.data.prompt_key,
                 "answer_key": config.data.answer_key,

@@ -349,7 +349,7 @@ class VerlBackend(Backend):
             "verl_version": str(version),
             "overrides": o,
             "model": {"path": _model_path(config), "chat_template": template},
-            "rewards": [{"name": r.name, "weight": r.weight, "args": r.args} for r in config.reward],
+            "rewards": [r.model_dump(mode="json", exclude_none=True) for r in config.reward],
             "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key},
             "environment": config.environment.model_dump(mode="json") if config.environment else None,
             "tools": tools,

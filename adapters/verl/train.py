@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbridge.contract.data import load_rows
+from rlbridge.contract.local_plugins import PLUGINS_ENV
 from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, private_ray_cluster, run_and_model_dirs
 from rlbridge_adapters.verl.backend import AGENT_LOOP_FILE, AGENT_NAME, TOOL_CONFIG_FILE
 from rlbridge_adapters.verl.boot import NATIVE_ENV, PATCH_REPORT_ENV
@@ -109,6 +110,7 @@ def run_verl(plan, ctx) -> None:
         EVENTS_ENV: str(events),
         NATIVE_ENV: str(run_dir / "verl_native_plan.json"),
         REWARDS_ENV: json.dumps(native["rewards"]),
+        PLUGINS_ENV: json.dumps(getattr(ctx.config, "plugins", [])),
         "PYTHONPATH": os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p),
     }
     os.environ.update(env)

@@ -143,12 +143,32 @@ class RolloutConfig(StrictModel):
 
 
 class RewardSpec(StrictModel):
-    name: str
-    """Reward plugin name (see `rlbridge plugins`)."""
+    name: str = ""
+    """Reward plugin name (see `rlbridge plugins`). With `native`, the name its metrics are logged
+    under (default: the function's name)."""
     weight: float = 1.0
     """Weight of this reward in the total."""
     args: dict[str, Any] = Field(default_factory=dict)
-    """Keyword arguments passed to the plugin's factory."""
+    """Keyword arguments passed to the plugin's factory (with `native`: to the function on every call)."""
+    native: Literal["verl", "openrlhf", "trl"] | None = None
+    """Use a reward function written for this engine's calling convention, unchanged, on any backend:
+    verl compute_score(data_source, solution_str, ground_truth, extra_info); OpenRLHF
+    reward_func(queries, prompts, labels); TRL f(prompts, completions, **kwargs). See docs/plugins.md."""
+    function: str | None = None
+    """With `native`: the function, as FILE.py:NAME (relative to the config file) or package.module:NAME."""
+
+    @model_validator(mode="after")
+    def _plugin_or_native(self) -> "RewardSpec":
+        if self.native is not None:
+            if not self.function or ":" not in self.function:
+                raise ValueError(f"a native: {self.native} reward needs function: FILE.py:NAME or package.module:NAME")
+            if not self.name:
+                object.__setattr__(self, "name", self.function.rsplit(":", 1)[1].rsplit(".", 1)[-1])
+        elif self.function is not None:
+            raise ValueError("'function' needs 'native' (verl, openrlhf or trl: the function's calling convention)")
+        elif not self.name:
+            raise ValueError("a reward entry needs 'name' (a reward plugin, see `rlbridge plugins`) or 'native' + 'function'")
+        return self
 
 
 class EnvironmentSpec(StrictModel):
@@ -263,8 +283,12 @@ class RunConfig(StrictModel):
     """Training and evaluation data."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     """Generation of samples."""
+    plugins: list[str] = Field(default_factory=list)
+    """Plugin modules to load without packaging (as pytest's -p): paths of .py files (relative to the
+    config file) or importable module names. They register through the same hooks as installed
+    plugins, in this process and in every engine process of the run. CLI: -p/--plugin."""
     reward: list[RewardSpec] = Field(default_factory=list)
-    """Reward plugins; the total reward is their weighted sum."""
+    """Reward plugins (or native reward functions); the total reward is their weighted sum."""
     environment: EnvironmentSpec | None = None
     """Optional environment plugin for multi-turn episodes and tools."""
     training: TrainingConfig = Field(default_factory=TrainingConfig)

@@ -59,6 +59,9 @@ class PluginManager:
         self._sources: dict[int, tuple[str, str]] = {}
         if load_entry_points:
             self._load_entry_points()
+            from rlbridge.contract.local_plugins import load_from_env
+
+            load_from_env(self)  # the run's local plugin modules (config `plugins:` / -p), in engine processes too
 
     def _load_entry_points(self) -> None:
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):

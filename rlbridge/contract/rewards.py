@@ -37,13 +37,13 @@ class BoundReward:
 
 
 def build_rewards(config: RunConfig, plugins=None) -> list[BoundReward]:
+    from rlbridge.contract.native_rewards import reward_fn
     from rlbridge.contract.registry import get_plugin_manager
 
     pm = plugins or get_plugin_manager()
     bound = []
     for i, spec in enumerate(config.reward):
-        plugin = pm.get("reward", spec.name, f"reward[{i}].name")
-        bound.append(BoundReward(spec.name, spec.weight, plugin.factory(**spec.args)))
+        bound.append(BoundReward(spec.name, spec.weight, reward_fn(spec, pm, f"reward[{i}]")))  # a plugin or a native function
     return bound
 
 

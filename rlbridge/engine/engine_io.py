@@ -208,14 +208,12 @@ def bound_rewards() -> list[BoundReward]:
     """The run's reward plugins, built once per engine process from RLBRIDGE_REWARDS."""
     global _bound
     if _bound is None:
+        from rlbridge.contract.native_rewards import reward_fn
         from rlbridge.contract.registry import get_plugin_manager
 
         pm = get_plugin_manager()
         specs = json.loads(os.environ[REWARDS_ENV])
-        _bound = [
-            BoundReward(s["name"], s["weight"], pm.get("reward", s["name"], f"reward[{i}].name").factory(**s["args"]))
-            for i, s in enumerate(specs)
-        ]
+        _bound = [BoundReward(s["name"], s["weight"], reward_fn(s, pm, f"reward[{i}]")) for i, s in enumerate(specs)]
     return _bound
 
 

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.local_plugins import resolve_config_refs
 from rlbridge.errors import ConfigError, did_you_mean
 
 
@@ -23,6 +24,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     for item in overrides:
         apply_override(data, item)
     config = validate_config(data)
+    resolve_config_refs(config, Path(path).parent if path is not None else None)
     if config.run_name is None and path is not None:
         config.run_name = Path(path).stem
     return config

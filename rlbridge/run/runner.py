@@ -20,6 +20,8 @@ from rlbridge.contract.data import check_source
 from rlbridge.errors import ConfigError
 from rlbridge.run.loading import dump_config
 from rlbridge.contract.models import BUILTIN_PREFIX, looks_local
+from rlbridge.contract.local_plugins import export_local_plugins, register_local_plugins
+from rlbridge.contract.native_rewards import check_reward_spec
 from rlbridge.contract.registry import PluginManager, get_plugin_manager
 from rlbridge.machine import count_gpus
 
@@ -48,6 +50,8 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     """Every check that can fail before anything is written or started, then the plan."""
     pm = plugins or get_plugin_manager()
     config = resolve(config)
+    register_local_plugins(pm, config.plugins)  # before any lookup: they may provide the backend too
+    export_local_plugins(config.plugins)  # for the engine processes, which inherit this environment
     backend = pm.backend(config.backend)
     if config.engine_version and not backend.version_supported(config.engine_version.split("-")[0]):
         raise ConfigError(
@@ -66,7 +70,7 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     if config.data.eval is not None:
         check_source(config.data.eval, "data.eval", pm)
     for i, spec in enumerate(config.reward):
-        pm.get("reward", spec.name, f"reward[{i}].name")
+        check_reward_spec(spec, pm, f"reward[{i}]")  # a plugin, or a native function that loads and fits its convention
     if config.environment is not None:
         pm.get("environment", config.environment.name, "environment.name")
     policy = pm.get("placement", config.placement.policy, "placement.policy")

@@ -1,0 +1,96 @@
+"""Native reward functions (verl, OpenRLHF, TRL conventions) adapted to the neutral interface, and
+refused at plan time when their signature fits no convention."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rlbridge.contract.native_rewards import check_reward_spec, metric_means, reward_fn
+from rlbridge.contract.rewards import RewardInput
+from rlbridge.errors import ConfigError
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "native_rewards"
+
+
+def inputs():
+    return [
+        RewardInput(prompt="7777", completion="777x", completion_ids=[5, 5, 5, 9, 3], answer="7", metadata={"answer": "7", "topic": "a"}),
+        RewardInput(prompt="2222", completion="", completion_ids=[3], answer="2", metadata={"answer": "2", "topic": "b"}),
+        RewardInput(prompt="1111", completion="11", completion_ids=[8], answer=None, metadata={"answer": None, "topic": "c"}),
+    ]
+
+
+def test_verl_compute_score_dict_gives_score_and_metrics():
+    fn = reward_fn({"native": "verl", "function": f"{EXAMPLES}/verl_compute_score.py:compute_score"}, None, "reward[0]")
+    out = fn(inputs())
+    assert list(out)[:2] == [0.75, 0.0]
+    assert out.metrics["chars"] == [4.0, 0.0, 2.0]
+    assert metric_means(out) == {"chars": 2.0}
+
+
+def test_openrlhf_reward_func_batched_tensors():
+    pytest.importorskip("torch")
+    fn = reward_fn({"native": "openrlhf", "function": f"{EXAMPLES}/openrlhf_reward_func.py:reward_func"}, None, "reward[0]")
+    out = fn(inputs()[:2])
+    assert list(out) == [0.75, 0.0]
+    assert out.metrics["hit"] == [1.0, 0.0]
+
+
+def test_trl_function_gets_engine_ids_columns_and_none():
+    fn = reward_fn({"native": "trl", "function": f"{EXAMPLES}/trl_reward.py:digit_share"}, None, "reward[0]")
+    # 3 answer digits over 5 engine tokens (not over the 4 characters): completion_ids reached it
+    assert list(fn(inputs())) == [0.6, 0.0, None]
+
+
+def write(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "r.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def test_trl_log_metric_and_args(tmp_path):
+    path = write(tmp_path, """
+        def f(completions, topic, scale, log_metric, **kwargs):
+            log_metric("seen", len(completions))
+            return [scale * (t == "a") for t in topic]
+    """)
+    out = reward_fn({"native": "trl", "function": f"{path}:f", "args": {"scale": 2.0}}, None, "reward[0]")(inputs())
+    assert list(out) == [2.0, 0.0, 0.0] and out.metrics["seen"] == [3.0] * 3
+
+
+def test_async_verl_function(tmp_path):
+    path = write(tmp_path, """
+        async def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            return float(data_source == "rlbridge") + len(solution_str)
+    """)
+    assert list(reward_fn({"native": "verl", "function": f"{path}:compute_score"}, None, "r")(inputs())) == [5.0, 1.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    "family, body, expected",
+    [
+        ("verl", "def compute_score(text, truth): return 0.0", "has no 'solution_str' parameter"),
+        ("verl", "def compute_score(solution_str, ground_truth, tokenizer): return 0.0", "requires tokenizer"),
+        ("openrlhf", "def reward_func(queries, prompts): return {}", "cannot be called as reward_func(queries, prompts, labels)"),
+        ("trl", "def f(samples): return []", "has no 'completions' parameter"),
+        ("trl", "def f(completions, /): return []", "positional-only"),
+    ],
+)
+def test_signature_that_fits_no_convention_is_refused(tmp_path, family, body, expected):
+    path = write(tmp_path, body)
+    with pytest.raises(ConfigError) as err:
+        check_reward_spec({"native": family, "function": f"{path}:{body.split('(')[0][4:]}"}, None, "reward[1]")
+    message = str(err.value)
+    assert message.startswith("reward[1].function: ") and expected in message
+    assert f"a native: {family} reward is " in message  # says what it expected
+
+
+def test_missing_file_and_name(tmp_path):
+    with pytest.raises(ConfigError, match=r"reward\[0\]\.function: no file"):
+        check_reward_spec({"native": "trl", "function": "nope/missing.py:f"}, None, "reward[0]")
+    path = write(tmp_path, "def other(completions): return []")
+    with pytest.raises(ConfigError, match="has no 'f'; callables there: other"):
+        check_reward_spec({"native": "trl", "function": f"{path}:f"}, None, "reward[0]")
