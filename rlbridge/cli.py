@@ -27,6 +27,9 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 _state = {"debug": False}
 
 SetOption = typer.Option(None, "--set", "-s", help="Override a config key: --set training.steps=10 (repeatable).")
+PluginOption = typer.Option(
+    None, "--plugin", "-p", help="Load a plugin module without packaging: a .py file or a module name (repeatable; adds to the config's plugins)."
+)
 
 
 @app.callback()
@@ -34,10 +37,16 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for
     _state["debug"] = debug
 
 
-def _load(config: Optional[Path], overrides: Optional[list[str]]):
+def _load(config: Optional[Path], overrides: Optional[list[str]], plugins: Optional[list[str]] = None):
+    from pathlib import Path as _Path
+
+    from rlbridge.contract.local_plugins import absolute_ref
     from rlbridge.run.loading import load_config
 
-    return load_config(config, overrides or [])
+    cfg = load_config(config, overrides or [])
+    if plugins:  # -p paths are relative to the current directory, as pytest's are
+        cfg.plugins = [*cfg.plugins, *(absolute_ref(p, [_Path.cwd()]) for p in plugins)]
+    return cfg
 
 
 @app.command()
@@ -45,11 +54,12 @@ def train(
     config: Path = typer.Argument(..., help="YAML config file."),
     set_: Optional[list[str]] = SetOption,
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (e.g. in CI logs)."),
+    plugin: Optional[list[str]] = PluginOption,
 ) -> None:
     """Train: plan the config for its backend, then run it and write output_dir."""
     from rlbridge.run.runner import train as run_train
 
-    cfg = _load(config, set_)
+    cfg = _load(config, set_, plugin)
     summary = run_train(cfg, progress=False if no_progress else None)
     out.print(
         f"[green]done[/green]: {summary['steps']} steps, reward {summary.get('reward_first', float('nan')):.3f} -> "
@@ -63,11 +73,12 @@ def plan(
     set_: Optional[list[str]] = SetOption,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     check: bool = typer.Option(False, "--check", help="Also validate the plan with the engine's own config code (imports the engine)."),
+    plugin: Optional[list[str]] = PluginOption,
 ) -> None:
     """Print the engine-native configuration a run of CONFIG would use (nothing is started)."""
     from rlbridge.run.runner import prepare
 
-    prepared = prepare(_load(config, set_))
+    prepared = prepare(_load(config, set_, plugin))
     if check:
         prepared.backend.require_engine()
         prepared.backend.validate(prepared.plan)

@@ -17,6 +17,7 @@ from rlbridge.errors import ConfigError
 from rlbridge.engine.patches import apply_patches
 from rlbridge.contract.rewards import BoundReward, RewardInput, build_rewards, score
 from rlbridge.contract.models import materialize_model
+from rlbridge.engine.engine_io import EVENTS_ENV
 from rlbridge_adapters.trl.metrics import to_canonical
 from rlbridge_adapters.trl.patch import profiling_timers
 from rlbridge_adapters.trl.patches import PATCHES
@@ -86,7 +87,12 @@ def trl_reward(bound: BoundReward, answer_key: str, tokenizer):
                     metadata=metadata,
                 )
             )
-        return score(bound, inputs)
+        scores = score(bound, inputs)
+        log_metric = columns.get("log_metric")
+        for key, value in (getattr(bound.fn, "last_metrics", None) or {}).items():  # a native reward's extra metrics
+            if callable(log_metric):
+                log_metric(f"rewards/{bound.name}/{key}", value)
+        return scores
 
     reward.__name__ = bound.name
     return reward
@@ -190,6 +196,17 @@ def run_trl(plan, ctx) -> None:
     rewards = [trl_reward(b, native["data"]["answer_key"], tok) for b in build_rewards(config, ctx.plugins)]
 
     trainer_class = getattr(trl, native["trainer"])
+    extra: dict[str, Any] = {}
+    if native.get("environment"):
+        from rlbridge_adapters.trl.environment import EnvironmentRollout, environment_reward, trainer_class as recording_rows
+
+        spec = native["environment"]
+        events = ctx.run_dir / "trl_events.jsonl"  # episode rewards, as the other engines' drivers report them
+        events.unlink(missing_ok=True)
+        os.environ[EVENTS_ENV] = str(events.resolve())
+        trainer_class = recording_rows(trainer_class)
+        rewards = [environment_reward(spec["name"]), *rewards]
+        extra["rollout_func"] = EnvironmentRollout(spec, native["data"]["prompt_key"], native["data"]["use_chat_template"])
     args = make_args(native)
     timers: dict[str, float] = {}
     callback = CanonicalMetrics(ctx, native["updates_per_step"], timers)
@@ -202,6 +219,7 @@ def run_trl(plan, ctx) -> None:
             eval_dataset=eval_ds,
             processing_class=tok,
             callbacks=[callback],
+            **extra,
         )
         callback.trainer = trainer
         # disable_tqdm makes transformers print every raw log dict; rlbridge shows its own progress.
