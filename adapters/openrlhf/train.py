@@ -95,6 +95,7 @@ def run_openrlhf(plan, ctx) -> None:
         EVENTS_ENV: str(events),
         NATIVE_ENV: str(run_dir / "openrlhf_native_plan.json"),
         REWARDS_ENV: json.dumps(native["rewards"]),
+        "RLBRIDGE_ROLLOUT_WORKERS": ctx.config.rollout_workers.model_dump_json(),  # rlbridge.engine.workers.WORKERS_ENV
         PLUGINS_ENV: json.dumps(getattr(ctx.config, "plugins", [])),
         ENVIRONMENT_ENV: json.dumps(native.get("environment")),
         MODEL_ENV: model_dir,

@@ -8,6 +8,7 @@ verl 0.9, registered in `verl.experimental.reward_loop.reward_manager`). Importe
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -78,7 +79,8 @@ def make_reward_loop_manager():
         async def run_single(self, data) -> dict[str, Any]:
             item = data[0]
             x, _ = reward_input(self.tokenizer, item)
-            totals, per_plugin = score_inputs([x])
+            # off the event loop: verl runs many run_single calls at once, and the worker pool scores them in parallel
+            totals, per_plugin = await asyncio.to_thread(score_inputs, [x])
             write_event({"kind": "reward_sample", "total": totals[0], "plugins": {k: v[0] for k, v in per_plugin.items()}})
             return {"reward_score": totals[0], "reward_extra_info": {f"rlbridge/{k}": v[0] for k, v in per_plugin.items()}}
 

@@ -110,6 +110,7 @@ def run_verl(plan, ctx) -> None:
         EVENTS_ENV: str(events),
         NATIVE_ENV: str(run_dir / "verl_native_plan.json"),
         REWARDS_ENV: json.dumps(native["rewards"]),
+        "RLBRIDGE_ROLLOUT_WORKERS": ctx.config.rollout_workers.model_dump_json(),  # rlbridge.engine.workers.WORKERS_ENV
         PLUGINS_ENV: json.dumps(getattr(ctx.config, "plugins", [])),
         "PYTHONPATH": os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p),
     }

@@ -26,7 +26,9 @@ from rlbridge.errors import CapabilityError, EngineNotAvailableError
 
 
 # Knobs the core handles itself for every engine; a backend does not declare them.
-CORE_KNOBS = frozenset({"backend", "run_name", "output_dir", "engine_env", "engine_version", "telemetry", "backend_options", "plugins"})
+CORE_KNOBS = frozenset({"backend", "run_name", "output_dir", "engine_env", "engine_version", "telemetry", "backend_options", "plugins",
+                        # rlbridge's own reward shim runs the worker pool inside every engine (rlbridge.engine.workers)
+                        "rollout_workers"})
 # Sections whose keys are knobs one level down (dicts and lists are one knob each).
 _SECTIONS = ("algorithm", "model", "data", "rollout", "training", "resources", "placement", "checkpoint")
 

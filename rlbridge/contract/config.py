@@ -260,6 +260,35 @@ class CheckpointConfig(StrictModel):
     """Keep only the newest N checkpoints; None keeps all."""
 
 
+class RolloutWorkersConfig(StrictModel):
+    """Where reward plugins (and environment steps) run inside the engine's processes, and what a
+    faulty plugin costs (docs/rollout-workers.md)."""
+
+    mode: Literal["process", "inline"] = "process"
+    """process: a pool of spawned worker processes per engine process (a hang is killed at timeout_s,
+    a crash is contained); inline: in the engine process itself (for debuggers; faults are still
+    counted, but a hang cannot be interrupted)."""
+    num_workers: int = Field(2, ge=1)
+    """Worker processes per engine process that scores (TRL: the trainer; verl: each reward-loop
+    worker; OpenRLHF: each vLLM actor)."""
+    timeout_s: float = Field(30.0, gt=0.0)
+    """Wall-clock limit of one call (one batch of samples of one plugin); past it the worker is killed
+    and replaced, and the batch's samples count as reward/timeouts."""
+    batch_size: int = Field(32, ge=1)
+    """Samples per call to a worker: larger batches cost less per sample, smaller ones lose less to a
+    timeout and spread over more workers."""
+    max_concurrency: int | None = Field(None, ge=1)
+    """Calls of one plugin in flight at once (e.g. to respect a remote API's rate limit); None: num_workers."""
+    on_error: Literal["fail", "zero", "skip"] = "zero"
+    """What a faulty score becomes (the plugin raised, timed out, crashed its worker, returned NaN/inf,
+    a non-number or the wrong number of scores): fail stops the run with the error and the row; zero
+    scores it 0.0; skip leaves the plugin out of that sample's total. Always counted (reward/errors,
+    reward/timeouts, reward/crashes, reward/nonfinite, reward/invalid) and logged with the failing row."""
+    error_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    """With zero or skip: the run fails once more than this fraction of the samples scored so far (at
+    least 16) had a fault, rather than training on a reward that is broken everywhere. 1.0 never fails."""
+
+
 class RunConfig(StrictModel):
     backend: str = "trl"
     """Engine to run on: trl, verl, openrlhf (see `rlbridge backends`)."""
@@ -291,6 +320,8 @@ class RunConfig(StrictModel):
     """Reward plugins (or native reward functions); the total reward is their weighted sum."""
     environment: EnvironmentSpec | None = None
     """Optional environment plugin for multi-turn episodes and tools."""
+    rollout_workers: RolloutWorkersConfig = Field(default_factory=RolloutWorkersConfig)
+    """Worker processes that run reward plugins in the engine's processes, timeouts and the fault policy."""
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     """Optimisation, batches and length of training."""
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)

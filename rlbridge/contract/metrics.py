@@ -26,6 +26,13 @@ CANONICAL: dict[str, str] = {
     "throughput/tokens_per_s": "Prompt and generated tokens processed per second of step time.",
     "memory/peak_mb": "Peak memory of the training process so far: accelerator memory on GPU, resident memory on CPU (MiB).",
     "lr": "Learning rate at the end of the step.",
+    # reward faults, counted per step by the worker pool (rlbridge.engine.workers), 0 when none
+    "reward/errors": "Samples whose score a reward plugin could not give because it raised, this step.",
+    "reward/timeouts": "Samples whose reward call ran past rollout_workers.timeout_s (the worker was killed and replaced), this step.",
+    "reward/crashes": "Samples whose reward worker process died (os._exit, a signal, a segfault), this step.",
+    "reward/nonfinite": "Reward scores that were NaN or inf, this step.",
+    "reward/invalid": "Reward scores that were not numbers, came in the wrong number, or were None for every plugin of a sample, this step.",
+    "reward/skipped": "Samples left without any score under rollout_workers.on_error: skip (their total is 0), this step.",
 }
 
 _PLUGIN_RE = re.compile(r"^reward/[A-Za-z0-9_.-]+/mean$")

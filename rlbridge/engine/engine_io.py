@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -92,6 +93,7 @@ class EventFollower(threading.Thread):
         self.rewards: dict[str, float] = {}
         self.samples: list[dict[str, Any]] = []
         self.reward_errors: list[str] = []
+        self.fault_counts: dict[str, int] = {}  # reward faults of the step (rlbridge.engine.workers)
         # checkpoints already there (a resumed run's) were reported by the run that saved them
         self.seen_checkpoints: set[str] = (
             {p.name for p in self.checkpoint_dir.glob(checkpoint_glob)} if self.checkpoint_dir and self.checkpoint_dir.exists() else set()
@@ -130,6 +132,11 @@ class EventFollower(threading.Thread):
             self.samples.append(event)
         elif kind == "reward_error":
             self.reward_errors.append(event["error"])
+        elif kind == "reward_faults":
+            for key, n in event["counts"].items():
+                self.fault_counts[key] = self.fault_counts.get(key, 0) + n
+        elif kind == "reward_fault":  # the first faults of the run: their error lines and row reach the console
+            print(f"rlbridge: reward '{event['plugin']}' {event['outcome']} on row {event['row']}:\n{event['error']}", file=sys.stderr)
         elif kind == "metrics":
             native = event["data"]
             if not self.is_step(native):
@@ -140,6 +147,10 @@ class EventFollower(threading.Thread):
                     [s["total"] for s in self.samples], {n: [s["plugins"].get(n) for s in self.samples] for n in names}
                 )
             canonical = self.to_canonical(native, self.rewards)
+            from rlbridge.engine.workers import COUNTERS
+
+            canonical.update({f"reward/{k}": float(self.fault_counts.get(k, 0)) for k in COUNTERS})
+            self.fault_counts = {}
             if "memory/peak_mb" not in canonical and self.peak_mb:
                 canonical["memory/peak_mb"] = self.peak_mb
             self.ctx.emit_step(int(event["step"]), canonical, native=native)
@@ -218,11 +229,15 @@ def bound_rewards() -> list[BoundReward]:
 
 
 def score_inputs(inputs: list[RewardInput]) -> tuple[list[float], dict[str, list[float | None]]]:
-    """Weighted total per input (a plugin's None counts as not applicable) and each plugin's scores."""
-    rewards = bound_rewards()
-    per_plugin = {r.name: score(r, inputs) for r in rewards}
-    totals = [sum(r.weight * per_plugin[r.name][i] for r in rewards if per_plugin[r.name][i] is not None) for i in range(len(inputs))]
-    return totals, per_plugin
+    """Weighted total per input (a plugin's None counts as not applicable) and each plugin's scores,
+    through the run's worker pool (rollout_workers: timeouts, fault counts and the on_error policy).
+    Thread-safe: async reward loops call it from worker threads, concurrently."""
+    from rlbridge.engine.workers import engine_scorer
+
+    scored = engine_scorer().score(inputs)
+    if scored.counts:
+        write_event({"kind": "reward_faults", "counts": scored.counts})
+    return scored.totals, scored.per_plugin
 
 
 def reward_stats(totals: list[float], per_plugin: dict[str, list[float | None]]) -> dict[str, float]:

@@ -1,0 +1,483 @@
+"""The worker pool behind every reward (and environment step) call in an engine process.
+
+Engines call reward shims from their own processes (TRL's trainer, verl's reward loop workers,
+OpenRLHF's vLLM actors). Scoring there, in-process and serially, lets one plugin freeze or fail the
+run: a hang cannot be interrupted by asyncio or signals in CPU-bound code, a forked pool deadlocks
+on inherited locks. Here every call goes to a pool of *spawned* worker processes
+([pebble](https://pypi.org/project/Pebble/)'s ProcessPool: a per-task timeout kills the worker
+process and starts a new one, a worker that dies is reported as such, and the pool keeps serving),
+so that a plugin that raises, hangs, crashes its process or returns garbage costs the samples it
+was scoring, is counted (canonical `reward/errors`, `reward/timeouts`, ...), logged with its first
+error lines and the failing row, and handled by `rollout_workers.on_error`.
+
+`mode: inline` calls the plugins in the engine process (for debuggers and profilers); faults are
+still counted and handled, but a hang cannot be interrupted there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import logging
+import math
+import os
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlbridge.contract.rewards import BoundReward, RewardInput
+from rlbridge.errors import RLBridgeError
+
+log = logging.getLogger("rlbridge.rewards")
+
+WORKERS_ENV = "RLBRIDGE_ROLLOUT_WORKERS"
+FAULT_LOG_ENV = "RLBRIDGE_FAULT_LOG"
+
+OUTCOMES = ("errors", "timeouts", "crashes", "nonfinite", "invalid")
+"""Fault kinds, each a canonical per-step metric reward/<kind>: the plugin raised; it ran past
+timeout_s (its worker was killed and replaced); its worker process died (os._exit, a signal, a
+segfault); it returned NaN or inf; it returned something that is not a score (a non-number, the
+wrong number of scores, or None for every plugin of a sample)."""
+COUNTERS = (*OUTCOMES, "skipped")
+"""The per-step counters; skipped: samples left with no score under on_error: skip (their total is 0)."""
+MIN_SAMPLES_FOR_THRESHOLD = 16
+
+
+class RewardFailure(RLBridgeError):
+    """A reward plugin faulted and the run's on_error policy (or its threshold) says stop."""
+
+
+@dataclass
+class Settings:
+    """rollout_workers as seen in an engine process (the fields of contract.config.RolloutWorkersConfig)."""
+
+    mode: str = "process"
+    num_workers: int = 2
+    timeout_s: float = 30.0
+    batch_size: int = 32
+    max_concurrency: int | None = None
+    on_error: str = "zero"
+    error_threshold: float = 0.5
+
+    @classmethod
+    def from_any(cls, value: Any) -> "Settings":
+        if value is None:
+            raw = os.environ.get(WORKERS_ENV)
+            value = json.loads(raw) if raw else {}
+        if isinstance(value, Settings):
+            return value
+        if hasattr(value, "model_dump"):
+            value = value.model_dump()
+        return cls(**{k: v for k, v in dict(value).items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Fault:
+    plugin: str
+    outcome: str
+    message: str
+    index: int
+    value: float | None = None
+
+
+@dataclass
+class Scored:
+    """The result of one scoring call: the weighted total per sample, each plugin's scores after
+    the on_error policy (None: not applicable or skipped), and this call's fault counts."""
+
+    totals: list[float]
+    per_plugin: dict[str, list[float | None]]
+    counts: dict[str, int] = field(default_factory=dict)
+    raw: dict[str, list[float | None]] = field(default_factory=dict)
+    """Each plugin's scores as returned where they were numbers, NaN and inf included (telemetry:
+    the engine never sees these, it gets per_plugin)."""
+
+
+# --- worker side (runs in the spawned processes) -------------------------------------------------
+
+_worker_rewards: dict[str, Callable] = {}
+
+
+def specs_with_factories(specs: Sequence[dict], plugins) -> list[dict]:
+    """The run's reward specs ({name, weight, args, native?, function?}) as spawned workers can
+    rebuild them: each plugin factory's import path (so a plugin registered by hand in this process
+    is found if its module is importable); a plugin that exists only in this process's plugin
+    manager (a closure, a test's object) is marked `inline` and scored here, with a log line."""
+    out = []
+    for i, spec in enumerate(specs):
+        if spec.get("native"):
+            out.append(dict(spec))  # loaded from its file or module in any process
+            continue
+        factory = plugins.get("reward", spec["name"], f"reward[{i}].name").factory
+        ref = _import_path(factory)
+        try:
+            same = ref is not None and _resolve_factory({"factory": ref}, i) is factory
+        except Exception:
+            same = False
+        if not same:
+            log.warning("reward '%s' is registered in this process only (its factory is not importable by a worker "
+                        "process): it is scored inline, without a timeout", spec["name"])
+        out.append({**spec, "factory": ref if same else None, "inline": not same})
+    return out
+
+
+def _import_path(obj: Any) -> str | None:
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    if not module or "<" in qualname:
+        return None
+    return f"{module}:{qualname}"
+
+
+def _resolve_factory(spec: dict, index: int) -> Callable:
+    module, _, qualname = spec["factory"].partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def build_reward(spec: dict, index: int, plugins=None) -> Callable:
+    """The reward callable of one spec: from the factory's import path when the spec has one, else
+    as the engine process builds it (the registry: entry points and the run's local plugins; or a
+    native function)."""
+    if spec.get("factory"):
+        return _resolve_factory(spec, index)(**(spec.get("args") or {}))
+    from rlbridge.contract.native_rewards import reward_fn
+    from rlbridge.contract.registry import get_plugin_manager
+
+    return reward_fn({k: v for k, v in spec.items() if k not in ("factory", "inline")}, plugins or get_plugin_manager(), f"reward[{index}]")
+
+
+def _worker_reward(specs_json: str, name: str) -> Callable:
+    key = f"{specs_json}\0{name}"
+    if key not in _worker_rewards:
+        for i, spec in enumerate(json.loads(specs_json)):
+            if spec["name"] == name:
+                _worker_rewards[key] = build_reward(spec, i)
+                break
+        else:
+            raise KeyError(f"reward '{name}' is not among the run's rewards")
+    return _worker_rewards[key]
+
+
+def _score_chunk(specs_json: str, name: str, inputs: list[RewardInput]) -> tuple[Any, dict | None]:
+    """One task: a plugin over a chunk of samples: its raw output (checked in the engine process)
+    and the extra metrics a native reward leaves in `last_metrics`."""
+    fn = _worker_reward(specs_json, name)
+    out = fn(inputs)
+    try:
+        out = list(out)
+    except TypeError:
+        pass
+    return out, getattr(fn, "last_metrics", None)
+
+
+def _call(fn: Callable, args: tuple) -> Any:
+    """One task: any picklable callable (environment steps)."""
+    return fn(*args)
+
+
+def _warm() -> int:
+    return os.getpid()
+
+
+# --- the engine-process side ----------------------------------------------------------------------
+
+
+def _first_lines(text: str, n: int = 6) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(lines[-n:])
+
+
+def _row_text(x: RewardInput, limit: int = 400) -> str:
+    text = json.dumps(
+        {"prompt": x.prompt, "completion": x.completion, "answer": x.answer, "metadata": x.metadata}, default=str
+    )
+    return text if len(text) <= limit else text[:limit] + "...(truncated)"
+
+
+def check_scores(raw: Any, n: int) -> tuple[list[float | None], dict[int, tuple[str, str]]]:
+    """A plugin's raw output as scores, and the faults found: {index: (outcome, message)}."""
+    try:
+        values = list(raw)
+    except TypeError:
+        return [None] * n, {i: ("invalid", f"returned {type(raw).__name__}, not a list of scores") for i in range(n)}
+    if len(values) != n:
+        return [None] * n, {i: ("invalid", f"returned {len(values)} scores for {n} samples") for i in range(n)}
+    out: list[float | None] = []
+    faults: dict[int, tuple[str, str]] = {}
+    for i, v in enumerate(values):
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            number = float(v)
+        except (TypeError, ValueError):
+            faults[i] = ("invalid", f"returned {type(v).__name__} {str(v)[:60]!r}, not a number")
+            out.append(None)
+            continue
+        if not math.isfinite(number):
+            faults[i] = ("nonfinite", f"returned {number}")
+            out.append(None)
+            continue
+        out.append(number)
+    return out, faults
+
+
+class RewardScorer:
+    """Scores samples with the run's reward plugins through the worker pool (or inline).
+
+    `specs`: [{name, weight, args, factory?}], the run's rewards as the engine process receives them
+    (RLBRIDGE_REWARDS). `rewards`: already built plugins for inline mode (built from specs if None).
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[dict],
+        settings: Any = None,
+        rewards: Sequence[BoundReward] | None = None,
+        fault_log: str | Path | None = None,
+        on_fault: Callable[[dict], None] | None = None,
+    ) -> None:
+        self.specs = [dict(s) for s in specs]
+        self.settings = Settings.from_any(settings)
+        self.weights = {s["name"]: float(s.get("weight", 1.0)) for s in self.specs}
+        self.names = [s["name"] for s in self.specs]
+        self._specs_json = json.dumps(self.specs, sort_keys=True)
+        self._inline = {r.name: r.fn for r in rewards} if rewards is not None else {}
+        self._inline_only = {s["name"] for s in self.specs if s.get("inline")}
+        self.last_metrics: dict[str, dict] = {}
+        self.fault_log = Path(fault_log) if fault_log else (Path(os.environ[FAULT_LOG_ENV]) if os.environ.get(FAULT_LOG_ENV) else None)
+        self.on_fault = on_fault
+        self._lock = threading.Lock()
+        self._pool = None
+        self._step_counts: Counter = Counter()
+        self._run_counts: Counter = Counter()
+        self._logged = 0
+
+    # -- lifecycle
+
+    def _get_pool(self):
+        if self._pool is None:
+            import multiprocessing
+
+            import pebble
+
+            self._pool = pebble.ProcessPool(
+                max_workers=self.settings.num_workers, context=multiprocessing.get_context("spawn")
+            )
+            atexit.register(self.close)
+            # start every worker now (spawn + imports) so that no first call pays for it
+            for fut in [self._pool.schedule(_warm) for _ in range(self.settings.num_workers)]:
+                fut.result(timeout=120)
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.stop()
+            self._pool.join(timeout=10)
+            self._pool = None
+
+    def __enter__(self) -> "RewardScorer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- counts
+
+    def take_counts(self) -> dict[str, float]:
+        """Fault counts since the last call (one training step), every counter present."""
+        with self._lock:
+            counts, self._step_counts = self._step_counts, Counter()
+        return {f"reward/{k}": float(counts.get(k, 0)) for k in COUNTERS}
+
+    # -- scoring
+
+    def score(self, inputs: Sequence[RewardInput]) -> Scored:
+        """Every plugin over the inputs, with the on_error policy applied, and the weighted totals."""
+        inputs = list(inputs)
+        raw_faults: list[Fault] = []
+        per_plugin: dict[str, list[float | None]] = {}
+        for name in self.names:
+            values, faults = self._score_one(name, inputs)
+            per_plugin[name] = values
+            raw_faults += faults
+        # a sample that no plugin scored (every one returned None) has no reward
+        faulted = {(f.plugin, f.index) for f in raw_faults}
+        for i in range(len(inputs)):
+            if self.names and all(per_plugin[n][i] is None for n in self.names) and not any((n, i) in faulted for n in self.names):
+                raw_faults.append(Fault(self.names[-1], "invalid", "no reward plugin scored this sample (every one returned None)", i))
+        return self._finish(inputs, per_plugin, raw_faults)
+
+    def score_plugin_result(self, name: str, inputs: Sequence[RewardInput]) -> Scored:
+        """One plugin over the inputs (TRL calls each reward function on its own)."""
+        inputs = list(inputs)
+        values, faults = self._score_one(name, inputs)
+        return self._finish(inputs, {name: values}, faults)
+
+    def score_plugin(self, name: str, inputs: Sequence[RewardInput]) -> list[float | None]:
+        return self.score_plugin_result(name, inputs).per_plugin[name]
+
+    def _finish(self, inputs: list[RewardInput], per_plugin: dict[str, list[float | None]], faults: list[Fault]) -> Scored:
+        raw = {n: list(v) for n, v in per_plugin.items()}
+        for f in faults:
+            if f.outcome == "nonfinite":
+                raw[f.plugin][f.index] = f.value
+        counts = Counter(f.outcome for f in faults)
+        bad_samples = {f.index for f in faults}
+        policy = self.settings.on_error
+        for f in faults:
+            per_plugin[f.plugin][f.index] = 0.0 if policy == "zero" else None
+        totals = []
+        for i in range(len(inputs)):
+            present = [(n, scores[i]) for n, scores in per_plugin.items() if scores[i] is not None]
+            if not present and i in bad_samples:
+                counts["skipped"] += 1
+            totals.append(sum(self.weights.get(n, 1.0) * v for n, v in present))
+        with self._lock:
+            self._step_counts.update(counts)
+            self._run_counts.update({"samples": len(inputs), "faulted": len(bad_samples)})
+            run_samples, run_faulted = self._run_counts["samples"], self._run_counts["faulted"]
+        for f in faults[:3] if faults else []:
+            self._report(f, inputs[f.index])
+        if faults:
+            first = faults[0]
+            where = f"reward '{first.plugin}' {first.outcome[:-1] if first.outcome.endswith('s') else first.outcome}: {first.message.splitlines()[-1] if first.message else ''}"
+            if policy == "fail":
+                raise RewardFailure(
+                    f"{where} (row: {_row_text(inputs[first.index], 200)}); rollout_workers.on_error is 'fail': "
+                    "fix the plugin or set rollout_workers.on_error to zero or skip"
+                )
+            if run_samples >= MIN_SAMPLES_FOR_THRESHOLD and run_faulted / run_samples > self.settings.error_threshold:
+                raise RewardFailure(
+                    f"{where}; {run_faulted} of {run_samples} samples so far had a reward fault, over "
+                    f"rollout_workers.error_threshold ({self.settings.error_threshold}): fix the plugin or raise the threshold"
+                )
+        return Scored(totals, per_plugin, {k: int(v) for k, v in counts.items()}, raw)
+
+    def _report(self, fault: Fault, x: RewardInput) -> None:
+        record = {"kind": "reward_fault", "plugin": fault.plugin, "outcome": fault.outcome,
+                  "error": fault.message, "row": _row_text(x), "time": time.time()}
+        with self._lock:
+            self._logged += 1
+            quiet = self._logged > 20
+        if not quiet:
+            log.warning("reward '%s' %s on row %s:\n%s", fault.plugin, fault.outcome, record["row"], fault.message)
+            if self.on_fault is not None:
+                self.on_fault(record)
+        if self.fault_log is not None:
+            with open(self.fault_log, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+    def _chunks(self, n: int) -> list[tuple[int, int]]:
+        size = max(1, self.settings.batch_size)
+        return [(i, min(i + size, n)) for i in range(0, n, size)]
+
+    def _score_one(self, name: str, inputs: list[RewardInput]) -> tuple[list[float | None], list[Fault]]:
+        n = len(inputs)
+        values: list[float | None] = [None] * n
+        faults: list[Fault] = []
+        if n == 0:
+            return values, faults
+
+        def absorb(lo: int, hi: int, raw: Any = None, outcome: str | None = None, message: str = "") -> None:
+            if outcome is not None:
+                faults.extend(Fault(name, outcome, message, i) for i in range(lo, hi))
+                return
+            chunk_values, chunk_faults = check_scores(raw, hi - lo)
+            values[lo:hi] = chunk_values
+            for i, (o, m) in sorted(chunk_faults.items()):
+                faults.append(Fault(name, o, m, lo + i, float(m.split()[-1]) if o == "nonfinite" else None))
+
+        if self.settings.mode == "inline" or name in self._inline_only:
+            fn = self._inline_fn(name)
+            for lo, hi in self._chunks(n):
+                try:
+                    raw = fn(inputs[lo:hi])
+                except Exception:
+                    absorb(lo, hi, outcome="errors", message=_first_lines(traceback.format_exc()))
+                    continue
+                if getattr(fn, "last_metrics", None) is not None:
+                    self.last_metrics[name] = fn.last_metrics
+                absorb(lo, hi, raw)
+            return values, faults
+
+        import pebble
+
+        pool = self._get_pool()
+        limit = self.settings.max_concurrency or self.settings.num_workers
+        pending = list(self._chunks(n))
+        running: dict[Future, tuple[int, int]] = {}
+        while pending or running:
+            while pending and len(running) < limit:
+                lo, hi = pending.pop(0)
+                fut = pool.schedule(_score_chunk, args=(self._specs_json, name, inputs[lo:hi]), timeout=self.settings.timeout_s)
+                running[fut] = (lo, hi)
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for fut in done:
+                lo, hi = running.pop(fut)
+                try:
+                    raw = fut.result()
+                except FutureTimeout:
+                    absorb(lo, hi, outcome="timeouts", message=f"ran past rollout_workers.timeout_s ({self.settings.timeout_s} s); its worker was killed and replaced")
+                except pebble.ProcessExpired as exc:
+                    absorb(lo, hi, outcome="crashes", message=f"its worker process died (exit code {exc.exitcode})")
+                except Exception as exc:
+                    remote = getattr(exc, "traceback", "") or ""
+                    absorb(lo, hi, outcome="errors", message=_first_lines(remote or f"{type(exc).__name__}: {exc}"))
+                else:
+                    raw, metrics = raw
+                    if metrics is not None:
+                        self.last_metrics[name] = metrics
+                    absorb(lo, hi, raw)
+        return values, sorted(faults, key=lambda f: f.index)
+
+    def _inline_fn(self, name: str) -> Callable:
+        if name not in self._inline:
+            i = self.names.index(name)
+            self._inline[name] = build_reward(self.specs[i], i)
+        return self._inline[name]
+
+    # -- environment steps and other calls
+
+    def call(self, fn: Callable, *args: Any) -> Any:
+        """Run a picklable callable in a worker with the pool's timeout (inline in inline mode).
+        Raises TimeoutError / RuntimeError(crash) / the callable's exception."""
+        if self.settings.mode == "inline":
+            return fn(*args)
+        import pebble
+
+        fut = self._get_pool().schedule(_call, args=(fn, args), timeout=self.settings.timeout_s)
+        try:
+            return fut.result()
+        except pebble.ProcessExpired as exc:
+            raise RuntimeError(f"worker process died (exit code {exc.exitcode})") from exc
+
+
+# --- the process-wide scorer of an engine process -------------------------------------------------
+
+_scorer: RewardScorer | None = None
+_scorer_lock = threading.Lock()
+
+
+def engine_scorer() -> RewardScorer:
+    """The run's scorer in this engine process, from RLBRIDGE_REWARDS and RLBRIDGE_ROLLOUT_WORKERS."""
+    global _scorer
+    with _scorer_lock:
+        if _scorer is None:
+            from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, write_event
+
+            fault_log = os.environ.get(FAULT_LOG_ENV)
+            if not fault_log and os.environ.get(EVENTS_ENV):
+                fault_log = str(Path(os.environ[EVENTS_ENV]).parent / "reward_faults.jsonl")
+            _scorer = RewardScorer(json.loads(os.environ[REWARDS_ENV]), None, fault_log=fault_log, on_fault=write_event)
+        return _scorer

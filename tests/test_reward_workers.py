@@ -1,0 +1,229 @@
+"""The reward worker pool: every fault a plugin can produce is contained, counted with the right
+outcome, handled by on_error, logged with the failing row, and never hangs the caller."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import pytest
+
+from rlbridge.contract.rewards import RewardInput
+from rlbridge.engine.workers import RewardFailure, RewardScorer, Settings, specs_with_factories
+
+# --- reward factories that misbehave (module level: spawned workers import them by path) ---------
+
+
+def good():
+    return lambda inputs: [float(len(x.completion)) for x in inputs]
+
+
+def raises():
+    def reward(inputs):
+        raise ValueError("plugin bug on purpose")
+
+    return reward
+
+
+def hangs():
+    def reward(inputs):
+        while True:  # CPU-bound: no signal, no await can interrupt it
+            pass
+
+    return reward
+
+
+def hangs_on(word: str = "hang"):
+    def reward(inputs):
+        if any(word in x.completion for x in inputs):
+            while True:
+                pass
+        return [1.0 for _ in inputs]
+
+    return reward
+
+
+def exits():
+    def reward(inputs):
+        os._exit(7)
+
+    return reward
+
+
+def segfaults():
+    def reward(inputs):
+        import ctypes
+
+        ctypes.string_at(0)
+
+    return reward
+
+
+def nan_inf():
+    return lambda inputs: [float("nan") if i % 2 == 0 else float("inf") for i, _ in enumerate(inputs)]
+
+
+def nones():
+    return lambda inputs: [None for _ in inputs]
+
+
+def wrong_length():
+    return lambda inputs: [1.0]
+
+
+def not_numbers():
+    return lambda inputs: ["high" for _ in inputs]
+
+
+def pid():
+    return lambda inputs: [float(os.getpid()) for _ in inputs]
+
+
+def spec(fn, weight=1.0, name=None):
+    return {"name": name or fn.__name__, "weight": weight, "args": {}, "factory": f"{__name__}:{fn.__name__}"}
+
+
+def rows(n, text="abc"):
+    return [RewardInput(prompt=f"p{i}", completion=f"{text}{i}", completion_ids=[1, 2], answer=str(i)) for i in range(n)]
+
+
+def scorer(*fns, tmp_path=None, **settings):
+    base = {"mode": "process", "num_workers": 2, "timeout_s": 2.0, "batch_size": 4, "on_error": "zero", "error_threshold": 1.0}
+    return RewardScorer(
+        [spec(f) for f in fns], Settings(**{**base, **settings}), fault_log=(tmp_path / "faults.jsonl") if tmp_path else None
+    )
+
+
+# --- tests ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fn,outcome",
+    [(raises, "errors"), (hangs, "timeouts"), (exits, "crashes"), (segfaults, "crashes"),
+     (nan_inf, "nonfinite"), (wrong_length, "invalid"), (not_numbers, "invalid")],
+)
+def test_each_fault_is_contained_counted_and_zeroed(fn, outcome, tmp_path):
+    with scorer(good, fn, tmp_path=tmp_path) as s:
+        s._get_pool()
+        started = time.monotonic()
+        out = s.score(rows(6))
+        took = time.monotonic() - started
+        counts = s.take_counts()
+        # the good plugin still scores every sample; the faulty one is zeroed
+        assert out.per_plugin["good"] == [4.0] * 6
+        assert out.per_plugin[fn.__name__] == [0.0] * 6
+        assert out.totals == [4.0] * 6
+        assert counts[f"reward/{outcome}"] == 6
+        assert sum(v for k, v in counts.items() if k != f"reward/{outcome}") == 0
+        # a hang costs one timeout per chunk (2 chunks of 4 run in parallel on 2 workers)
+        assert took < 2.0 + 3.0
+        # the pool still serves after its worker was killed or died
+        assert s.score(rows(3)).per_plugin["good"] == [4.0] * 3
+        assert s.take_counts()[f"reward/{outcome}"] == 3  # counts are per step: taken, then fresh
+    record = json.loads((tmp_path / "faults.jsonl").read_text().splitlines()[0])
+    assert record["plugin"] == fn.__name__ and record["outcome"] == outcome
+    assert '"prompt": "p0"' in record["row"] and record["error"]
+
+
+def test_raise_reaches_the_log_with_its_message(tmp_path):
+    with scorer(raises, tmp_path=tmp_path) as s:
+        s.score(rows(2))
+    record = json.loads((tmp_path / "faults.jsonl").read_text().splitlines()[0])
+    assert "ValueError: plugin bug on purpose" in record["error"]
+    assert "reward(inputs)" in record["error"] or "raise ValueError" in record["error"]  # traceback lines
+
+
+def test_a_hang_costs_only_its_chunk_and_one_timeout():
+    inputs = rows(8)
+    inputs[5].completion = "hang here"
+    with scorer(hangs_on, batch_size=1, timeout_s=1.5) as s:
+        s._get_pool()
+        started = time.monotonic()
+        out = s.score(inputs)
+        took = time.monotonic() - started
+    assert out.per_plugin["hangs_on"] == [1.0] * 5 + [0.0] + [1.0] * 2
+    assert out.counts == {"timeouts": 1}
+    assert took < 1.5 + 2.0
+
+
+def test_worker_is_replaced_after_a_crash():
+    with scorer(pid, exits, num_workers=1) as s:
+        before = s.score_plugin("pid", rows(1))[0]
+        s.score_plugin("exits", rows(1))
+        after = s.score_plugin("pid", rows(1))[0]
+    assert before != after and before != os.getpid()
+
+
+def test_none_for_every_plugin_is_invalid_but_none_next_to_a_score_is_not_applicable():
+    with scorer(nones) as s:
+        out = s.score(rows(3))
+        assert out.counts["invalid"] == 3
+    with scorer(good, nones) as s:
+        out = s.score(rows(3))
+        assert out.counts == {} and out.per_plugin["nones"] == [None] * 3 and out.totals == [4.0] * 3
+
+
+def test_on_error_skip_leaves_the_score_out():
+    with scorer(good, raises, on_error="skip") as s:
+        out = s.score(rows(2))
+        assert out.per_plugin["raises"] == [None, None] and out.totals == [4.0, 4.0]
+    with scorer(raises, on_error="skip") as s:
+        out = s.score(rows(2))
+        assert out.totals == [0.0, 0.0] and out.counts == {"errors": 2, "skipped": 2}
+
+
+def test_on_error_fail_stops_with_one_line_naming_plugin_row_and_fix():
+    with scorer(raises, on_error="fail") as s, pytest.raises(RewardFailure) as err:
+        s.score(rows(2))
+    msg = str(err.value)
+    assert "reward 'raises'" in msg and "plugin bug on purpose" in msg and '"prompt": "p0"' in msg
+    assert "rollout_workers.on_error" in msg and "\n" not in msg
+
+
+def test_threshold_fails_a_run_whose_reward_is_broken_everywhere():
+    with scorer(good, nan_inf, error_threshold=0.25) as s, pytest.raises(RewardFailure, match="error_threshold"):
+        for _ in range(3):
+            s.score(rows(8))
+
+
+def test_inline_mode_counts_faults_in_process():
+    with scorer(good, raises, wrong_length, mode="inline") as s:
+        out = s.score(rows(3))
+        assert s._pool is None
+    assert out.counts == {"errors": 3, "invalid": 3} and out.totals == [4.0] * 3
+
+
+MARK = [0.0]
+
+
+def mark():
+    return lambda inputs: [MARK[0] for _ in inputs]
+
+
+def test_process_mode_uses_other_processes_and_spawn():
+    MARK[0] = 1.0  # a forked worker would inherit this; a spawned one imports the module afresh
+    try:
+        with scorer(pid, mark) as s:
+            pids = set(s.score_plugin("pid", rows(8)))
+            assert os.getpid() not in pids and len(pids) >= 1
+            assert s.score_plugin("mark", rows(2)) == [0.0, 0.0]
+    finally:
+        MARK[0] = 0.0
+
+
+def test_specs_with_factories_finds_entry_point_plugins():
+    from rlbridge.contract.registry import get_plugin_manager
+
+    specs = specs_with_factories([{"name": "digit_match", "weight": 1.0, "args": {}}], get_plugin_manager())
+    assert specs[0]["factory"] == "rlbridge_plugins.rewards:digit_match"
+    with RewardScorer(specs, Settings(num_workers=1)) as s:
+        x = RewardInput(prompt="7777", completion="7777", completion_ids=[1, 2, 3, 4], answer="7")
+        assert s.score([x]).totals == [1.0]
+
+
+def test_totals_are_weighted():
+    with RewardScorer([spec(good, 2.0), spec(pid, 0.0)], Settings(mode="inline")) as s:
+        assert s.score(rows(2)).totals == [8.0, 8.0]
+    assert math.isfinite(1.0)
