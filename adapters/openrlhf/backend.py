@@ -144,6 +144,7 @@ class OpenRLHFBackend(Backend):
     name = "openrlhf"
     distribution = DISTRIBUTION
     supported_versions = SUPPORTED_VERSIONS
+    scores_in_engine_workers = True  # rewards are scored in Ray workers
     default_version = DEFAULT_VERSION
     description = "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), ppo (gae); vLLM rollout"
 

@@ -134,6 +134,7 @@ class VerlBackend(Backend):
     name = "verl"
     distribution = DISTRIBUTION
     supported_versions = SUPPORTED_VERSIONS
+    scores_in_engine_workers = True  # rewards are scored in Ray workers
     default_version = DEFAULT_VERSION
     description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
 

@@ -179,6 +179,9 @@ class Backend(ABC):
     supported_versions: ClassVar[str]
     """PEP 440 specifier of the engine versions this adapter supports (tested at both ends)."""
     description: ClassVar[str] = ""
+    scores_in_engine_workers: ClassVar[bool] = False
+    """True when the engine calls reward and environment plugins in its own worker processes (Ray
+    actors), not in the process that runs `run()`; the conformance suite checks it."""
     default_version: ClassVar[str | None] = None
     """The version a plan targets when the engine is not installed where the plan is made (the
     default of its engine environment recipe). None: plans do not depend on the version."""

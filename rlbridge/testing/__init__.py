@@ -1,0 +1,53 @@
+"""rlbridge's conformance suite, shipped with rlbridge (like `sqlalchemy.testing.suite`).
+
+A backend package, in-tree or third-party, proves itself by importing the suite into one of its
+test modules and naming its backend:
+
+    # tests/test_rlbridge_suite.py of your package
+    import pytest
+    from rlbridge.testing.suite import *  # noqa: F401,F403
+
+    @pytest.fixture
+    def backend():
+        return MyBackend()
+
+Without that fixture the suite runs against every registered backend whose engine is installed
+(what rlbridge's own tests/conformance does in each engine environment). Which tests apply is read
+from the backend's declared capability table (`requirement_unmet`), never inferred from errors: a
+backend that rejects `environment` skips the environment test with the table's reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from rlbridge.contract.backend import Backend, Support, _dumpable, knob_default, knob_value
+from rlbridge.contract.config import RunConfig
+
+# configs/quickstart.yaml of the checkout (a link, so the wheel carries the same file): GRPO on the
+# tiny builtin model, digit_copy rows, digit_match reward.
+QUICKSTART = Path(__file__).with_name("quickstart.yaml")
+
+
+def standard_configs() -> list[Path]:
+    """The ready-to-run run configs of the checkout when rlbridge runs from one (bench specs,
+    `bench-*.yaml`, are not run configs), else the quickstart."""
+    checkout = QUICKSTART.resolve().parent
+    if checkout.name != "configs":
+        return [QUICKSTART]
+    return sorted(p for p in checkout.glob("*.yaml") if not p.name.startswith("bench-"))
+
+
+def requirement_unmet(backend: Backend, config: RunConfig, *knobs: str) -> str | None:
+    """Why `backend` cannot run `config` as asked, from its declared capability table only: the
+    first of `knobs` (default: every knob whose value is not the default) that it rejects, or whose
+    value check refuses this value. None when the backend declares it can."""
+    table = backend.capability_table()
+    for knob in knobs or [k for k in table if knob_value(config, k) != knob_default(k)]:
+        cap = table[knob]
+        if cap.support is Support.REJECTED and _dumpable(knob_value(config, knob)) != _dumpable(knob_default(knob)):
+            return f"{knob}: {cap.note}"
+        problem = cap.check(config) if cap.check is not None else None
+        if problem:
+            return f"{knob}: {problem}"
+    return None
+

@@ -1,10 +1,14 @@
 """The conformance suite every backend must pass (like SQLAlchemy's dialect compliance suite).
 
-It runs against each registered backend whose engine is installed in this environment (the others
-are skipped, saying why), so `rlbridge compat run` can run it in each engine environment:
+Import it into a test module (`from rlbridge.testing.suite import *`, see `rlbridge.testing`). By
+default it runs against each registered backend whose engine is installed in this environment (the
+others are skipped, saying why), so `rlbridge compat run` can run it in each engine environment; a
+backend package overrides the `backend` fixture to run it against its own backend only. What a test
+needs (environment plugins, checkpoints) is read from the backend's capability table:
 
 * translate: the plan of every standard config validates with the engine's own config code; the
-  capability table covers every canonical knob; every rejected knob errors before anything starts.
+  capability table covers every canonical knob (what each knob does on each backend, rejected ones
+  included, is the effect test in `rlbridge.testing.effects`).
 * e2e (marked `engine`): a 2-step run through the engine's own trainer calls the rlbridge reward
   shim with the right inputs and produces finite canonical metrics; checkpoints are reported through
   the checkpoint hook and a resumed run goes on from the last one; where the backend runs environment
@@ -15,21 +19,17 @@ import importlib
 import json
 import math
 import os
-import typing
-from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
-from rlbridge.contract.backend import Support, canonical_knobs, knob_default
-from rlbridge.contract.config import RunConfig
-from rlbridge.errors import CapabilityError, RLBridgeError
+from rlbridge.contract.backend import Support, canonical_knobs
+from rlbridge.errors import RLBridgeError
 from rlbridge.run.loading import load_config
 from rlbridge.contract.registry import PluginManager, get_plugin_manager, reset_plugin_manager
 from rlbridge.run.runner import prepare, train
+from rlbridge.testing import QUICKSTART, requirement_unmet, standard_configs
 
-REPO = Path(__file__).resolve().parents[2]
-STANDARD_CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+STANDARD_CONFIGS = standard_configs()
 REQUIRED_METRICS = {
     "reward/mean", "reward/std", "loss/policy", "grad_norm", "response_length/mean", "timing/step_s",
     "timing/generate_s", "timing/update_s", "throughput/tokens_per_s", "memory/peak_mb", "lr",
@@ -71,56 +71,19 @@ def test_standard_config_plan_validates_with_the_engine(backend, config_file):
     for variant, extra in VARIANTS.items():
         if validated:
             break  # the GPU variant is a fallback for engines that cannot plan the config on CPU
-        try:
-            prepared = prepare(load_config(config_file, [f"backend={backend.name}", *extra]))
-        except CapabilityError as exc:
-            rejected.append(f"{variant}: {exc}")
+        config = load_config(config_file, [f"backend={backend.name}", *extra])
+        unmet = requirement_unmet(backend, config)
+        if unmet:  # declared by the backend's capability table; prepare() must then refuse it
+            rejected.append(f"{variant}: {unmet}")
+            with pytest.raises(RLBridgeError):
+                prepare(config)
             continue
+        prepared = prepare(config)
         json.dumps(prepared.plan.to_dict())  # serialisable
         backend.validate(prepared.plan)
         validated.append(variant)
     if not validated:
-        pytest.skip(f"{config_file.name} asks for what {backend.name} rejects: {'; '.join(rejected)}")
-
-
-def _non_default(knob: str):
-    """A valid value different from the knob's default, derived from its type."""
-    model = RunConfig
-    parts = knob.split(".")
-    for part in parts[:-1]:
-        model = model.model_fields[part].annotation
-    annotation = model.model_fields[parts[-1]].annotation
-    default = knob_default(knob)
-    args = typing.get_args(annotation)
-    if knob == "environment":
-        return {"name": "any", "max_turns": 2}
-    if knob == "reward":
-        return [{"name": "digit_match", "weight": 2.0}]
-    for candidate in (annotation, *args):
-        if candidate is bool:
-            return not default
-        if candidate is int:
-            return (default or 0) + 2
-        if candidate is float:
-            return (default or 0.0) + 0.5
-        if typing.get_origin(candidate) is typing.Literal:
-            return next(v for v in typing.get_args(candidate) if v != default)
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return None
-    if typing.get_origin(annotation) is dict or annotation is dict:
-        return {"x": 1}
-    return "x"
-
-
-def test_every_rejected_knob_errors_before_anything_starts(backend, tmp_path):
-    rejected = [cap.knob for cap in backend.capabilities() if cap.support is Support.REJECTED]
-    for knob in rejected:
-        value = _non_default(knob)
-        overrides = [f"backend={backend.name}", f"output_dir={tmp_path}/out", f"{knob}={json.dumps(value)}"]
-        with pytest.raises(RLBridgeError) as info:
-            prepare(load_config(REPO / "configs" / "quickstart.yaml", overrides))
-        assert knob in str(info.value) or knob.split(".")[0] in str(info.value), str(info.value)
-        assert not (tmp_path / "out").exists()
+        pytest.skip(f"{config_file.name} asks for what {backend.name} declares it cannot do: {'; '.join(rejected)}")
 
 
 RECORDER_MODULE = """
@@ -170,8 +133,10 @@ def test_two_step_run_calls_the_reward_shim_and_streams_canonical_metrics(backen
         f"backend={backend.name}", f"output_dir={tmp_path}/run", "training.steps=2", "training.batch_size=2",
         "algorithm.group_size=4", "rollout.max_new_tokens=8", "reward=[{name: conformance_recorder}]",
         "resources.gpus_per_node=auto",  # CPU here; the GPU on an e2e-gpu cell
+        "model.path=builtin:tiny-bpe",  # a BPE tokenizer: re-encoding decoded text would not give back the engine's ids
+        "training.on_nonfinite=warn",  # a NaN must reach the assertion below, not stop the run first
     ]
-    summary = train(load_config(REPO / "configs" / "quickstart.yaml", overrides), progress=False)
+    summary = train(load_config(QUICKSTART, overrides), progress=False)
     assert summary["status"] == "completed"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
@@ -179,14 +144,33 @@ def test_two_step_run_calls_the_reward_shim_and_streams_canonical_metrics(backen
         missing = REQUIRED_METRICS - set(row)
         assert not missing, missing
         assert "reward/conformance_recorder/mean" in row
-        assert all(math.isfinite(v) for v in row.values())
+        # non-finite values are written as null and named in "nonfinite" (rlbridge.run.runtime)
+        assert "nonfinite" not in row, f"step {row['step']}: non-finite {row['nonfinite']}"
+        assert all(isinstance(v, (int, float)) and math.isfinite(v) for v in row.values()), row
+    assert summary["nonfinite_steps"] == []
     samples = [json.loads(line) for line in recorder_plugin.read_text().splitlines()]
     assert len(samples) == 2 * 2 * 4  # steps x prompts x group
-    if backend.name != "trl":  # the engine called the plugin in its own worker processes
+    if backend.scores_in_engine_workers:  # declared: the engine calls reward plugins in its own processes
         assert os.getpid() not in {x["pid"] for x in samples}
     for x in samples:
         assert x["prompt"] in {d * 4 for d in "0123456789"} and x["answer"] == x["prompt"][0]
         assert isinstance(x["completion"], str) and 1 <= len(x["completion_ids"]) <= 8
+    assert_engine_token_ids(samples)
+
+
+def assert_engine_token_ids(samples: list[dict]) -> None:
+    """The shim handed plugins the ids the engine sampled, not a re-encoding of the decoded text: a
+    random policy over a BPE vocabulary samples splits its tokenizer would never write (e.g. '1' '1'
+    where it writes '11'), so if every sample's ids equal encode(decode(ids)), the shim re-encoded."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from rlbridge.contract.models import builtin_model_dir
+
+    model = builtin_model_dir("tiny-bpe")
+    for tokenizer in (AutoTokenizer.from_pretrained(model), PreTrainedTokenizerFast.from_pretrained(model)):
+        reencoded = [tokenizer(tokenizer.decode(x["completion_ids"]), add_special_tokens=False)["input_ids"] for x in samples]
+        differ = sum(r != x["completion_ids"] for r, x in zip(reencoded, samples))
+        assert differ > 0, f"all {len(samples)} samples' completion_ids equal encode(decode(ids)) ({type(tokenizer).__name__}): re-encoded text?"
 
 
 @pytest.mark.engine
@@ -196,11 +180,10 @@ def test_environment_plugin_runs_through_the_engine_multi_turn_machinery(backend
         "algorithm.group_size=4", "rollout.max_new_tokens=8", "rollout.max_prompt_tokens=8", "reward=[]",
         "environment={name: digit_turns, args: {turns: 2}, max_turns: 2}", "resources.gpus_per_node=auto",
     ]
-    config = load_config(REPO / "configs" / "quickstart.yaml", overrides)
-    try:
-        prepare(config)
-    except CapabilityError as exc:
-        pytest.skip(f"{backend.name} {backend.installed_version()} does not run environment plugins: {exc}")
+    config = load_config(QUICKSTART, overrides)
+    unmet = requirement_unmet(backend, config, "environment")
+    if unmet:
+        pytest.skip(f"{backend.name} {backend.installed_version()} declares it does not run environment plugins: {unmet}")
     summary = train(config, progress=False)
     assert summary["status"] == "completed"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -230,10 +213,13 @@ def test_checkpoints_are_reported_and_a_resumed_run_continues(backend, tmp_path)
         f"backend={backend.name}", f"output_dir={tmp_path}/run", "training.batch_size=2", "algorithm.group_size=4",
         "rollout.max_new_tokens=8", "checkpoint.interval=1", "resources.gpus_per_node=auto",
     ]
-    train(load_config(REPO / "configs" / "quickstart.yaml", [*base, "training.steps=2"]), plugins, progress=False)
+    resumed = load_config(QUICKSTART, [*base, "training.steps=3", "checkpoint.resume=true"])
+    unmet = requirement_unmet(backend, resumed, "checkpoint.interval", "checkpoint.resume")
+    if unmet:
+        pytest.skip(f"{backend.name} declares it does not checkpoint or resume: {unmet}")
+    train(load_config(QUICKSTART, [*base, "training.steps=2"]), plugins, progress=False)
     assert saved == [1, 2]
-    summary = train(load_config(REPO / "configs" / "quickstart.yaml", [*base, "training.steps=3", "checkpoint.resume=true"]),
-                    plugins, progress=False)
+    summary = train(resumed, plugins, progress=False)
     assert summary["status"] == "completed"
     assert saved == [1, 2, 3]  # the resumed run saved step 3 only
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
