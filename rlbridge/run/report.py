@@ -28,13 +28,13 @@ def summarize(history: list[dict[str, float]]) -> dict[str, Any]:
 def plot(history: list[dict[str, float]], path: Path, title: str) -> str | None:
     """Reward and step time against step, as a PNG. Returns why it was skipped, or None."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        # the object API with the Agg canvas, not pyplot: no backend selection or figure manager,
+        # which keeps this end-of-run cost (inside `rlbridge train`'s wall time) small
+        from matplotlib.figure import Figure
     except ImportError:
         return "matplotlib is not installed (pip install 'rlbridge[plot]')"
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    fig = Figure(figsize=(7, 6))
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
     for key in sorted({k for row in history for k in row if k.startswith("reward/") and k.endswith("/mean")}):
         pts = [(row["step"], row[key]) for row in history if key in row]
         ax1.plot([p[0] for p in pts], [p[1] for p in pts], label=key, lw=2 if key == "reward/mean" else 1)
@@ -49,7 +49,6 @@ def plot(history: list[dict[str, float]], path: Path, title: str) -> str | None:
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return None
 
 
