@@ -176,9 +176,59 @@ def tiny_bpe(target: Path) -> str:
     return build_tiny_model(target, tokenizer="bpe")
 
 
+# Qwen2.5-0.5B's architecture (config.json of Qwen/Qwen2.5-0.5B): same tensor shapes, so the same
+# memory and FLOPs per token, with random weights and the char-level tokenizer (the embedding keeps
+# Qwen's 151936 rows; ids past the tokenizer are never sampled by a trained policy, only by chance)
+QWEN25_05B = {
+    "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+    "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+}
+
+
+def qwen25_05b_shape(target: Path) -> str:
+    """A random model of Qwen2.5-0.5B's shape (~494M parameters), built locally (no hub), saved in
+    bfloat16 (~1 GB). For GPU benchmarks where the real weights cannot be downloaded."""
+    target = Path(target)
+    marker = target / "rlbridge_builder.json"
+    spec = {"builder_version": BUILDER_VERSION, "shape": "qwen2.5-0.5b", **QWEN25_05B}
+    if marker.exists() and json.loads(marker.read_text()) == spec:
+        return str(target)
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = build_tokenizer()
+    cfg = Qwen2Config(**QWEN25_05B, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        _portable_tokenizer_config(tmp)
+        (tmp / "rlbridge_builder.json").write_text(json.dumps(spec))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)
+
+
 @hookimpl
 def rlbridge_register_model_builders():
     return [
+        ModelBuilderPlugin(
+            "qwen2.5-0.5b-shape",
+            qwen25_05b_shape,
+            "random model of Qwen2.5-0.5B's shape (896 hidden x 24 layers, 14/2 heads, 151936 vocab; ~494M parameters), "
+            "char-level tokenizer; for GPU benchmarks without a hub",
+        ),
         ModelBuilderPlugin(
             "tiny-digits",
             tiny_digits,
