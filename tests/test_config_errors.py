@@ -68,7 +68,7 @@ def test_rejected_knob_names_knob_backend_and_alternative(tmp_path):
 
 
 def test_rejected_knob_nodes(tmp_path):
-    _fails(tmp_path, MINIMAL, "--set", "resources.nodes=2", expect=["resources.nodes=2", "several nodes"])
+    _fails(tmp_path, MINIMAL, "--set", "resources.nodes=2", expect=["resources.nodes=2", "single-node"])
 
 
 def test_backend_options_cannot_shadow_a_canonical_knob(tmp_path):

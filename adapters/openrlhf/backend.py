@@ -13,13 +13,14 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Backend, Capability, approximated, gpus_per_node, honoured, rejected
+from rlbridge.contract.backend import Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, rejected
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {"grpo": "group_norm", "dr_grpo": "dr_grpo", "rloo": "rloo", "reinforce_pp": "reinforce", "ppo": "gae"}
 DOTTED_SINCE = Version("0.10.2")
+KEEP_ALL = 2**31 - 1  # --ckpt.max_num for checkpoint.keep_last: null
 DEFAULT_PROMPT_TOKENS = 1024  # what --check validates an "auto" cap with
 MAX_LEN_AUTO = "auto"
 
@@ -38,6 +39,7 @@ FLAT = {
     "data.max_len": "max_len",
     "data.max_samples": "max_samples",
     "eval.dataset": "eval_dataset",
+    "eval.steps": "eval_steps",
     "rollout.max_new_tokens": "max_new_tokens",
     "rollout.temperature": "temperature",
     "rollout.top_p": "top_p",
@@ -80,14 +82,20 @@ FLAT = {
 }
 
 
+DOTTED = {flat: dotted for dotted, flat in FLAT.items()}
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def target_version(config: RunConfig) -> Version:
     return OpenRLHFBackend.target_version(config)
-
-
-def _check_algorithm(config: RunConfig) -> str | None:
-    if config.algorithm.name == "dpo":
-        return "the OpenRLHF adapter drives train_ppo_ray only, not train_dpo yet; use backend: trl for DPO"
-    return None
 
 
 def _check_adv_norm(config: RunConfig) -> str | None:
@@ -134,9 +142,26 @@ def _check_environment(config: RunConfig) -> str | None:
     return None
 
 
-def _check_placement(config: RunConfig) -> str | None:
-    if config.placement.policy == "colocate" and config.rollout.tensor_parallel_size > max(gpus_per_node(config), 1) * config.resources.nodes:
-        return "colocated vLLM engines need tensor_parallel_size <= the actor's GPUs; lower rollout.tensor_parallel_size"
+def rollout_devices(config: RunConfig) -> int:
+    """Devices of the vLLM engines: all of them when colocated (one logical GPU on CPU), else the
+    placement policy's rollout_gpus."""
+    if config.placement.policy == "colocate":
+        return max(gpus_per_node(config), 1) * config.resources.nodes
+    return int(config.placement.args.get("rollout_gpus", 1))
+
+
+def _check_tp(config: RunConfig) -> str | None:
+    tp, devices = config.rollout.tensor_parallel_size, rollout_devices(config)
+    if devices % tp:
+        where = "all the run's devices (colocate)" if config.placement.policy == "colocate" else "placement.args.rollout_gpus"
+        return f"OpenRLHF's vLLM engines take tensor_parallel_size GPUs each, so {tp} must divide the {devices} of {where}"
+    return None
+
+
+def _check_warmup(config: RunConfig) -> str | None:
+    if config.training.warmup_steps and not config.training.steps:
+        return ("OpenRLHF takes warm-up as a ratio of the run's steps, which rlbridge knows only with training.steps; "
+                "train by training.steps, or remove warmup_steps")
     return None
 
 
@@ -149,69 +174,73 @@ class OpenRLHFBackend(Backend):
     description = "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), ppo (gae); vLLM rollout"
 
     def capabilities(self) -> list[Capability]:
+        micro = ("train.micro_batch_size", "rollout.micro_batch_size")
         return [
-            honoured("algorithm.name", "--algo.advantage.estimator", _check_algorithm),
-            honoured("algorithm.group_size", "--rollout.n_samples_per_prompt"),
-            honoured("algorithm.kl_coef", "--algo.kl.init_coef"),
-            honoured("algorithm.kl_placement", "--algo.kl.use_loss (loss; k3 estimator) / KL in the reward (k1)"),
-            honoured("algorithm.clip_low", "--actor.eps_clip_low_high LOW HIGH"),
-            honoured("algorithm.clip_high", "--actor.eps_clip_low_high LOW HIGH"),
-            honoured("algorithm.loss_aggregation", "--actor.loss_agg_mode (0.11.2+)", _check_loss_agg),
-            honoured("algorithm.advantage_normalization", "the estimator / --algo.advantage.no_std_norm", _check_adv_norm),
-            honoured("algorithm.epochs_per_rollout", "--train.max_epochs"),
-            rejected("algorithm.dpo_beta", "DPO is not driven by the OpenRLHF adapter yet; remove algorithm.dpo_beta"),
-            honoured("model.path", "--actor.model_name_or_path"),
-            approximated("model.dtype", "--ds.param_dtype", "OpenRLHF trains in bf16 or fp16; auto picks bf16",
+            honoured("algorithm.name", ("algo.advantage.estimator", "critic.model_name_or_path")),
+            honoured("algorithm.group_size", "rollout.n_samples_per_prompt"),
+            honoured("algorithm.kl_coef", ("algo.kl.init_coef", "algo.kl.use_loss", "algo.kl.estimator")),
+            honoured("algorithm.kl_placement", ("algo.kl.use_loss", "algo.kl.estimator"),
+                     note="loss: --algo.kl.use_loss (k3 estimator); reward: KL in the reward (k1)"),
+            honoured("algorithm.clip_low", "actor.eps_clip_low_high"),
+            honoured("algorithm.clip_high", "actor.eps_clip_low_high"),
+            honoured("algorithm.loss_aggregation", "actor.loss_agg_mode", _check_loss_agg, note="0.11.2+"),
+            honoured("algorithm.advantage_normalization", "algo.advantage.no_std_norm", _check_adv_norm,
+                     note="grpo: --algo.advantage.no_std_norm; other estimators scale as they are defined"),
+            honoured("algorithm.epochs_per_rollout", "train.max_epochs"),
+            honoured("model.path", "launch.model.path", note="--actor.model_name_or_path (a copy with the run's chat template)"),
+            approximated("model.dtype", "ds.param_dtype", "OpenRLHF trains in bf16 or fp16; auto picks bf16",
                          check=_check_dtype, when=lambda c: c.model.dtype == "auto"),
-            honoured("model.chat_template", "the model directory's chat template"),
-            honoured("model.use_chat_template", "--data.apply_chat_template, else --data.input_template {}"),
-            honoured("data.train", "--data.prompt_dataset (jsonl written by rlbridge)"),
-            honoured("data.eval", "--eval.dataset"),
-            honoured("data.prompt_key", "--data.input_key"),
-            honoured("data.answer_key", "--data.label_key (the row, for the reward file)"),
-            rejected("data.chosen_key", "DPO is not driven by the OpenRLHF adapter yet"),
-            rejected("data.rejected_key", "DPO is not driven by the OpenRLHF adapter yet"),
-            approximated("data.shuffle", "(always shuffled)", "OpenRLHF always shuffles its prompt dataset",
-                         when=lambda c: not c.data.shuffle),
-            honoured("rollout.engine", "vLLM engines (--vllm.num_engines)", _check_rollout),
-            honoured("rollout.max_new_tokens", "--rollout.max_new_tokens"),
-            approximated("rollout.max_prompt_tokens", "--data.max_len = prompt cap + max_new_tokens",
+            honoured("model.chat_template", "launch.model.chat_template", note="installed in the run's model directory"),
+            honoured("model.use_chat_template", ("data.apply_chat_template", "data.input_template"),
+                     note="--data.apply_chat_template, else --data.input_template {}"),
+            honoured("data.train", (), note="--data.prompt_dataset (jsonl written by rlbridge)"),
+            honoured("data.eval", ("eval.dataset", "eval.steps")),
+            honoured("data.eval_interval", "eval.steps"),
+            honoured("data.prompt_key", "launch.data.prompt_key", note="renamed to --data.input_key's column"),
+            honoured("data.answer_key", "launch.data.answer_key", note="--data.label_key (the row, for the reward file)"),
+            rejected("data.shuffle", "OpenRLHF always shuffles its prompt dataset (seeded by training.seed); keep shuffle: true"),
+            honoured("rollout.engine", (), _check_rollout, note="vLLM engines (--vllm.num_engines)"),
+            honoured("rollout.max_new_tokens", "rollout.max_new_tokens"),
+            approximated("rollout.max_prompt_tokens", "data.max_len",
                          "OpenRLHF caps prompt + response (--data.max_len); unset, rlbridge sizes it to the longest prompt of the data",
                          when=lambda c: c.rollout.max_prompt_tokens is None),
-            honoured("rollout.temperature", "--rollout.temperature"),
-            honoured("rollout.top_p", "--rollout.top_p"),
+            honoured("rollout.temperature", "rollout.temperature"),
+            honoured("rollout.top_p", "rollout.top_p"),
             rejected("rollout.top_k", "train_ppo_ray has no top-k flag; remove rollout.top_k"),
-            honoured("rollout.gpu_memory_utilization", "--vllm.gpu_memory_utilization"),
-            honoured("rollout.tensor_parallel_size", "--vllm.tensor_parallel_size"),
-            honoured("reward", "--train.agent_func_path <generated executor scoring the engine's token ids>"),
-            approximated("environment", "--train.agent_func_path <generated AgentExecutor>",
+            honoured("rollout.gpu_memory_utilization", "vllm.gpu_memory_utilization"),
+            honoured("rollout.tensor_parallel_size", ("vllm.tensor_parallel_size", "vllm.num_engines"), _check_tp),
+            honoured("reward", ("train.agent_func_path", "launch.rewards"),
+                     note="--train.agent_func_path <generated executor scoring the engine's token ids>"),
+            approximated("environment", ("train.agent_func_path", "launch.environment"),
                          "OpenRLHF's multi-turn executor gives each turn the remaining --data.max_len budget, not rollout.max_new_tokens",
                          check=_check_environment, when=lambda c: c.environment is not None),
-            honoured("training.steps", "--data.max_samples = steps x batch_size, --train.num_episodes"),
-            honoured("training.epochs", "--train.num_episodes"),
-            honoured("training.lr", "--actor.adam.lr"),
-            honoured("training.lr_schedule", "--actor.lr_scheduler constant_with_warmup / linear / cosine"),
-            approximated("training.warmup_steps", "--actor.lr_warmup_ratio", "warm-up given as a ratio of the run's steps",
-                         when=lambda c: c.training.warmup_steps > 0 and not c.training.steps),
-            honoured("training.weight_decay", "--actor.adam.weight_decay"),
-            honoured("training.batch_size", "--rollout.batch_size"),
-            honoured("training.mini_batch_size", "--train.batch_size (samples)"),
-            honoured("training.micro_batch_size", "--train.micro_batch_size, --rollout.micro_batch_size"),
-            approximated("training.grad_clip", "--actor.max_norm", "OpenRLHF always clips; null becomes 1e9",
+            honoured("training.steps", ("data.max_samples", "train.num_episodes", "actor.lr_warmup_ratio"),
+                     note="--data.max_samples = steps x batch_size, one episode"),
+            honoured("training.epochs", ("train.num_episodes", "data.max_samples")),
+            honoured("training.lr", ("actor.adam.lr", "critic.adam.lr")),
+            honoured("training.lr_schedule", "actor.lr_scheduler", note="constant_with_warmup / linear / cosine"),
+            honoured("training.warmup_steps", "actor.lr_warmup_ratio", _check_warmup, note="warmup_steps / steps"),
+            honoured("training.weight_decay", "actor.adam.weight_decay"),
+            honoured("training.batch_size", ("rollout.batch_size", "data.max_samples")),
+            honoured("training.mini_batch_size", "train.batch_size", note="in samples"),
+            honoured("training.micro_batch_size", micro),
+            approximated("training.grad_clip", "actor.max_norm", "OpenRLHF always clips; null becomes 1e9",
                          when=lambda c: c.training.grad_clip is None),
-            honoured("training.seed", "--train.seed"),
-            approximated("training.torch_threads", "OMP_NUM_THREADS", "sets the thread count of every OpenRLHF process",
+            honoured("training.seed", "train.seed", note="data order, vLLM engines (seed + engine index), DeepSpeed (transformers.set_seed)"),
+            approximated("training.torch_threads", "launch.env.OMP_NUM_THREADS", "sets the thread count of every OpenRLHF process",
                          when=lambda c: c.training.torch_threads is not None),
-            honoured("resources.nodes", "--actor.num_nodes"),
-            honoured("resources.gpus_per_node", "--actor.num_gpus_per_node (0: logical GPUs of a private Ray cluster)"),
-            honoured("resources.cpus_per_node", "ray.init(num_cpus)"),
-            honoured("placement.policy", "colocate: --train.colocate_all; split: vLLM engines on their own GPUs", _check_placement),
-            honoured("placement.args", "(checked by the placement policy)"),
-            honoured("checkpoint.dir", "--ckpt.path, --ckpt.output_dir"),
-            honoured("checkpoint.interval", "--ckpt.save_steps"),
-            approximated("checkpoint.resume", "--ckpt.load_enable", "OpenRLHF resumes from the newest checkpoint in --ckpt.path; a path selects that directory",
+            rejected("resources.nodes", "rlbridge starts a private single-node Ray cluster per run; use resources.nodes: 1"),
+            honoured("resources.gpus_per_node", ("actor.num_gpus_per_node", "vllm.num_engines", "train.colocate_all"),
+                     note="0: logical GPUs of a private Ray cluster"),
+            honoured("resources.cpus_per_node", "launch.ray.num_cpus", note="ray.init(num_cpus)"),
+            honoured("placement.policy", ("train.colocate_all", "actor.num_gpus_per_node", "vllm.num_engines"),
+                     note="colocate: --train.colocate_all on GPUs; split: the policy's actor and rollout GPUs"),
+            honoured("placement.args", ("actor.num_gpus_per_node", "vllm.num_engines"), note="split: rollout_gpus"),
+            honoured("checkpoint.dir", "ckpt.path"),
+            honoured("checkpoint.interval", "ckpt.save_steps"),
+            approximated("checkpoint.resume", "ckpt.load_enable", "OpenRLHF resumes from the newest checkpoint in --ckpt.path; a path selects that directory",
                          when=lambda c: isinstance(c.checkpoint.resume, str)),
-            honoured("checkpoint.keep_last", "--ckpt.max_num"),
+            honoured("checkpoint.keep_last", "ckpt.max_num", note="null (keep all): a count no run reaches"),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
@@ -225,7 +254,7 @@ class OpenRLHFBackend(Backend):
         dtype = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16"}.get(config.model.dtype, "bf16")
         prompt_cap = ro.max_prompt_tokens or DEFAULT_PROMPT_TOKENS
         colocate = config.placement.policy == "colocate"
-        rollout_gpus = config.placement.args.get("rollout_gpus", 1) if not colocate else 0
+        actor_gpus = devices if colocate else max(gpus * config.resources.nodes - rollout_devices(config), 1)
         flags: dict[str, Any] = {
             "actor.model_name_or_path": "<model_dir>",
             "data.prompt_dataset": "<run_dir>/data/train.jsonl",
@@ -250,8 +279,8 @@ class OpenRLHFBackend(Backend):
             "actor.max_norm": tr.grad_clip if tr.grad_clip is not None else 1e9,
             "actor.eps_clip_low_high": [algo.clip_low, algo.clip_high if algo.clip_high is not None else algo.clip_low],
             "actor.num_nodes": config.resources.nodes,
-            "actor.num_gpus_per_node": max(gpus, 1),
-            "vllm.num_engines": max(devices // ro.tensor_parallel_size, 1) if colocate else max(rollout_gpus // ro.tensor_parallel_size, 1),
+            "actor.num_gpus_per_node": actor_gpus // config.resources.nodes,
+            "vllm.num_engines": max(rollout_devices(config) // ro.tensor_parallel_size, 1),
             "vllm.tensor_parallel_size": ro.tensor_parallel_size,
             "vllm.gpu_memory_utilization": ro.gpu_memory_utilization,
             # an agent executor, not --reward.remote_url: reward_func only sees decoded text (reward.py)
@@ -290,25 +319,25 @@ class OpenRLHFBackend(Backend):
             flags["train.colocate_all"] = True
         if config.checkpoint.interval:
             flags["ckpt.save_steps"] = config.checkpoint.interval
-        if config.checkpoint.keep_last:
-            flags["ckpt.max_num"] = config.checkpoint.keep_last
+        # keep_last null keeps every checkpoint (OpenRLHF's own default keeps 3)
+        flags["ckpt.max_num"] = config.checkpoint.keep_last or KEEP_ALL
         if config.checkpoint.resume:
             flags["ckpt.load_enable"] = True
         if config.data.eval is not None:
             flags["eval.dataset"] = "<run_dir>/data/eval.jsonl"
+            flags["eval.steps"] = config.data.eval_interval
         if config.environment is not None:
             # the environment's agent computes the rewards
             flags["train.agent_func_path"] = "<run_dir>/rlbridge_agent.py"
         if gpus == 0:
             flags["vllm.enforce_eager"] = True
             flags["ds.attn_implementation"] = "eager"
-        passthrough = dict(config.backend_options.get("openrlhf", {}))
+        # flat or dotted, nested or not: one key each (knob-owned keys were refused by Backend.check_backend_options)
+        passthrough = self.option_keys(config.backend_options.get("openrlhf", {}))
         for key in passthrough:
-            if key.lstrip("-") in flags:
-                raise ConfigError(
-                    f"backend_options.openrlhf.{key} is set by rlbridge's translation of a canonical knob; set that knob instead"
-                )
-        flags.update({k.lstrip("-"): v for k, v in passthrough.items()})
+            if key in flags:
+                raise ConfigError(f"backend_options.openrlhf.{key}: rlbridge sets --{key} itself for every OpenRLHF run; remove it")
+        flags.update(passthrough)
         logical_gpus = 0 if gpus else devices + flags["vllm.num_engines"] * ro.tensor_parallel_size
         env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
         if tr.torch_threads:
@@ -327,6 +356,40 @@ class OpenRLHFBackend(Backend):
             "cpu": gpus == 0,
             "env": env,
         }
+
+    native_aliases = {
+        "actor.eps_clip": "algorithm.clip_low",
+        "algo.advantage.gamma": "algorithm.name",
+        "eval.n_samples_per_prompt": "data.eval",
+        "rollout.top_k": "rollout.top_k",
+        "data.input_key": "data.prompt_key",
+        "data.label_key": "data.answer_key",
+        "data.prompt_dataset": "data.train",
+        "actor.model_name_or_path": "model.path",
+        "ckpt.output_dir": "checkpoint.dir",
+        "ds.zero_stage": "resources.gpus_per_node",
+    }
+
+    def native_settings(self, plan) -> dict[str, Any]:
+        """The flags of the argument list in 0.10.2+'s dotted names (whatever the version's spelling),
+        values parsed back to numbers; what rlbridge's launcher does as launch.*."""
+        argv = plan.native["args"]
+        settings: dict[str, Any] = {}
+        i = 0
+        while i < len(argv):
+            j = i + 1
+            while j < len(argv) and not argv[j].startswith("--"):
+                j += 1
+            values = [_number(v) for v in argv[i + 1:j]]
+            settings[DOTTED.get(argv[i][2:], argv[i][2:])] = True if not values else values[0] if len(values) == 1 else values
+            i = j
+        settings.update(launch_settings(plan.native, skip=("args", "module")))
+        return settings
+
+    def option_keys(self, options: dict[str, Any]) -> dict[str, Any]:
+        """backend_options.openrlhf with flat (pre-0.10.2) and dotted spellings as one dotted key, nested
+        mappings flattened the way the CLI spells them (--algo.kl.init_coef), never a dict string."""
+        return {DOTTED.get(key.lstrip("-"), key.lstrip("-")): value for key, value in flatten(options).items()}
 
     def render_native(self, plan) -> str:
         native = plan.native

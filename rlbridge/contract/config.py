@@ -9,11 +9,11 @@ here; what a particular engine can or cannot honour is the backend's capability 
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dpo")
+ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo")
 GROUP_ALGORITHMS = ("grpo", "dr_grpo", "rloo")  # advantage from a group of samples of one prompt
 
 
@@ -24,10 +24,10 @@ class StrictModel(BaseModel):
 
 
 class AlgorithmConfig(StrictModel):
-    name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dpo"] = "grpo"
+    name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo"] = "grpo"
     """RL algorithm. grpo: group-normalised advantages; dr_grpo: GRPO without std scaling and with
     length-unbiased aggregation; rloo: leave-one-out baseline; reinforce_pp: REINFORCE++ (batch
-    baseline); ppo: critic with GAE; dpo: offline preference pairs."""
+    baseline); ppo: critic with GAE."""
     group_size: int = Field(8, ge=1)
     """Samples generated per prompt (TRL num_generations, verl rollout.n, OpenRLHF
     n_samples_per_prompt). Group-based algorithms need at least 2."""
@@ -37,10 +37,10 @@ class AlgorithmConfig(StrictModel):
     kl_placement: Literal["loss", "reward"] = "loss"
     """Where the KL penalty goes: 'loss' adds it to the policy loss (GRPO style), 'reward'
     subtracts it from the reward before advantages (PPO/RLOO style)."""
-    clip_low: float = Field(0.2, ge=0.0)
-    """Lower PPO ratio clip epsilon: the ratio is clipped at 1 - clip_low."""
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
+    """Lower PPO ratio clip epsilon: the ratio is clipped at 1 - clip_low (so below 1)."""
     clip_high: float | None = Field(None, ge=0.0)
-    """Upper PPO ratio clip epsilon (DAPO clip-higher). None means the same as clip_low."""
+    """Upper PPO ratio clip epsilon (DAPO clip-higher), at least clip_low. None means the same as clip_low."""
     loss_aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
     """How per-token losses become one number: token_mean averages over every token of the batch
     (DAPO), seq_mean_token_mean averages per sequence then over sequences (original GRPO),
@@ -56,8 +56,26 @@ class AlgorithmConfig(StrictModel):
         return {"grpo": "group", "reinforce_pp": "batch", "ppo": "batch"}.get(self.name, "none")
     epochs_per_rollout: int = Field(1, ge=1)
     """Passes of policy updates over one batch of rollouts (TRL num_iterations, verl ppo_epochs)."""
-    dpo_beta: float = Field(0.1, gt=0.0)
-    """DPO only: temperature of the implicit reward."""
+
+    @model_validator(mode="after")
+    def _check_algorithm(self) -> "AlgorithmConfig":
+        if self.clip_high is not None and self.clip_high < self.clip_low:
+            raise ValueError(
+                f"clip_high ({self.clip_high}) is below clip_low ({self.clip_low}): the upper clip must be at least "
+                "the lower one (DAPO clip-higher); raise clip_high or leave it unset"
+            )
+        if self.name == "dr_grpo":
+            if "loss_aggregation" in self.model_fields_set and self.loss_aggregation != "seq_mean_token_sum_norm":
+                raise ValueError(
+                    f"loss_aggregation: dr_grpo is defined by seq_mean_token_sum_norm, not {self.loss_aggregation}; "
+                    "leave loss_aggregation unset or use name: grpo"
+                )
+            if self.advantage_normalization not in (None, "none"):
+                raise ValueError(
+                    f"advantage_normalization: dr_grpo does not scale advantages by std ({self.advantage_normalization}); "
+                    "leave it unset (none) or use name: grpo"
+                )
+        return self
 
 
 class ModelConfig(StrictModel):
@@ -72,6 +90,13 @@ class ModelConfig(StrictModel):
     use_chat_template: bool = False
     """Wrap prompts as a user message and apply the chat template. False sends the prompt text as is."""
 
+    @model_validator(mode="after")
+    def _template_is_used(self) -> "ModelConfig":
+        if self.chat_template is not None and not self.use_chat_template:
+            raise ValueError("chat_template is set but use_chat_template is false, so no template is applied: "
+                             "set use_chat_template: true or remove chat_template")
+        return self
+
 
 class DataSource(StrictModel):
     type: Literal["jsonl", "parquet", "hf_disk", "generator"]
@@ -82,7 +107,7 @@ class DataSource(StrictModel):
     name: str | None = None
     """Plugin name for type: generator."""
     split: str | None = None
-    """hf_disk only: which split of a DatasetDict."""
+    """hf_disk only: which split of a DatasetDict (default: train)."""
     args: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the generator plugin."""
     limit: int | None = Field(None, ge=1)
@@ -96,6 +121,8 @@ class DataSource(StrictModel):
             if self.path:
                 raise ValueError("type 'generator' takes 'name' and 'args', not 'path'")
         else:
+            if self.split is not None and self.type != "hf_disk":
+                raise ValueError(f"'split' is only for type 'hf_disk' (a saved DatasetDict has splits; a {self.type} file has none)")
             if not self.path:
                 raise ValueError(f"type '{self.type}' needs 'path' (the file or directory to read)")
             if self.name:
@@ -110,16 +137,21 @@ class DataConfig(StrictModel):
     """Training prompts."""
     eval: DataSource | None = None
     """Evaluation prompts; None for no evaluation."""
+    eval_interval: int = Field(10, ge=1)
+    """With data.eval: evaluate every this many training steps (TRL eval_steps, verl trainer.test_freq,
+    OpenRLHF --eval.steps)."""
     prompt_key: str = "prompt"
     """Column holding the prompt text."""
     answer_key: str = "answer"
     """Column holding the reference answer given to reward plugins (may be absent for rewards that need none)."""
-    chosen_key: str = "chosen"
-    """DPO only: column with the preferred completion."""
-    rejected_key: str = "rejected"
-    """DPO only: column with the dispreferred completion."""
     shuffle: bool = True
     """Shuffle training rows (seeded by training.seed)."""
+
+    @model_validator(mode="after")
+    def _eval_interval_needs_eval(self) -> "DataConfig":
+        if self.eval is None and "eval_interval" in self.model_fields_set:
+            raise ValueError("eval_interval is set but there is no data.eval to evaluate on: add data.eval or remove eval_interval")
+        return self
 
 
 class RolloutConfig(StrictModel):
@@ -221,7 +253,7 @@ class TrainingConfig(StrictModel):
 class ResourcesConfig(StrictModel):
     nodes: int = Field(1, ge=1)
     """Number of machines."""
-    gpus_per_node: Union[int, Literal["auto"]] = "auto"
+    gpus_per_node: Union[Annotated[int, Field(ge=0)], Literal["auto"]] = "auto"
     """Accelerators per node; 0 runs on CPU. 'auto' counts the visible NVIDIA GPUs."""
     cpus_per_node: int | None = Field(None, ge=1)
     """CPU cores per node for the engine's workers; None: all of them."""
@@ -347,10 +379,10 @@ class RunConfig(StrictModel):
             )
         samples = tr.batch_size * algo.group_size
         if tr.mini_batch_size is not None:
-            if algo.name in GROUP_ALGORITHMS and tr.mini_batch_size % algo.group_size:
+            if tr.mini_batch_size % algo.group_size:  # every engine splits updates at prompt boundaries
                 raise ValueError(
                     f"training.mini_batch_size ({tr.mini_batch_size}) is not divisible by algorithm.group_size "
-                    f"({algo.group_size}): use a multiple of {algo.group_size} so that groups are not split"
+                    f"({algo.group_size}): use a multiple of {algo.group_size} so that a prompt's samples are not split"
                 )
             if samples % tr.mini_batch_size:
                 raise ValueError(
@@ -363,7 +395,7 @@ class RunConfig(StrictModel):
                 f"training.micro_batch_size ({tr.micro_batch_size}) does not divide the mini batch ({mini}): "
                 f"use a divisor of {mini}"
             )
-        if algo.name != "dpo" and not self.reward and self.environment is None:
+        if not self.reward and self.environment is None:
             raise ValueError("'reward' is empty: add at least one reward plugin (see `rlbridge plugins`)")
         return self
 
@@ -381,3 +413,26 @@ class RunConfig(StrictModel):
     def updates_per_step(self) -> int:
         """Optimizer updates per training step."""
         return (self.rollout_samples // self.mini_batch_samples) * self.algorithm.epochs_per_rollout
+
+
+def check_devices(config: RunConfig, actor_devices: int) -> None:
+    """Cross-field checks that need the resolved device count (gpus_per_node 'auto' counted, the
+    placement policy's layout applied): the same for every engine. `actor_devices` is the number of
+    training devices (1 on CPU, where every engine trains in one process)."""
+    from rlbridge.errors import ConfigError
+
+    mini = config.mini_batch_samples
+    micro = config.training.micro_batch_size
+    devices = max(actor_devices, 1)
+    if micro is None:
+        if mini % devices:
+            raise ConfigError(
+                f"training.mini_batch_size: the mini batch ({mini} samples) does not split evenly over {devices} training "
+                f"devices; use a multiple of {devices}, or set training.micro_batch_size"
+            )
+    elif mini % (micro * devices):
+        raise ConfigError(
+            f"training.micro_batch_size ({micro}) x {devices} training devices does not divide the mini batch ({mini} samples); "
+            f"use a micro batch that divides {mini // devices if mini % devices == 0 else mini}"
+            + ("" if mini % devices == 0 else f" and a mini batch that is a multiple of {devices}")
+        )

@@ -57,11 +57,7 @@ def load_rows(source: DataSource, config: RunConfig, field_name: str, plugins=No
 def _check_rows(rows: list[dict[str, Any]], config: RunConfig, field_name: str) -> None:
     if not rows:
         raise ConfigError(f"{field_name}: the data source produced no rows")
-    keys = [config.data.chosen_key, config.data.rejected_key] if config.algorithm.name == "dpo" else []
-    for key in [config.data.prompt_key, *keys]:
-        if key not in rows[0]:
-            raise ConfigError(
-                f"data.prompt_key: rows of {field_name} have no column '{key}'; they have {sorted(rows[0])}"
-                if key == config.data.prompt_key
-                else f"{field_name}: rows have no column '{key}' (needed for dpo); they have {sorted(rows[0])}"
-            )
+    if config.data.prompt_key not in rows[0]:
+        raise ConfigError(
+            f"data.prompt_key: rows of {field_name} have no column '{config.data.prompt_key}'; they have {sorted(rows[0])}"
+        )

@@ -15,7 +15,8 @@ from typing import Any
 
 from rlbridge import __version__
 from rlbridge.contract.backend import Backend, Plan
-from rlbridge.contract.config import RunConfig
+from rlbridge.contract.config import RunConfig, check_devices
+from rlbridge.contract.plugin_args import check_args
 from rlbridge.contract.data import check_source
 from rlbridge.errors import ConfigError
 from rlbridge.run.loading import dump_config
@@ -66,17 +67,28 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
             f"model.path: '{path}' does not exist; point it at a model directory, a hub id (org/name), "
             f"or a built-in model such as 'builtin:tiny-digits'"
         )
-    check_source(config.data.train, "data.train", pm)
-    if config.data.eval is not None:
-        check_source(config.data.eval, "data.eval", pm)
+    # plugins exist, and their args bind to their factories (rlbridge.contract.plugin_args)
+    for field_name, source in (("data.train", config.data.train), ("data.eval", config.data.eval)):
+        if source is None:
+            continue
+        check_source(source, field_name, pm)
+        if source.type == "generator":
+            generate = pm.get("data_source", source.name, f"{field_name}.name").generate
+            check_args(generate, source.args, f"{field_name}.args", source.name, {"seed": config.training.seed})
     for i, spec in enumerate(config.reward):
         check_reward_spec(spec, pm, f"reward[{i}]")  # a plugin, or a native function that loads and fits its convention
+        if spec.native is None:
+            check_args(pm.get("reward", spec.name, f"reward[{i}].name").factory, spec.args, f"reward[{i}].args", spec.name)
     if config.environment is not None:
-        pm.get("environment", config.environment.name, "environment.name")
+        env = pm.get("environment", config.environment.name, "environment.name")
+        check_args(env.factory, config.environment.args, "environment.args", config.environment.name)
     policy = pm.get("placement", config.placement.policy, "placement.policy")
-    policy.layout(config)
+    layout = policy.layout(config)  # the policy checks placement.args itself
+    backend.check_capabilities(config)  # a knob the backend cannot honour is named before batch arithmetic on it
+    check_devices(config, int(layout.get("actor", 1)) if isinstance(layout, dict) else 1)
     for i, sink in enumerate(config.telemetry.sinks):
-        pm.get("telemetry_sink", sink.name, f"telemetry.sinks[{i}].name")
+        plugin = pm.get("telemetry_sink", sink.name, f"telemetry.sinks[{i}].name")
+        check_args(plugin.factory, sink.args, f"telemetry.sinks[{i}].args", sink.name, {"run_dir": config.output_dir})
     for engine in config.backend_options:
         if engine not in pm.items["backend"]:
             raise ConfigError(
