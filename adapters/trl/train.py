@@ -61,10 +61,11 @@ def build_dataset(rows: list[dict[str, Any]], native: dict[str, Any], tok, field
     return Dataset.from_list(records)
 
 
-def trl_reward(bound: BoundReward, answer_key: str, tokenizer):
+def trl_reward(bound: BoundReward, answer_key: str, tokenizer, scorer=None):
     """Wrap an rlbridge reward as a TRL reward function (named after the plugin, so TRL logs
     rewards/<plugin>/mean). TRL passes completions decoded without special tokens and the
-    completion token ids; both reach the plugin."""
+    completion token ids; both reach the plugin. With a `scorer` (rlbridge.engine.workers), the
+    plugin runs in the run's worker pool and TRL gets the scores after the on_error policy."""
 
     def reward(prompts, completions, completion_ids, **columns):
         inputs = []
@@ -87,9 +88,12 @@ def trl_reward(bound: BoundReward, answer_key: str, tokenizer):
                     metadata=metadata,
                 )
             )
-        scores = score(bound, inputs)
+        if scorer is not None:
+            scores, extra = scorer.score_plugin(bound.name, inputs), scorer.last_metrics.get(bound.name)
+        else:
+            scores, extra = score(bound, inputs), getattr(bound.fn, "last_metrics", None)
         log_metric = columns.get("log_metric")
-        for key, value in (getattr(bound.fn, "last_metrics", None) or {}).items():  # a native reward's extra metrics
+        for key, value in (extra or {}).items():  # a native reward's extra metrics
             if callable(log_metric):
                 log_metric(f"rewards/{bound.name}/{key}", value)
         return scores
@@ -109,6 +113,7 @@ class CanonicalMetrics(TrainerCallback):
         self.last_tokens = 0.0
         self.on_gpu = torch.cuda.is_available()
         self.trainer = None  # set once the trainer exists (which passes decide old/ref log-probs)
+        self.scorer = None  # the reward worker pool (rlbridge.engine.workers): its fault counts per step
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.step_started is None:
@@ -138,6 +143,8 @@ class CanonicalMetrics(TrainerCallback):
         )
         self.last_tokens = tokens
         self.step_started = None
+        if self.scorer is not None:
+            canonical.update(self.scorer.take_counts())
         self.ctx.emit_step(state.global_step // self.per_step, canonical, native=logs)
 
     def on_save(self, args, state, control, **kwargs):
@@ -193,7 +200,14 @@ def run_trl(plan, ctx) -> None:
     eval_ds = None
     if config.data.eval is not None:
         eval_ds = build_dataset(load_rows(config.data.eval, config, "data.eval", ctx.plugins), native, tok, "data.eval")
-    rewards = [trl_reward(b, native["data"]["answer_key"], tok) for b in build_rewards(config, ctx.plugins)]
+    bound = build_rewards(config, ctx.plugins)
+    from rlbridge.engine.workers import RewardScorer, specs_with_factories
+
+    scorer = RewardScorer(
+        specs_with_factories([s.model_dump(mode="json") for s in config.reward], ctx.plugins),
+        config.rollout_workers, rewards=bound, fault_log=ctx.run_dir / "reward_faults.jsonl",
+    )
+    rewards = [trl_reward(b, native["data"]["answer_key"], tok, scorer=scorer) for b in bound]
 
     trainer_class = getattr(trl, native["trainer"])
     extra: dict[str, Any] = {}
@@ -210,6 +224,7 @@ def run_trl(plan, ctx) -> None:
     args = make_args(native)
     timers: dict[str, float] = {}
     callback = CanonicalMetrics(ctx, native["updates_per_step"], timers)
+    callback.scorer = scorer
     with profiling_timers(timers):
         trainer = trainer_class(
             model=model_path,
@@ -228,6 +243,7 @@ def run_trl(plan, ctx) -> None:
         if resume is True:
             resume = _latest_checkpoint(native["args"]["output_dir"])
         trainer.train(resume_from_checkpoint=resume or None)
+    scorer.close()
 
 
 def make_args(native: dict[str, Any]):
