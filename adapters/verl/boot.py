@@ -5,12 +5,15 @@ Everything acts through post-import hooks, so nothing of verl is imported before
 
 from __future__ import annotations
 
+import os
+
 from rlbridge.engine.engine_io import write_event
 from rlbridge.contract.metrics import numbers
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import apply_from_environment
 
 NATIVE_ENV = "RLBRIDGE_VERL_NATIVE"
+SEED_ENV = "RLBRIDGE_SEED"  # training.seed, set in the plan's env by the backend
 PATCH_REPORT_ENV = "RLBRIDGE_VERL_PATCH_REPORT"
 _installed = False
 
@@ -27,6 +30,25 @@ def install() -> None:
     when_imported("verl.utils.tracking", _instrument_tracking)
     when_imported("verl.workers.reward_manager", _register_reward_manager)
     when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_loop_manager)
+    if os.environ.get(SEED_ENV):
+        when_imported("torch", _seed_process)
+
+
+def _seed_process(torch) -> None:
+    """training.seed for every RNG a verl process draws from without verl seeding it: model init
+    (e.g. PPO's value head), the HF rollout's sampling (verl 0.5), numpy and random. verl's own seeds
+    (data.seed, data_loader_seed, rollout.seed) are set in the plan."""
+    import random
+
+    seed = int(os.environ[SEED_ENV])
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
 
 
 def _instrument_tracking(module) -> None:

@@ -337,7 +337,7 @@ class Backend(ABC):
                 if key == native or key.startswith(native + ".") or native.startswith(key + "."):
                     raise ConfigError(f"backend_options.{self.name}.{key}: rlbridge sets {native} itself ({reason})")
 
-    def explain(self, config: RunConfig, plan: Plan) -> list[tuple[str, Any, str]]:
+    def explain(self, config: RunConfig, plan: Plan) -> list[tuple[str, str, str]]:
         """For each knob set in the config (explicitly, or different from its default): (knob, value,
         where it lands on this backend: native keys and values, or how it is approximated)."""
         settings = self.native_settings(plan)
@@ -349,13 +349,13 @@ class Backend(ABC):
                 continue
             cap = table[knob]
             if cap.support is Support.REJECTED:
-                rows.append((knob, value, f"rejected (default kept): {cap.note}"))
+                rows.append((knob, _show(value), f"rejected (default kept): {cap.note}"))
                 continue
             landed = [f"{key}={_show(settings[key])}" for key in cap.native if key in settings]
             text = ", ".join(landed) or f"(no native key for this value; table: {', '.join(cap.native) or '-'})"
             if cap.note:
                 text += f"  [{cap.support.value}: {cap.note}]" if cap.support is Support.APPROXIMATED else f"  [{cap.note}]"
-            rows.append((knob, value, text))
+            rows.append((knob, _show(value), text))
         return rows
 
     def plan(self, config: RunConfig) -> Plan:
