@@ -68,6 +68,21 @@ def train(
 
 
 @app.command()
+def submit(
+    config: Path = typer.Argument(..., help="YAML config file."),
+    address: str = typer.Option(..., "--address", help="The Ray cluster's job-submission address (its dashboard, e.g. http://head:8265)."),
+    set_: Optional[list[str]] = SetOption,
+    plugin: Optional[list[str]] = PluginOption,
+    job_python: Optional[str] = typer.Option(None, "--job-python", help="Python on the cluster's nodes that has rlbridge and the engine (default: this engine environment's, for clusters that share it)."),
+) -> None:
+    """Run CONFIG as a job on an existing Ray cluster (Ray's job submission API), following its logs."""
+    from rlbridge.run.submit import submit as run_submit
+
+    code = run_submit(_load(config, set_ or [], plugin), address, job_python, echo=out.print)
+    raise typer.Exit(code)
+
+
+@app.command()
 def plan(
     config: Path = typer.Argument(..., help="YAML config file."),
     set_: Optional[list[str]] = SetOption,

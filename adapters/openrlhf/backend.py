@@ -13,7 +13,9 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, rejected
+from rlbridge.contract.backend import (
+    Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, rejected,
+)
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
@@ -229,7 +231,8 @@ class OpenRLHFBackend(Backend):
             honoured("training.seed", "train.seed", note="data order, vLLM engines (seed + engine index), DeepSpeed (transformers.set_seed)"),
             approximated("training.torch_threads", "launch.env.OMP_NUM_THREADS", "sets the thread count of every OpenRLHF process",
                          when=lambda c: c.training.torch_threads is not None),
-            rejected("resources.nodes", "rlbridge starts a private single-node Ray cluster per run; use resources.nodes: 1"),
+            honoured("resources.nodes", "actor.num_nodes", check=nodes_need_a_cluster),
+            honoured("resources.ray_address", "launch.ray.address", note="ray.init(address=...): join that cluster instead of starting a private one"),
             honoured("resources.gpus_per_node", ("actor.num_gpus_per_node", "vllm.num_engines", "train.colocate_all"),
                      note="0: logical GPUs of a private Ray cluster"),
             honoured("resources.cpus_per_node", "launch.ray.num_cpus", note="ray.init(num_cpus)"),
@@ -352,7 +355,7 @@ class OpenRLHFBackend(Backend):
             "rewards": [r.model_dump(mode="json", exclude_none=True) for r in config.reward],
             "environment": config.environment.model_dump(mode="json") if config.environment else None,
             "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key},
-            "ray": {"num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": logical_gpus},
+            "ray": {"address": config.resources.ray_address, "num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": logical_gpus},
             "cpu": gpus == 0,
             "env": env,
         }

@@ -17,7 +17,7 @@ from typing import Any
 
 from rlbridge.contract.data import load_rows
 from rlbridge.contract.local_plugins import PLUGINS_ENV
-from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, private_ray_cluster, run_and_model_dirs
+from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, ray_cluster, run_and_model_dirs
 from rlbridge.errors import RLBridgeError
 from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO
 
@@ -114,7 +114,8 @@ def run_openrlhf(plan, ctx) -> None:
                              checkpoint_glob="global_step*")
     saved_argv = sys.argv
     # every OpenRLHF actor asks for GPUs: on CPU they are the cluster's logical GPUs
-    with following(follower), private_ray_cluster(native["ray"]["num_cpus"], env, native["ray"]["logical_gpus"]):
+    with following(follower), ray_cluster(native["ray"]["num_cpus"], env, native["ray"]["logical_gpus"],
+                                                 address=native["ray"].get("address")):
         try:
             sys.argv = [native["module"], *argv]
             runpy.run_module(native["module"], run_name="__main__", alter_sys=True)

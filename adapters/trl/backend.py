@@ -185,6 +185,7 @@ class TRLBackend(Backend):
             honoured("training.seed", ("seed", "data_seed"), note="transformers.set_seed (init, sampling) and the data order"),
             honoured("training.torch_threads", "launch.torch_threads", note="torch.set_num_threads"),
             rejected("resources.nodes", "rlbridge starts a private single-node run; use resources.nodes: 1"),
+            rejected("resources.ray_address", "TRL runs in one process without Ray; leave resources.ray_address unset"),
             honoured("resources.gpus_per_node", "use_cpu", _check_resources, note="use_cpu when 0"),
             approximated("resources.cpus_per_node", "launch.torch_threads", "TRL runs one process; cpus_per_node caps torch's threads unless training.torch_threads is set",
                          when=lambda c: c.resources.cpus_per_node is not None),

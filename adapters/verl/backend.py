@@ -17,7 +17,9 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Backend, Capability, approximated, gpus_per_node, honoured, launch_settings, rejected, resolved_dtype
+from rlbridge.contract.backend import (
+    Backend, Capability, approximated, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, rejected, resolved_dtype,
+)
 from rlbridge.contract.config import RunConfig
 from rlbridge.engine.engine_io import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
@@ -197,7 +199,8 @@ class VerlBackend(Backend):
                           "process (rlbridge's worker bootstrap: init and HF-rollout sampling)"),
             approximated("training.torch_threads", "launch.env.OMP_NUM_THREADS", "sets the thread count of every verl worker process",
                          when=lambda c: c.training.torch_threads is not None),
-            rejected("resources.nodes", "rlbridge starts a private single-node Ray cluster per run; use resources.nodes: 1"),
+            honoured("resources.nodes", "trainer.nnodes", check=nodes_need_a_cluster),
+            honoured("resources.ray_address", "launch.ray.address", note="ray.init(address=...): join that cluster instead of starting a private one"),
             honoured("resources.gpus_per_node", ("trainer.n_gpus_per_node", "trainer.device"), note="0: one logical GPU on CPU"),
             honoured("resources.cpus_per_node", "launch.ray.num_cpus", note="ray.init(num_cpus)"),
             honoured("placement.policy", (), _check_placement, note="hybrid engine (colocated)"),
@@ -364,7 +367,7 @@ class VerlBackend(Backend):
             "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key},
             "environment": config.environment.model_dump(mode="json") if config.environment else None,
             "tools": tools,
-            "ray": {"num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": max(gpus, 1) if cpu else None,
+            "ray": {"address": config.resources.ray_address, "num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": max(gpus, 1) if cpu else None,
                     "cpu_resource": cpu and version < Version("0.6.0")},
             "cpu": cpu,
             "env": env,

@@ -15,7 +15,7 @@ from typing import Any
 
 from rlbridge.contract.data import load_rows
 from rlbridge.contract.local_plugins import PLUGINS_ENV
-from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, private_ray_cluster, run_and_model_dirs
+from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, ray_cluster, run_and_model_dirs
 from rlbridge_adapters.verl.backend import AGENT_LOOP_FILE, AGENT_NAME, TOOL_CONFIG_FILE
 from rlbridge_adapters.verl.boot import NATIVE_ENV, PATCH_REPORT_ENV
 from rlbridge_adapters.verl.metrics import to_canonical
@@ -123,7 +123,8 @@ def run_verl(plan, ctx) -> None:
     )
     # verl's resource pools always ask for GPUs; verl 0.5 bundles also ask for a resource named 'cpu'
     resources = {"cpu": ray_native["num_cpus"]} if ray_native["cpu_resource"] else None
-    with following(follower), private_ray_cluster(ray_native["num_cpus"], env, ray_native["logical_gpus"] or 0, resources):
+    with following(follower), ray_cluster(ray_native["num_cpus"], env, ray_native["logical_gpus"] or 0, resources,
+                                                 address=ray_native.get("address")):
         from verl.trainer.main_ppo import main
 
         main(cfg)  # Hydra's main runs the task directly when given a composed config

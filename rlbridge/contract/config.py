@@ -257,6 +257,11 @@ class ResourcesConfig(StrictModel):
     """Accelerators per node; 0 runs on CPU. 'auto' counts the visible NVIDIA GPUs."""
     cpus_per_node: int | None = Field(None, ge=1)
     """CPU cores per node for the engine's workers; None: all of them."""
+    ray_address: str | None = None
+    """Address of an existing Ray cluster to run on (its GCS `HOST:PORT`), for Ray engines (verl,
+    OpenRLHF). None: `RAY_ADDRESS` from the environment if set, else a private single-machine Ray
+    cluster that this run starts and stops. `resources.nodes` > 1 needs a cluster that spans them.
+    rlbridge only connects to and disconnects from a cluster it did not start; it never stops it."""
 
 
 class PlacementConfig(StrictModel):

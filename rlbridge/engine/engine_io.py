@@ -181,25 +181,30 @@ def following(follower: EventFollower) -> Iterator[EventFollower]:
 
 
 @contextmanager
-def private_ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resources: dict | None = None) -> Iterator[None]:
-    """A Ray cluster of this run only: `address="local"` never attaches to a cluster someone else
-    started (engines' own `ray.init()` would), its temp dir is private, and it is stopped by its own
-    handle (never the Ray CLI's stop command, which kills every Ray process on the machine). On CPU, `logical_gpus`
-    declares the GPUs engines' resource requests ask for."""
+def ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resources: dict | None = None, address: str | None = None) -> Iterator[None]:
+    """The Ray cluster a run trains on. By default one of this run only: `address="local"` never
+    attaches to a cluster someone else started (engines' own `ray.init()` would), its temp dir is
+    private, and it is stopped by its own handle (never the Ray CLI's stop command, which kills every
+    Ray process on the machine). On CPU, `logical_gpus` declares the GPUs engines' resource requests
+    ask for. With `address` (resources.ray_address) the run joins that existing, possibly multi-node
+    cluster instead, and only disconnects from it at the end."""
     import ray
 
     tmp = Path(tempfile.mkdtemp(prefix="rlb-ray-"))  # short: Ray's socket paths have a length limit
-    init: dict[str, Any] = {
-        "address": "local",
-        "num_cpus": num_cpus,
-        "_temp_dir": str(tmp),
-        "include_dashboard": False,
-        "runtime_env": {"env_vars": env},
-    }
-    if logical_gpus:
-        init["num_gpus"] = logical_gpus
-    if resources:
-        init["resources"] = resources
+    if address:  # someone else's cluster (resources.ray_address): join it, never start or stop it
+        init: dict[str, Any] = {"address": address, "runtime_env": {"env_vars": env}}
+    else:
+        init = {
+            "address": "local",
+            "num_cpus": num_cpus,
+            "_temp_dir": str(tmp),
+            "include_dashboard": False,
+            "runtime_env": {"env_vars": env},
+        }
+        if logical_gpus:
+            init["num_gpus"] = logical_gpus
+        if resources:
+            init["resources"] = resources
     ray.init(**init)
     try:
         yield

@@ -286,7 +286,11 @@ EFFECTS: dict[str, Effect] = {
         "verl": {"launch.env.OMP_NUM_THREADS": "2"},
         "openrlhf": {"launch.env.OMP_NUM_THREADS": "2"},
     }),
-    "resources.nodes": Effect(2, {}, context=("resources.gpus_per_node=1",)),  # rejected everywhere: private single-node Ray
+    # more than one node needs a Ray cluster that spans them (resources.ray_address)
+    "resources.nodes": Effect(2, {"verl": {"trainer.nnodes": 2}, "openrlhf": {"actor.num_nodes": 2}},
+                              context=("resources.gpus_per_node=1", "resources.ray_address=127.0.0.1:6379")),
+    "resources.ray_address": Effect("127.0.0.1:6379", {"verl": {"launch.ray.address": "127.0.0.1:6379"},
+                                                       "openrlhf": {"launch.ray.address": "127.0.0.1:6379"}}),
     "resources.gpus_per_node": Effect(2, {
         "trl": REFUSED,  # one training process
         "verl": {"trainer.n_gpus_per_node": 2, "trainer.device": ABSENT},

@@ -1,0 +1,113 @@
+"""`rlbridge submit CONFIG --address URL`: run a job on an existing Ray cluster through Ray's job
+submission API (the cluster's dashboard address, e.g. http://head:8265), with its logs streamed back.
+
+Everything that can fail is checked here first (`prepare`: schema, plugins, capability table,
+plan), so a bad config never reaches the cluster. The resolved config travels as the job's
+`working_dir`; the job runs `python -m rlbridge train config.yaml` with the cluster's Python, and a
+Ray engine's driver joins the cluster it runs on (`resources.ray_address: auto`). The cluster's nodes need rlbridge and the engine installed, as for any Ray
+job. `output_dir` is written where the job's driver runs (the head node); the job's status, logs and
+id are written to `<output_dir>/submit/` here.
+
+The submitting side needs Ray's client library, which lives in the engine environments: the user's
+process plans, then hands the submission to the engine environment's Python
+(`python -m rlbridge.run.submit`), which stays connected until the job ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+def submit(config, address: str, job_python: str | None = None, echo=print) -> int:
+    """Plan `config` here, then submit it as a Ray job to `address` and follow it; returns the exit
+    code (0 when the job succeeded)."""
+    from rlbridge.contract.registry import get_plugin_manager
+    from rlbridge.run.loading import dump_config
+    from rlbridge.run.runner import choose_engine_python, prepare, uses_ray
+
+    config = config.model_copy(deep=True)
+    if uses_ray(get_plugin_manager().backend(config.backend)) and not config.resources.ray_address:
+        config.resources.ray_address = "auto"  # Ray's word for the cluster the job's driver runs in
+    prepared = prepare(config)
+    client_python = _python_with_ray(choose_engine_python(prepared.config, prepared.backend))
+    record = Path(prepared.config.output_dir) / "submit"
+    record.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="rlb-job-") as work:
+        job_config = prepared.config.model_copy(deep=True)
+        job_config.output_dir = str(Path(job_config.output_dir).resolve())  # not inside Ray's working_dir copy
+        if job_config.checkpoint.dir:
+            job_config.checkpoint.dir = str(Path(job_config.checkpoint.dir).resolve())
+        Path(work, "config.yaml").write_text(dump_config(job_config))
+        # the job runs what the user would run here: this rlbridge, which picks the engine environment
+        entrypoint = f"{job_python or sys.executable} -m rlbridge train config.yaml --no-progress"
+        echo(f"submitting to {address}: {entrypoint}")
+        cmd = [str(client_python), "-m", "rlbridge.run.submit", "--address", address, "--working-dir", work,
+               "--entrypoint", entrypoint, "--record", str(record)]
+        return subprocess.run(cmd).returncode
+
+
+def _python_with_ray(engine_python: Path | None) -> Path:
+    """A Python that has Ray's job client: this one, the backend's engine environment, or any
+    complete engine environment (the user's own environment usually has no Ray)."""
+    from rlbridge.envs.create import env_python, envs_dir, is_complete
+    from rlbridge.errors import RLBridgeError
+
+    built = sorted(p for p in envs_dir().glob("*") if p.is_dir() and is_complete(p)) if envs_dir().exists() else []
+    candidates = [Path(sys.executable), *([engine_python] if engine_python else []), *(env_python(p) for p in built)]
+    for python in candidates:
+        if subprocess.run([str(python), "-c", "import ray.job_submission"], capture_output=True).returncode == 0:
+            return python
+    raise RLBridgeError("rlbridge submit needs Ray's job client: create an engine environment that has Ray "
+                        "(rlbridge env create verl) or install ray[default] here")
+
+
+def _follow(address: str, working_dir: str, entrypoint: str, record: Path) -> int:
+    import asyncio
+
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(address)
+    passed = {k: v for k, v in os.environ.items() if k in ("RLBRIDGE_CACHE_DIR", "HF_HUB_OFFLINE", "PYTHONPATH")}
+    job_id = client.submit_job(entrypoint=entrypoint, runtime_env={"working_dir": working_dir, "env_vars": passed})
+    started = time.time()
+    (record / "job.json").write_text(json.dumps({"job_id": job_id, "address": address, "entrypoint": entrypoint}, indent=2))
+    print(f"job {job_id} submitted; following its logs", flush=True)
+
+    async def tail() -> None:
+        with open(record / "job.log", "w", encoding="utf-8") as log:
+            async for lines in client.tail_job_logs(job_id):
+                sys.stdout.write(lines)
+                sys.stdout.flush()
+                log.write(lines)
+
+    asyncio.run(tail())
+    while (status := str(client.get_job_status(job_id)).split(".")[-1]) not in TERMINAL:
+        time.sleep(1)
+    info = client.get_job_info(job_id)
+    result = {"job_id": job_id, "status": status, "message": info.message, "wall_s": round(time.time() - started, 1)}
+    (record / "job.json").write_text(json.dumps({**json.loads((record / "job.json").read_text()), **result}, indent=2))
+    print(f"job {job_id}: {status}" + (f" ({info.message})" if status != "SUCCEEDED" and info.message else ""), flush=True)
+    return 0 if status == "SUCCEEDED" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlbridge.run.submit")
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--working-dir", required=True)
+    parser.add_argument("--entrypoint", required=True)
+    parser.add_argument("--record", required=True)
+    args = parser.parse_args(argv)
+    return _follow(args.address, args.working_dir, args.entrypoint, Path(args.record))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
