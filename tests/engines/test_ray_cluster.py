@@ -26,7 +26,9 @@ def _free_port() -> int:
 
 @pytest.mark.engine
 def test_submit_runs_verl_on_a_two_node_cluster_with_workers_on_both_nodes(tmp_path):
-    pytest.importorskip("verl", reason="runs in the verl engine environment (rlbridge compat run --engine verl)")
+    verl = pytest.importorskip("verl", reason="runs in the verl engine environment (rlbridge compat run --engine verl)")
+    if tuple(int(x) for x in verl.__version__.split(".")[:2]) < (0, 9):
+        pytest.skip("one engine version proves the seam: verl 0.9 (vLLM rollout on CPU)")
     from ray.cluster_utils import Cluster
     from ray.util.state import list_actors
 
