@@ -68,28 +68,12 @@ def train(
 
 
 @app.command()
-def submit(
-    config: Path = typer.Argument(..., help="YAML config file."),
-    address: str = typer.Option(..., "--address", help="The Ray cluster's job-submission address (its dashboard, e.g. http://head:8265)."),
-    set_: Optional[list[str]] = SetOption,
-    plugin: Optional[list[str]] = PluginOption,
-    job_python: Optional[str] = typer.Option(None, "--job-python", help="Python on the cluster's nodes that has rlbridge and the engine (default: this engine environment's, for clusters that share it)."),
-) -> None:
-    """Run CONFIG as a job on an existing Ray cluster (Ray's job submission API), following its logs."""
-    from rlbridge.run.submit import submit as run_submit
-
-    code = run_submit(_load(config, set_ or [], plugin), address, job_python, echo=out.print)
-    raise typer.Exit(code)
-
-
-@app.command()
 def plan(
     config: Path = typer.Argument(..., help="YAML config file."),
     set_: Optional[list[str]] = SetOption,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     check: bool = typer.Option(False, "--check", help="Also validate the plan with the engine's own config code (imports the engine)."),
     plugin: Optional[list[str]] = PluginOption,
-    explain: bool = typer.Option(False, "--explain", help="For each knob set in CONFIG: the native key(s) and value(s) it becomes on this backend, or how it is approximated."),
 ) -> None:
     """Print the engine-native configuration a run of CONFIG would use (nothing is started)."""
     from rlbridge.run.runner import prepare
@@ -99,15 +83,6 @@ def plan(
         prepared.backend.require_engine()
         prepared.backend.validate(prepared.plan)
         err.print(f"plan validated by {prepared.plan.engine} {prepared.backend.installed_version()}")
-    if explain:
-        table = Table("knob", "value", f"on {prepared.plan.backend}: native key = value",
-                      title=f"where each knob set in {config.name} lands", title_justify="left")
-        for knob, value, where in prepared.backend.explain(prepared.config, prepared.plan):
-            table.add_row(knob, escape(value), escape(where))
-        out.print(table)
-        for note in prepared.plan.approximations:
-            out.print(f"approximated: {escape(note)}")
-        return
     if as_json:
         print(json.dumps(prepared.plan.to_dict(), indent=2))
         return
@@ -115,21 +90,6 @@ def plan(
     for note in prepared.plan.approximations:
         print(f"# approximated: {note}")
     print(prepared.backend.render_native(prepared.plan) if hasattr(prepared.backend, "render_native") else prepared.plan.to_yaml())
-
-
-@app.command()
-def knobs(
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the Markdown page to this file (docs/knobs.md)."),
-) -> None:
-    """What every backend does with every canonical knob, as Markdown (generated from the capability tables)."""
-    from rlbridge.run.knobdoc import builtin_backends, knob_markdown
-
-    text = knob_markdown(builtin_backends())
-    if output:
-        output.write_text(text)
-        err.print(f"wrote {output}")
-    else:
-        print(text, end="")
 
 
 @app.command()
@@ -386,6 +346,19 @@ def import_(
     elif not as_json:
         print("\n# canonical config (-o FILE writes it)")
         print(result.to_yaml(), end="")
+
+
+@app.command()
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="Run directories (output_dir of `rlbridge train`)."),
+    output: Path = typer.Option(Path("report.html"), "--output", "-o", help="The HTML file to write."),
+) -> None:
+    """One self-contained HTML page: canonical metric plots of the runs on shared axes, config
+    differences, summaries and sampled completions. Opens in any browser, no server."""
+    from rlbridge.run.dashboard import write_report
+
+    path = write_report(run_dirs, output)
+    out.print(f"[green]report[/green]: {len(run_dirs)} run{'s' if len(run_dirs) != 1 else ''} -> {path}")
 
 
 compat_app = typer.Typer(help="The compatibility matrix (compat_matrix/).", no_args_is_help=True)

@@ -61,7 +61,34 @@ def build_dataset(rows: list[dict[str, Any]], native: dict[str, Any], tok, field
     return Dataset.from_list(records)
 
 
-def trl_reward(bound: BoundReward, answer_key: str, tokenizer, scorer=None):
+class SampleCollector:
+    """The step's samples as the reward functions score them: TRL calls the run's reward functions
+    in config order on the same batch, so the first one opens a row per sample and each adds its
+    plugin's score. `take()` returns the rows (prompt, completion, total, per-plugin scores) and every
+    sample's total reward, and starts the next step."""
+
+    def __init__(self, rewards: list[BoundReward]) -> None:
+        self.weights = {r.name: r.weight for r in rewards}
+        self.first = rewards[0].name if rewards else None
+        self.rows: list[dict[str, Any]] = []
+        self._start = 0
+
+    def record(self, name: str, inputs: list[RewardInput], scores: list[float | None]) -> None:
+        if name == self.first:
+            self._start = len(self.rows)
+            self.rows += [{"prompt": x.prompt, "completion": x.completion, "rewards": {}} for x in inputs]
+        for i, value in enumerate(scores):
+            if self._start + i < len(self.rows):
+                self.rows[self._start + i]["rewards"][name] = value
+
+    def take(self) -> tuple[list[dict[str, Any]], list[float]]:
+        rows, self.rows, self._start = self.rows, [], 0
+        for row in rows:
+            row["reward"] = sum(self.weights[n] * v for n, v in row["rewards"].items() if v is not None)
+        return rows, [row["reward"] for row in rows]
+
+
+def trl_reward(bound: BoundReward, answer_key: str, tokenizer, collector: SampleCollector | None = None, scorer=None):
     """Wrap an rlbridge reward as a TRL reward function (named after the plugin, so TRL logs
     rewards/<plugin>/mean). TRL passes completions decoded without special tokens and the
     completion token ids; both reach the plugin. With a `scorer` (rlbridge.engine.workers), the
@@ -96,6 +123,8 @@ def trl_reward(bound: BoundReward, answer_key: str, tokenizer, scorer=None):
         for key, value in (extra or {}).items():  # a native reward's extra metrics
             if callable(log_metric):
                 log_metric(f"rewards/{bound.name}/{key}", value)
+        if collector is not None:
+            collector.record(bound.name, inputs, scores)
         return scores
 
     reward.__name__ = bound.name
@@ -105,8 +134,9 @@ def trl_reward(bound: BoundReward, answer_key: str, tokenizer, scorer=None):
 class CanonicalMetrics(TrainerCallback):
     """Turns TRL's logs (one per rlbridge step, see logging_steps) into canonical metrics."""
 
-    def __init__(self, ctx, updates_per_step: int, timers: dict[str, float]) -> None:
+    def __init__(self, ctx, updates_per_step: int, timers: dict[str, float], samples: SampleCollector | None = None) -> None:
         self.ctx = ctx
+        self.samples = samples
         self.per_step = updates_per_step
         self.timers = timers
         self.step_started: float | None = None
@@ -145,7 +175,8 @@ class CanonicalMetrics(TrainerCallback):
         self.step_started = None
         if self.scorer is not None:
             canonical.update(self.scorer.take_counts())
-        self.ctx.emit_step(state.global_step // self.per_step, canonical, native=logs)
+        rows, totals = self.samples.take() if self.samples is not None else ([], [])
+        self.ctx.emit_step(state.global_step // self.per_step, canonical, native=logs, samples=rows, rewards=totals)
 
     def on_save(self, args, state, control, **kwargs):
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
@@ -201,13 +232,14 @@ def run_trl(plan, ctx) -> None:
     if config.data.eval is not None:
         eval_ds = build_dataset(load_rows(config.data.eval, config, "data.eval", ctx.plugins), native, tok, "data.eval")
     bound = build_rewards(config, ctx.plugins)
+    collector = SampleCollector(bound)
     from rlbridge.engine.workers import RewardScorer, specs_with_factories
 
     scorer = RewardScorer(
         specs_with_factories([s.model_dump(mode="json") for s in config.reward], ctx.plugins),
         config.rollout_workers, rewards=bound, fault_log=ctx.run_dir / "reward_faults.jsonl",
     )
-    rewards = [trl_reward(b, native["data"]["answer_key"], tok, scorer=scorer) for b in bound]
+    rewards = [trl_reward(b, native["data"]["answer_key"], tok, collector, scorer) for b in bound]
 
     trainer_class = getattr(trl, native["trainer"])
     extra: dict[str, Any] = {}
@@ -223,7 +255,7 @@ def run_trl(plan, ctx) -> None:
         extra["rollout_func"] = EnvironmentRollout(spec, native["data"]["prompt_key"], native["data"]["use_chat_template"])
     args = make_args(native)
     timers: dict[str, float] = {}
-    callback = CanonicalMetrics(ctx, native["updates_per_step"], timers)
+    callback = CanonicalMetrics(ctx, native["updates_per_step"], timers, collector)
     callback.scorer = scorer
     with profiling_timers(timers):
         trainer = trainer_class(

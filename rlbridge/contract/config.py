@@ -257,11 +257,6 @@ class ResourcesConfig(StrictModel):
     """Accelerators per node; 0 runs on CPU. 'auto' counts the visible NVIDIA GPUs."""
     cpus_per_node: int | None = Field(None, ge=1)
     """CPU cores per node for the engine's workers; None: all of them."""
-    ray_address: str | None = None
-    """Address of an existing Ray cluster to run on (its GCS `HOST:PORT`), for Ray engines (verl,
-    OpenRLHF). None: `RAY_ADDRESS` from the environment if set, else a private single-machine Ray
-    cluster that this run starts and stops. `resources.nodes` > 1 needs a cluster that spans them.
-    rlbridge only connects to and disconnects from a cluster it did not start; it never stops it."""
 
 
 class PlacementConfig(StrictModel):
@@ -284,6 +279,9 @@ class TelemetryConfig(StrictModel):
     """Extra sinks. metrics.jsonl and summary.json in output_dir are always written."""
     progress: bool = True
     """Show a progress bar with the live reward."""
+    samples_per_step: int = Field(4, ge=0)
+    """Sampled prompt/completion/reward rows kept per training step (samples.jsonl in output_dir and
+    the sinks' tables); 0 keeps none. They come from where the engine scores rewards."""
 
 
 class CheckpointConfig(StrictModel):

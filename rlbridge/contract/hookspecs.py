@@ -12,10 +12,23 @@ Two kinds of hooks:
   plugins; a clash is an error that names both providers. Registration hooks must stay cheap: import
   no torch or engine at module level or inside them (the descriptors load their implementation
   lazily), so that `rlbridge plan` and `rlbridge --help` stay light.
-* Lifecycle hooks (`rlbridge_run_*`, `rlbridge_step_end`, ...) are called by the runner in the
-  user's process, in this order: run_start, step_end (once per training step), checkpoint_saved
-  (when the engine saved one), then run_end or run_failed. Their return values are ignored. An
-  exception raised by a lifecycle hook fails the run.
+* Lifecycle hooks (`rlbridge_run_start`, `rlbridge_step_end`, `rlbridge_checkpoint_saved`,
+  `rlbridge_run_end`, `rlbridge_run_failed`) are called in the user's process (the one that ran
+  `rlbridge train` or `rlbridge.run.runner.train`), never inside an engine process: whatever process
+  or environment the engine trains in, its steps and checkpoints travel back as events (engine_io,
+  launch) and the hooks run where the run started. Order: run_start, then step_end once per training
+  step with checkpoint_saved between steps when the engine saved one, then exactly one of run_end or
+  run_failed. Their return values are ignored (every implementation is called; nothing is combined).
+  Implementations may take any subset of a hook's parameters (pluggy passes only those named).
+
+  Two kinds of implementations receive them. Plugins registered through the entry-point group: an
+  exception they raise fails the run. Telemetry sinks (`telemetry.sinks`, see
+  `rlbridge_register_telemetry_sinks`): objects whose `@hookimpl` methods are named like these hooks,
+  registered for one run only (`rlbridge.run.sinks`); for step_end and checkpoint_saved they are
+  called before the plugins (so a step written to metrics.jsonl reaches them even when a plugin then
+  fails the run), for run_start, run_end and run_failed after them, one sink at a time; a sink that
+  raises is reported with its name (stderr and summary.json's `sink_errors`), closed and
+  unregistered, while metrics.jsonl and the other sinks go on.
 """
 
 from __future__ import annotations
@@ -97,10 +110,14 @@ def rlbridge_register_placement_policies() -> list[PlacementPolicy]:
 
 @hookspec
 def rlbridge_register_telemetry_sinks() -> list[TelemetrySinkPlugin]:
-    """Return telemetry sinks for `telemetry.sinks`: a name and a factory `(run_dir, **args)`
-    returning an object with any of the lifecycle methods `run_start(config, plan)`,
-    `step_end(step, metrics)`, `checkpoint_saved(step, path)`, `run_end(summary)`,
-    `run_failed(error)`. Called once when sinks are first looked up.
+    """Return telemetry sinks for `telemetry.sinks`: a name and a factory `(run_dir, **args)`.
+
+    Called once, in the user's process, when sinks are first looked up; results of all plugins are
+    concatenated. For a run, the runner calls each configured sink's factory with the run directory
+    and the entry's `args`; the object it returns implements any of the lifecycle hooks below as
+    methods marked `@hookimpl` (e.g. `def rlbridge_step_end(self, step, metrics): ...`) and is
+    registered for that run only. Built in: console, csv, tensorboard, mlflow, wandb
+    (`rlbridge_plugins.telemetry`).
     """
 
 
@@ -109,29 +126,51 @@ def rlbridge_register_telemetry_sinks() -> list[TelemetrySinkPlugin]:
 
 @hookspec
 def rlbridge_run_start(config: RunConfig, plan: Plan, run_dir: str) -> None:
-    """Called once before the engine starts, after the plan was made and written to run_dir."""
+    """Called once, in the user's process, before the engine starts, after every pre-flight check
+    passed and config.yaml and plan.yaml were written to `run_dir`.
+
+    `config` is the resolved `RunConfig`, `plan` the engine-native `Plan`, `run_dir` the run's
+    output directory. Return values are ignored.
+    """
 
 
 @hookspec
-def rlbridge_step_end(step: int, metrics: dict[str, float]) -> None:
-    """Called after every training step with canonical metrics (`rlbridge.contract.metrics`).
+def rlbridge_step_end(
+    step: int,
+    metrics: dict[str, float],
+    native: dict[str, float],
+    samples: list[dict[str, Any]],
+    rewards: list[float],
+) -> None:
+    """Called once per training step, in the user's process, after the step's line was written to
+    metrics.jsonl (and its sampled rows to samples.jsonl).
 
     `step` counts training steps from 1 (one rollout batch and its updates). `metrics` holds only
-    canonical names with finite float values; which names appear depends on the engine and the config.
+    canonical names (`rlbridge.contract.metrics`) with finite float values; which names appear depends
+    on the engine and the config. `native` is the engine's own log of the step, numbers only
+    (native_metrics.jsonl). `samples` is up to `telemetry.samples_per_step` rows scored in the step,
+    each `{"prompt", "completion", "reward", "rewards": {plugin: score}}`, as the engine's reward
+    scoring saw them (empty when the engine reported none). `rewards` is the total reward of every
+    sample scored in the step (for histograms; may be empty). Return values are ignored.
     """
 
 
 @hookspec
 def rlbridge_checkpoint_saved(step: int, path: str) -> None:
-    """Called after the engine wrote a checkpoint for training step `step` at `path`."""
+    """Called in the user's process after the engine wrote a checkpoint for training step `step`
+    at `path` (a directory of the engine's checkpoint layout). Return values are ignored."""
 
 
 @hookspec
 def rlbridge_run_end(summary: dict[str, Any]) -> None:
-    """Called once when training finished; `summary` is what summary.json holds."""
+    """Called once, in the user's process, when training finished, after summary.json, metrics.jsonl
+    and reward.png were written; `summary` is what summary.json holds (status 'completed').
+    Return values are ignored."""
 
 
 @hookspec
 def rlbridge_run_failed(error: BaseException, summary: dict[str, Any]) -> None:
-    """Called once when the run failed or was interrupted; `summary` is what summary.json holds
-    (status 'failed' or 'interrupted'). The error is re-raised after the hooks ran."""
+    """Called once, in the user's process, when the run failed or was interrupted, after summary.json
+    and error.txt were written; `summary` is what summary.json holds (status 'failed' or
+    'interrupted', `error` the one-line message). `error` is the exception, re-raised after the hooks
+    ran. Return values are ignored."""

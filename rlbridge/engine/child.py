@@ -28,9 +28,16 @@ class ChildContext:
         self._events.write(json.dumps(event) + "\n")
         self._events.flush()
 
-    def emit_step(self, step: int, metrics: dict, native: dict | None = None) -> None:
+    def emit_step(self, step: int, metrics: dict, native: dict | None = None, samples: list | None = None,
+                  rewards: list | None = None) -> None:
         safe_native = {k: v for k, v in (native or {}).items() if isinstance(v, (int, float))}
-        self._send(kind="step", step=step, metrics={k: float(v) for k, v in metrics.items()}, native=safe_native)
+        rows = [  # only the rows the parent keeps cross the pipe
+            {"prompt": str(r.get("prompt", "")), "completion": str(r.get("completion", "")), "reward": r.get("reward"),
+             "rewards": r.get("rewards") or {}}
+            for r in (samples or [])[: self.config.telemetry.samples_per_step]
+        ]
+        self._send(kind="step", step=step, metrics={k: float(v) for k, v in metrics.items()}, native=safe_native,
+                   samples=rows, rewards=[float(r) for r in rewards or [] if r is not None])
 
     def checkpoint_saved(self, step: int, path: str) -> None:
         self._send(kind="checkpoint", step=step, path=str(path))

@@ -69,8 +69,11 @@ class EventFollower(threading.Thread):
     """Follows the events file and emits one canonical step per engine metrics event.
 
     Events: {"kind": "metrics", "step", "data"} (the engine's per-step log), {"kind": "reward",
-    "train", "stats"} (batch statistics from a reward manager), {"kind": "reward_sample", "total",
-    "plugins"} (one sample, from per-sample reward hooks), {"kind": "reward_error", "error"}.
+    "train", "stats", optional "samples" and "totals"} (batch statistics from a reward manager, with
+    a few sampled rows and every sample's total), {"kind": "reward_sample", "total", "plugins",
+    optional "prompt", "completion"} (one sample, from per-sample reward hooks), {"kind":
+    "reward_error", "error"}. The step's sampled rows and reward totals go to `ctx.emit_step` with
+    its metrics (samples.jsonl, the sinks' tables and histograms).
     """
 
     def __init__(
@@ -92,6 +95,8 @@ class EventFollower(threading.Thread):
         self.stop = threading.Event()
         self.rewards: dict[str, float] = {}
         self.samples: list[dict[str, Any]] = []
+        self.batch_rows: list[dict[str, Any]] = []  # sampled rows a batch reward manager sent
+        self.batch_totals: list[float] = []
         self.reward_errors: list[str] = []
         self.fault_counts: dict[str, int] = {}  # reward faults of the step (rlbridge.engine.workers)
         # checkpoints already there (a resumed run's) were reported by the run that saved them
@@ -128,6 +133,8 @@ class EventFollower(threading.Thread):
         kind = event["kind"]
         if kind == "reward" and event.get("train"):
             self.rewards = event["stats"]
+            self.batch_rows += event.get("samples", [])
+            self.batch_totals += event.get("totals", [])
         elif kind == "reward_sample":
             self.samples.append(event)
         elif kind == "reward_error":
@@ -153,8 +160,10 @@ class EventFollower(threading.Thread):
             self.fault_counts = {}
             if "memory/peak_mb" not in canonical and self.peak_mb:
                 canonical["memory/peak_mb"] = self.peak_mb
-            self.ctx.emit_step(int(event["step"]), canonical, native=native)
-            self.rewards, self.samples = {}, []
+            rows = self.batch_rows + [sample_row(s) for s in self.samples if "completion" in s]
+            totals = self.batch_totals + [s["total"] for s in self.samples]
+            self.ctx.emit_step(int(event["step"]), canonical, native=native, samples=rows, rewards=totals)
+            self.rewards, self.samples, self.batch_rows, self.batch_totals = {}, [], [], []
             self._checkpoints()
 
     def _checkpoints(self) -> None:
@@ -181,30 +190,25 @@ def following(follower: EventFollower) -> Iterator[EventFollower]:
 
 
 @contextmanager
-def ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resources: dict | None = None, address: str | None = None) -> Iterator[None]:
-    """The Ray cluster a run trains on. By default one of this run only: `address="local"` never
-    attaches to a cluster someone else started (engines' own `ray.init()` would), its temp dir is
-    private, and it is stopped by its own handle (never the Ray CLI's stop command, which kills every
-    Ray process on the machine). On CPU, `logical_gpus` declares the GPUs engines' resource requests
-    ask for. With `address` (resources.ray_address) the run joins that existing, possibly multi-node
-    cluster instead, and only disconnects from it at the end."""
+def private_ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resources: dict | None = None) -> Iterator[None]:
+    """A Ray cluster of this run only: `address="local"` never attaches to a cluster someone else
+    started (engines' own `ray.init()` would), its temp dir is private, and it is stopped by its own
+    handle (never the Ray CLI's stop command, which kills every Ray process on the machine). On CPU, `logical_gpus`
+    declares the GPUs engines' resource requests ask for."""
     import ray
 
     tmp = Path(tempfile.mkdtemp(prefix="rlb-ray-"))  # short: Ray's socket paths have a length limit
-    if address:  # someone else's cluster (resources.ray_address): join it, never start or stop it
-        init: dict[str, Any] = {"address": address, "runtime_env": {"env_vars": env}}
-    else:
-        init = {
-            "address": "local",
-            "num_cpus": num_cpus,
-            "_temp_dir": str(tmp),
-            "include_dashboard": False,
-            "runtime_env": {"env_vars": env},
-        }
-        if logical_gpus:
-            init["num_gpus"] = logical_gpus
-        if resources:
-            init["resources"] = resources
+    init: dict[str, Any] = {
+        "address": "local",
+        "num_cpus": num_cpus,
+        "_temp_dir": str(tmp),
+        "include_dashboard": False,
+        "runtime_env": {"env_vars": env},
+    }
+    if logical_gpus:
+        init["num_gpus"] = logical_gpus
+    if resources:
+        init["resources"] = resources
     ray.init(**init)
     try:
         yield
@@ -243,6 +247,35 @@ def score_inputs(inputs: list[RewardInput]) -> tuple[list[float], dict[str, list
     if scored.counts:
         write_event({"kind": "reward_faults", "counts": scored.counts})
     return scored.totals, scored.per_plugin
+
+
+SAMPLE_ROWS_SENT = 16  # rows with text a batch reward manager sends per call (the run keeps telemetry.samples_per_step)
+SAMPLE_TEXT_CHARS = 2000
+
+
+def sample_row(event: dict[str, Any]) -> dict[str, Any]:
+    """A sampled row as samples.jsonl and the sinks see it: prompt, completion, total reward, and
+    each reward plugin's score."""
+    return {
+        "prompt": event.get("prompt"),
+        "completion": event.get("completion"),
+        "reward": event["total"] if "total" in event else event.get("reward"),
+        "rewards": event.get("plugins", event.get("rewards", {})),
+    }
+
+
+def sample_fields(x: RewardInput) -> dict[str, str]:
+    """The text of one scored sample, for reward events (capped: events cross process boundaries)."""
+    return {"prompt": str(x.prompt)[:SAMPLE_TEXT_CHARS], "completion": str(x.completion)[:SAMPLE_TEXT_CHARS]}
+
+
+def batch_reward_event(inputs: list[RewardInput], totals: list[float], per_plugin: dict[str, list[float | None]], train: bool) -> dict:
+    """The event a batch reward manager writes: statistics, a few rows with text, every total."""
+    rows = [
+        {**sample_fields(x), "reward": totals[i], "rewards": {k: v[i] for k, v in per_plugin.items()}}
+        for i, x in enumerate(inputs[:SAMPLE_ROWS_SENT])
+    ]
+    return {"kind": "reward", "train": train, "stats": reward_stats(totals, per_plugin), "samples": rows, "totals": list(totals)}
 
 
 def reward_stats(totals: list[float], per_plugin: dict[str, list[float | None]]) -> dict[str, float]:

@@ -47,7 +47,8 @@ def run_in_env(python: Path, plan, ctx) -> None:
                 event = json.loads(line)
                 kind = event["kind"]
                 if kind == "step":
-                    ctx.emit_step(event["step"], event["metrics"], native=event.get("native"))
+                    ctx.emit_step(event["step"], event["metrics"], native=event.get("native"),
+                                  samples=event.get("samples"), rewards=event.get("rewards"))
                 elif kind == "checkpoint":
                     ctx.checkpoint_saved(event["step"], event["path"])
                 elif kind == "started":

@@ -47,13 +47,6 @@ class Prepared:
     plan: Plan
 
 
-def uses_ray(backend: Backend) -> bool:
-    """Whether the backend runs on Ray (its capability table honours resources.ray_address)."""
-    from rlbridge.contract.backend import Support
-
-    return backend.capability_table()["resources.ray_address"].support is not Support.REJECTED
-
-
 def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared:
     """Every check that can fail before anything is written or started, then the plan."""
     pm = plugins or get_plugin_manager()
@@ -61,8 +54,6 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     register_local_plugins(pm, config.plugins)  # before any lookup: they may provide the backend too
     export_local_plugins(config.plugins)  # for the engine processes, which inherit this environment
     backend = pm.backend(config.backend)
-    if config.resources.ray_address is None and os.environ.get("RAY_ADDRESS") and uses_ray(backend):
-        config.resources.ray_address = os.environ["RAY_ADDRESS"]  # Ray's own convention, made explicit in the plan
     if config.engine_version and not backend.version_supported(config.engine_version.split("-")[0]):
         raise ConfigError(
             f"engine_version: {backend.distribution} {config.engine_version} is outside the range backend "
@@ -115,18 +106,16 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     engine_python = choose_engine_python(config, backend)
     from rlbridge.run.report import summarize
     from rlbridge.run.runtime import RunContext
+    from rlbridge.run.sinks import RunSinks
 
     run_dir = Path(config.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not config.checkpoint.resume:
-        for stale in ("metrics.jsonl", "native_metrics.jsonl"):
+        for stale in ("metrics.jsonl", "native_metrics.jsonl", "samples.jsonl"):
             (run_dir / stale).unlink(missing_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(config))
     (run_dir / "plan.yaml").write_text(plan.to_yaml())
-    sinks = [
-        pm.get("telemetry_sink", s.name, f"telemetry.sinks[{i}].name").factory(run_dir=run_dir, **s.args)
-        for i, s in enumerate(config.telemetry.sinks)
-    ]
+    sinks = RunSinks.build(config, run_dir, pm)
     show = config.telemetry.progress if progress is None else progress
     bar = None
     if show:
@@ -144,9 +133,7 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
         "approximations": plan.approximations,
     }
     pm.hook.rlbridge_run_start(config=config, plan=plan, run_dir=str(run_dir))
-    for sink in sinks:
-        if hasattr(sink, "run_start"):
-            sink.run_start(config, plan)
+    sinks.call("rlbridge_run_start", config=config, plan=plan, run_dir=str(run_dir))
     started = time.time()
     try:
         if bar is not None:
@@ -161,22 +148,31 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
         summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints)
         ctx.close()
         (run_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
+        summary["sink_errors"] = sinks.errors
         _finish(run_dir, ctx.history, summary, config, engine_python)
-        pm.hook.rlbridge_run_failed(error=exc, summary=summary)
-        for sink in sinks:
-            if hasattr(sink, "run_failed"):
-                sink.run_failed(exc)
+        try:
+            pm.hook.rlbridge_run_failed(error=exc, summary=summary)
+        finally:
+            _end_sinks(sinks, run_dir, summary, "rlbridge_run_failed", error=exc)
         raise
     ctx.close()
     summary["engine_version"] = ctx.engine_version or summary["engine_version"]
     summary.update(status="completed", wall_s=time.time() - started)
     summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints)
+    summary["sink_errors"] = sinks.errors
     _finish(run_dir, ctx.history, summary, config, engine_python)
     pm.hook.rlbridge_run_end(summary=summary)
-    for sink in sinks:
-        if hasattr(sink, "run_end"):
-            sink.run_end(summary)
+    _end_sinks(sinks, run_dir, summary, "rlbridge_run_end")
     return summary
+
+
+def _end_sinks(sinks, run_dir: Path, summary: dict[str, Any], hook: str, **kwargs: Any) -> None:
+    """The sinks' last hook; a sink failing in it is added to summary.json (already written)."""
+    before = len(sinks.errors)
+    sinks.call(hook, summary=summary, **kwargs)
+    if len(sinks.errors) > before:
+        summary["sink_errors"] = sinks.errors
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def choose_engine_python(config: RunConfig, backend: Backend) -> Path | None:
@@ -212,7 +208,7 @@ def _finish(
 ) -> None:
     from rlbridge.run.report import plot
 
-    files = ["config.yaml", "plan.yaml", "metrics.jsonl", "native_metrics.jsonl", "summary.json"]
+    files = ["config.yaml", "plan.yaml", "metrics.jsonl", "native_metrics.jsonl", "samples.jsonl", "summary.json"]
     if history:
         title = f"{config.run_name} on {config.backend}"
         skipped = plot(history, run_dir / "reward.png", title)

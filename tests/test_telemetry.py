@@ -1,0 +1,321 @@
+"""Telemetry: the TensorBoard, MLflow and W&B sinks on a real TRL run, read back with each library's
+own reader (TensorBoard's EventAccumulator, the MLflow client, `wandb leet inspect` over the offline
+run's .wandb log) and compared with metrics.jsonl step for step; a failing run ends FAILED / failed;
+a raising sink is reported by name and loses nothing; samples.jsonl; the HTML report."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlbridge import hookimpl
+from rlbridge.contract.registry import PluginManager, TelemetrySinkPlugin
+from rlbridge.errors import ConfigError
+from rlbridge.run.loading import load_config
+from rlbridge.run.runner import train
+from conftest import MINIMAL, write_config
+
+SINKS = "telemetry.sinks=[{name: tensorboard, args: {native: true}}, {name: mlflow}, {name: wandb}]"
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_tensorboard(log_dir: Path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "tensors": 0, "histograms": 0})
+    acc.Reload()
+    return acc
+
+
+def read_wandb(run_root: Path) -> tuple[list[dict], dict]:
+    """History records and the summary of the offline run, through W&B's own reader of its .wandb log."""
+    wandb_bin = Path(sys.executable).parent / "wandb"
+    (log,) = run_root.glob("wandb/offline-run-*/run-*.wandb")
+    records = subprocess.run([str(wandb_bin), "leet", "inspect", "--json", str(log)], capture_output=True, text=True,
+                             check=True, timeout=120).stdout
+    history = [json.loads(line)["history"]["item"] for line in records.splitlines() if '"type":"history"' in line]
+    summary = json.loads(subprocess.run([str(wandb_bin), "leet", "inspect", "--summary", "--json", str(log)],
+                                        capture_output=True, text=True, check=True, timeout=120).stdout)
+    return history, summary
+
+
+def read_mlflow(run_dir: Path):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir.resolve()}/mlflow/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("rlbridge").experiment_id])
+    return client, run
+
+
+class FailAtStep:
+    """A plugin whose step_end hook raises at `step`: the run fails there, as a plugin error does."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    @hookimpl
+    def rlbridge_step_end(self, step, metrics):
+        if step == self.step:
+            raise RuntimeError(f"boom at step {step}")
+
+
+@pytest.mark.engine
+def test_trl_run_with_tensorboard_mlflow_wandb_reads_back_equal_to_metrics_jsonl(tmp_path):
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    run = tmp_path / "run"
+    cfg = load_config(write_config(tmp_path, MINIMAL), [f"output_dir={run}", "run_name=tele", "training.steps=3",
+                                                       "checkpoint.interval=2", "telemetry.samples_per_step=3", SINKS])
+    summary = train(cfg, PluginManager(), progress=False)
+    assert summary["status"] == "completed" and summary["sink_errors"] == []
+    rows = _rows(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    names = sorted({k for r in rows for k in r} - {"step"})
+    assert {"reward/mean", "loss/policy", "timing/step_s"} <= set(names)
+
+    # samples.jsonl: 3 rows a step (the cap), from TRL's reward calls, consistent with the step's mean
+    samples = _rows(run / "samples.jsonl")
+    assert [s["step"] for s in samples] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    for s in samples:
+        assert s["prompt"] in {d * 4 for d in "0123456789"} and isinstance(s["completion"], str)
+        assert s["reward"] == pytest.approx(s["rewards"]["digit_match"])
+
+    # TensorBoard: every canonical scalar, step for step (event files hold float32)
+    acc = read_tensorboard(run / "tb")
+    for name in names:
+        got = [(e.step, e.value) for e in acc.Scalars(name)]
+        want = [(r["step"], r[name]) for r in rows if name in r]
+        assert [s for s, _ in got] == [s for s, _ in want], name
+        assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-6, abs=1e-7), name
+    tags = acc.Tags()
+    assert any(t.startswith("native/") for t in tags["scalars"]), "native: true writes the engine's own names"
+    assert "reward/histogram" in tags["histograms"]
+    assert [h.step for h in acc.Histograms("reward/histogram")] == [1, 2, 3]
+    assert "samples/text_summary" in tags["tensors"]
+    text = acc.Tensors("samples/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert samples[0]["completion"].replace("|", "\\|") in text
+
+    # MLflow: metric history, params = the flattened config, status, artifacts, checkpoints, tables
+    client, mrun = read_mlflow(run)
+    assert mrun.info.status == "FINISHED" and mrun.info.run_name == "tele"
+    for name in names:
+        history = sorted((m.step, m.value) for m in client.get_metric_history(mrun.info.run_id, name))
+        assert history == [(r["step"], r[name]) for r in rows if name in r], name
+    params = mrun.data.params
+    assert params["training.steps"] == "3" and params["backend"] == "trl" and params["reward.0.name"] == "digit_match"
+    artifacts = {a.path for a in client.list_artifacts(mrun.info.run_id)}
+    assert {"config.yaml", "plan.yaml", "summary.json", "reward.png", "patches.json", "samples.jsonl"} <= artifacts
+    assert {a.path for a in client.list_artifacts(mrun.info.run_id, "samples")} == {f"samples/step_00000{i}.json" for i in (1, 2, 3)}
+    assert mrun.data.tags["rlbridge.checkpoint.2"] == summary["checkpoints"][0]["path"]
+
+    # W&B offline: history records step for step, the config, the run state
+    history, wsum = read_wandb(run)
+    by_step = {h["_step"]: h for h in history}
+    assert sorted(by_step) == [1, 2, 3]
+    for r in rows:
+        for name in names:
+            assert by_step[r["step"]][name] == r[name], (r["step"], name)
+        assert by_step[r["step"]]["samples._type"] == "table-file"
+        assert by_step[r["step"]]["reward/histogram._type"] == "histogram"
+    assert wsum["state"] == "finished" and wsum["exit_code"] == 0 and wsum["name"] == "tele"
+    assert wsum["config"]["training"]["steps"] == 3
+    assert wsum["summary"]["rlbridge/status"] == "completed"
+
+
+@pytest.mark.engine
+def test_failing_run_ends_mlflow_failed_and_wandb_failed_with_the_error(tmp_path):
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    run = tmp_path / "run"
+    cfg = load_config(write_config(tmp_path, MINIMAL), [
+        f"output_dir={run}", "training.steps=4", "telemetry.sinks=[{name: mlflow}, {name: wandb}]",
+    ])
+    pm = PluginManager()
+    pm.register(FailAtStep(2), "fail_at_2")
+    with pytest.raises(RuntimeError, match="boom at step 2"):
+        train(cfg, pm, progress=False)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "failed" and "boom at step 2" in summary["error"]
+    client, mrun = read_mlflow(run)
+    assert mrun.info.status == "FAILED"
+    assert "boom at step 2" in mrun.data.tags["rlbridge.error"]
+    assert {"error.txt", "summary.json"} <= {a.path for a in client.list_artifacts(mrun.info.run_id)}
+    # every step written to metrics.jsonl reached the sinks, the failing one (2) included
+    assert [m.step for m in client.get_metric_history(mrun.info.run_id, "reward/mean")] == [r["step"] for r in _rows(run / "metrics.jsonl")]
+    _, wsum = read_wandb(run)
+    assert wsum["state"] == "failed" and wsum["exit_code"] == 1
+    assert "boom at step 2" in wsum["summary"]["error"]
+
+
+class RaisingSink:
+    """A sink that writes its own file and raises at step 2."""
+
+    def __init__(self, run_dir, at: int = 2) -> None:
+        self.path = Path(run_dir) / "raising.txt"
+        self.at = at
+        self.closed = False
+
+    @hookimpl
+    def rlbridge_step_end(self, step, metrics):
+        if step == self.at:
+            raise ValueError("disk full")
+        with open(self.path, "a") as fh:
+            fh.write(f"{step}\n")
+
+    def close(self):
+        self.closed = True
+
+
+class SinkPlugin:
+    @hookimpl
+    def rlbridge_register_telemetry_sinks(self):
+        return [TelemetrySinkPlugin("raising", RaisingSink)]
+
+
+def _ctx(tmp_path, sinks_yaml: str, pm: PluginManager):
+    from rlbridge.run.runner import resolve
+    from rlbridge.run.runtime import RunContext
+    from rlbridge.run.sinks import RunSinks
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = resolve(load_config(write_config(tmp_path, MINIMAL), [f"output_dir={run}", sinks_yaml]))
+    sinks = RunSinks.build(cfg, run, pm)
+    return RunContext(cfg, None, run, pm, sinks), sinks, run  # no plan: these tests start no engine
+
+
+def test_a_raising_sink_is_reported_by_name_and_loses_nothing(tmp_path, capsys):
+    pm = PluginManager()
+    pm.register(SinkPlugin(), "sink_plugin")
+    ctx, sinks, run = _ctx(tmp_path, "telemetry.sinks=[{name: raising}, {name: csv}]", pm)
+    sink = sinks.pm.get_plugin("raising#0")
+    for step in (1, 2, 3):
+        ctx.emit_step(step, {"reward/mean": step / 10})
+    ctx.close()
+    assert [r["step"] for r in _rows(run / "metrics.jsonl")] == [1, 2, 3]
+    assert (run / "raising.txt").read_text() == "1\n"  # what it wrote before failing is kept
+    assert sink.closed and sinks.pm.get_plugin("raising#0") is None
+    assert sinks.errors == [{"sink": "raising#0", "hook": "rlbridge_step_end", "error": "ValueError: disk full"}]
+    assert "telemetry sink 'raising#0' failed in rlbridge_step_end (ValueError: disk full)" in capsys.readouterr().err
+    assert (run / "metrics.csv").read_text().count("\n") == 4  # the other sink got every step
+
+
+def test_sinks_are_pluggy_hookimpls_checked_at_registration(tmp_path):
+    class Misspelt:
+        @hookimpl
+        def rlbridge_step_end(self, step, metric):  # no such parameter in the hookspec
+            pass
+
+    from rlbridge.run.sinks import RunSinks
+
+    with pytest.raises(ConfigError, match="sink 'bad#0' does not implement the lifecycle hooks"):
+        RunSinks([("bad#0", Misspelt())])
+
+
+def test_samples_are_capped_and_step_end_gets_them(tmp_path):
+    seen = []
+
+    class Recorder:
+        @hookimpl
+        def rlbridge_step_end(self, step, samples, rewards):
+            seen.append((step, samples, rewards))
+
+    pm = PluginManager()
+    pm.register(Recorder(), "recorder")
+    ctx, _, run = _ctx(tmp_path, "telemetry.samples_per_step=2", pm)
+    rows = [{"prompt": "p", "completion": f"c{i}", "reward": i / 4, "rewards": {"digit_match": i / 4}} for i in range(5)]
+    ctx.emit_step(1, {"reward/mean": 0.5}, samples=rows, rewards=[r["reward"] for r in rows] + [float("nan")])
+    ctx.close()
+    written = _rows(run / "samples.jsonl")
+    assert [r["completion"] for r in written] == ["c0", "c1"] and written[0]["step"] == 1
+    assert seen[0][0] == 1 and [s["completion"] for s in seen[0][1]] == ["c0", "c1"]
+    assert seen[0][2] == [0.0, 0.25, 0.5, 0.75, 1.0]  # every finite total, for histograms
+
+
+def test_wandb_online_without_a_key_is_a_config_error_not_a_prompt(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from rlbridge_plugins.telemetry import WandbSink
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(ConfigError, match="WANDB_API_KEY"):
+        WandbSink(tmp_path, mode="online")
+    with pytest.raises(ConfigError, match="mode 'sometimes'"):
+        WandbSink(tmp_path, mode="sometimes")
+
+
+# --- the HTML report ----------------------------------------------------------------------------
+
+
+def fake_run(root: Path, name: str, backend: str, rewards: list[float], lr: float) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(f"backend: {backend}\nrun_name: {name}\ntraining: {{lr: {lr}, steps: {len(rewards)}}}\n")
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": i + 1, "reward/mean": r, "loss/policy": -r / 2}) + "\n" for i, r in enumerate(rewards)))
+    (run / "summary.json").write_text(json.dumps({"status": "completed", "steps": len(rewards), "reward_last": rewards[-1]}))
+    (run / "samples.jsonl").write_text(json.dumps({"step": len(rewards), "prompt": "1111", "completion": "<b>1111</b>", "reward": 1.0}) + "\n")
+    return run
+
+
+def test_report_html_is_self_contained_with_every_value(tmp_path):
+    from rlbridge.run.dashboard import write_report
+
+    a = fake_run(tmp_path, "a", "trl", [0.1, 0.4, 0.9], 0.005)
+    b = fake_run(tmp_path, "b", "verl", [0.2, 0.3, 0.5, 0.7, 0.8], 0.001)
+    page = write_report([a, b], tmp_path / "r.html").read_text()
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
+    assert "<script" not in page
+    for run_index, rewards in ((0, [0.1, 0.4, 0.9]), (1, [0.2, 0.3, 0.5, 0.7, 0.8])):
+        for step, value in enumerate(rewards, 1):
+            assert f'data-run="{run_index}" data-step="{step}" data-value="{value!r}"' in page
+    assert page.count('<svg class="plot"') == 2  # reward/mean and loss/policy, in canonical order
+    assert page.index('data-metric="reward/mean"') < page.index('data-metric="loss/policy"')
+    assert "<th>training.lr</th>" in page and "<th>backend</th>" in page and "<th>training.steps</th>" in page
+    assert "&lt;b&gt;1111&lt;/b&gt;" in page  # completions are escaped
+
+
+def test_report_cli_rejects_a_directory_without_metrics(tmp_path):
+    from conftest import run_cli
+
+    res = run_cli("report", str(tmp_path), "-o", str(tmp_path / "r.html"))
+    assert res.returncode == 2 and "has no metrics.jsonl" in res.stderr and "Traceback" not in res.stderr
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium on PATH (apt-get install chromium; the Makefile's `make browser` does it)")
+def test_report_renders_in_headless_chromium_with_the_runs_values(tmp_path):
+    """The page, opened by a real browser: the DOM it builds holds every plotted value, and the
+    screenshot shows each run's line colour."""
+    from PIL import Image
+
+    from rlbridge.run.dashboard import COLORS, write_report
+
+    a = fake_run(tmp_path, "a", "trl", [0.1, 0.4, 0.9], 0.005)
+    b = fake_run(tmp_path, "b", "verl", [0.2, 0.3, 0.5, 0.7, 0.8], 0.001)
+    page = write_report([a, b], tmp_path / "r.html")
+    base = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    for value in (0.1, 0.4, 0.9, 0.2, 0.3, 0.5, 0.7, 0.8):
+        assert f'data-value="{value!r}"' in dom
+    shot = tmp_path / "shot.png"
+    subprocess.run([*base, f"--screenshot={shot}", "--window-size=1000,700", page.as_uri()], capture_output=True, timeout=120)
+    image = Image.open(shot).convert("RGB")
+    colours = {c for _, c in image.getcolors(maxcolors=1 << 20)}
+    for hex_colour in COLORS[:2]:
+        rgb = tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+        assert rgb in colours, f"no pixel of run colour {hex_colour}: the plot did not render"
