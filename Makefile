@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlbridge-installed
 
-.PHONY: install demo test test-engines test-fast compat clean
+.PHONY: install demo test test-engines test-fast compat clean browser
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ install: $(STAMP)
 demo: install
 	$(BIN)/rlbridge train configs/quickstart.yaml
 
-test: install
+test: install browser
 	$(BIN)/python -m pytest -q -ra
 	$(MAKE) test-engines
 
@@ -32,6 +32,12 @@ test-engines: install
 	@for cell in $(CI_CELLS); do \
 	  RLBRIDGE_COMPAT_RESULTS=runs/ci-compat $(BIN)/rlbridge compat run --engine $${cell%%==*} --version $${cell##*==} || exit 1; \
 	done
+
+# Headless Chromium for the HTML report's browser test (tests/test_telemetry.py), from the system
+# packages; best effort: without it (no root, no apt) that one test is skipped and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "no chromium: the report's browser test will be skipped"; }
 
 # Everything but the real engine runs (seconds).
 test-fast: install
