@@ -208,6 +208,8 @@ def leaves(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[Leaf]:
 
 def _union_args(annotation: Any) -> list[Any]:
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _union_args(typing.get_args(annotation)[0])
     if origin is typing.Union or str(origin) == "types.UnionType" or type(annotation).__name__ == "UnionType":
         out = []
         for a in typing.get_args(annotation):
@@ -295,15 +297,18 @@ class Solver:
         except (ValidationError, RLBridgeError, ValueError, TypeError, KeyError, ZeroDivisionError):
             return None
 
-    def score(self, view: dict[str, Any] | None) -> tuple[int, float]:
-        """(settings reproduced, the recipe's weighing more than engine defaults; then a tie-break that
-        prefers reproducing keys fewer knobs move, e.g. data.train_batch_size before the mini batch)."""
+    def score(self, view: dict[str, Any] | None) -> tuple[int, ...]:
+        """Settings of the recipe reproduced, compared level by level: first those one knob alone moves
+        (its direct image, e.g. data.train_batch_size), then those two knobs move, ...; then the engine
+        defaults reproduced. A knob never trades its direct image for keys derived from several knobs."""
         if view is None:
-            return (-1, 0.0)
+            return (-1,) * 7
         hits = [k for k, v in self.target.items() if k in view and same(view[k], v)]
         defaults = sum(1 for k, v in self.defaults.items() if k in view and same(view[k], v))
-        specific = sum(1.0 / max(self.knob_count.get(k, 1), 1) for k in hits)
-        return (RECIPE_WEIGHT * len(hits) + defaults, specific)
+        levels = [0] * 6  # settings reproduced, by how many knobs move them: fewest first
+        for k in hits:
+            levels[min(max(self.knob_count.get(k, 1), 1), 6) - 1] += 1
+        return (*levels, defaults)
 
     # -- the search --
     def base(self) -> dict[str, Any]:
@@ -320,19 +325,55 @@ class Solver:
         if self.view(data) is None:
             raise ConfigError(f"backend '{self.backend.name}' cannot plan its own default config for {self.recipe.engine} {self.recipe.version}")
         all_leaves = leaves()
-        view = self.view(data)
-        self.knob_count = {}
-        for leaf in all_leaves:
-            for key in self.influence(data, leaf, view)[0]:
-                self.knob_count[key] = self.knob_count.get(key, 0) + 1
         for _ in range(4):
+            self.count_knobs(data, all_leaves)
             changed = False
             for leaf in all_leaves:
                 data, moved = self.solve_leaf(data, leaf)
                 changed |= moved
-            if not changed:
+            data, paired = self.solve_pairs(data, all_leaves)
+            if not (changed or paired):
                 break
         return self.finish(data, all_leaves)
+
+    def count_knobs(self, data: dict[str, Any], all_leaves: list[Leaf]) -> None:
+        """How many knobs move each native key (a key one knob alone moves is that knob's direct image)."""
+        view = self.view(data)
+        counts: dict[str, int] = {}
+        for leaf in all_leaves:
+            for key in self.influence(data, leaf, view)[0]:
+                counts[key] = counts.get(key, 0) + 1
+        self.knob_count = counts
+
+    def solve_pairs(self, data: dict[str, Any], all_leaves: list[Leaf]) -> tuple[dict[str, Any], bool]:
+        """Coupled knobs: a switch (a Literal or bool knob) whose effect shows only once a knob of its
+        section moves too (verl's KL in the reward needs kl_placement: reward and kl_coef together)."""
+        view = self.view(data)
+        unmatched = [k for k, v in self.target.items() if not (k in view and same(view[k], v))]
+        if not unmatched:
+            return data, False
+        best, best_score, improved = data, self.score(view), False
+        for switch in all_leaves:
+            options = list(switch.options or [])
+            if not options and switch.kinds and get_path(best, switch.path) is not _MISSING:
+                options = [switch.default]  # back to the default, another knob of its section taking over
+            if not options or len(options) > 6:
+                continue
+            section = switch.path.rsplit(".", 1)[0]
+            partners = [leaf for leaf in all_leaves if leaf.path.rsplit(".", 1)[0] == section and not leaf.options
+                        and leaf.kinds and leaf is not switch]
+            for option in options:
+                if same(option, get_path(best, switch.path)):
+                    continue
+                trial = set_path(best, switch.path, option)
+                if self.view(trial) is None:
+                    continue
+                for leaf in partners:
+                    trial, _ = self.solve_leaf(trial, leaf)
+                trial_score = self.score(self.view(trial))
+                if trial_score > best_score:
+                    best, best_score, improved = trial, trial_score, True
+        return best, improved
 
     def influence(self, data: dict[str, Any], leaf: Leaf, view: dict[str, Any]) -> tuple[set[str], list[tuple[Any, dict[str, Any]]]]:
         """Native keys that move when the knob moves, and the probes (value, view)."""
@@ -481,7 +522,7 @@ class Solver:
             opt_key, opt_value = self.importer.option(setting)
             trial = set_path(data, "backend_options", {self.backend.name: {**options, opt_key: opt_value}})
             trial_view = self.view(trial)
-            if trial_view is not None and key in trial_view and same(trial_view[key], x) and self.score(trial_view)[0] >= self.score(view)[0]:
+            if trial_view is not None and key in trial_view and same(trial_view[key], x) and self.score(trial_view)[:-1] >= self.score(view)[:-1]:
                 options[opt_key] = opt_value
                 view = trial_view
                 self.entries.append(Entry(setting.spelling or key, x, setting.line, "option",

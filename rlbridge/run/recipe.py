@@ -104,16 +104,17 @@ class _Expander:
             if name is None:  # $@, ${@:1}, $*: the script's own arguments
                 self.notes.append((line, f"{match.group(0)} (arguments passed to the script) is empty here"))
                 return ""
+            value = None
             if name in self.variables:
                 value = self.variables[name]
-                if match.group(2) and match.group(2).startswith(":") and value == "":
-                    return self.expand(match.group(3) or "", line)
+            elif name in os.environ:
+                value = os.environ[name]
+                self.notes.append((line, f"${name} is not set in the script; taken from your environment ({value})"))
+            has_default = match.group(2) is not None  # ${X:-default}, ${X-default}
+            if value is not None and not (has_default and match.group(2).startswith(":") and value == ""):
                 return value
-            if match.group(2) is not None:  # ${X:-default}
+            if has_default:
                 return self.expand(match.group(3) or "", line)
-            if name in os.environ:
-                self.notes.append((line, f"${name} is not set in the script; taken from your environment ({os.environ[name]})"))
-                return os.environ[name]
             self.notes.append((line, f"${name} is not set in the script or your environment; kept literally"))
             return match.group(0)
 
@@ -312,4 +313,6 @@ def same(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, str) and isinstance(b, str) and a != b and ("/" in a or "/" in b):
+        return os.path.normpath(os.path.expanduser(a)) == os.path.normpath(os.path.expanduser(b))
     return a == b

@@ -1,0 +1,173 @@
+"""`rlbridge import`: engine recipes -> canonical config, and the round trip plan(import(recipe)).
+
+The round trip is re-checked here independently of the importer's own check: the written config is
+planned again by the backend, and every setting the report does not list as owned, needing action
+or in conflict must come back with the recipe's value.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlbridge.contract.config import RunConfig
+from rlbridge.contract.registry import get_plugin_manager
+from rlbridge.errors import ConfigError
+from rlbridge.run.importer import import_recipe
+from rlbridge.run.recipe import same
+from rlbridge.run.runner import resolve
+
+pytest.importorskip("hydra", reason="rlbridge[import] (hydra-core) parses verl's Hydra overrides")
+
+RECIPES = Path(__file__).parent / "fixtures" / "recipes"
+FIXTURES = [(engine, p.name) for engine in ("verl", "openrlhf", "trl") for p in sorted((RECIPES / engine).iterdir())]
+_cache: dict = {}
+
+
+def imported(engine: str, name: str):
+    if (engine, name) not in _cache:
+        _cache[(engine, name)] = import_recipe(str(RECIPES / engine / name), engine)
+    return _cache[(engine, name)]
+
+
+def plan_view(result, engine: str) -> dict:
+    backend = get_plugin_manager().backend(engine)
+    data = dict(result.config, reward=[{"name": "digit_match"}], engine_version=result.recipe.version)
+    config = resolve(RunConfig.model_validate(data))
+    return backend.recipe_importer().view(backend.plan(config).native, config)
+
+
+@pytest.mark.parametrize("engine,name", FIXTURES)
+def test_round_trip(engine, name):
+    result = imported(engine, name)
+    view = plan_view(result, engine)
+    settings = {(s.spelling or s.key, s.line): s for s in result.recipe.settings}
+    kept = [e for e in result.entries if e.kind in ("mapped", "same", "option")]
+    assert len(kept) >= 0.6 * len(result.entries), result.report()
+    for entry in kept:
+        setting = settings[(entry.key, entry.line)]
+        assert setting.key in view and same(view[setting.key], setting.value), (
+            f"{entry.key}={setting.value} ({entry.kind}) planned as {view.get(setting.key)}"
+        )
+    # nothing dropped silently: every setting of the recipe is in the report exactly once
+    assert sorted((e.key, e.line) for e in result.entries) == sorted(settings)
+    for entry in result.entries:
+        if entry.kind in ("owned", "action", "conflict"):
+            assert entry.detail, entry
+
+
+EXPECTED = {
+    ("verl", "grpo_gsm8k.sh"): {"algorithm.name": "grpo", "algorithm.group_size": 8, "algorithm.kl_coef": 0.001,
+                                "training.batch_size": 32, "training.mini_batch_size": 128, "training.micro_batch_size": 8,
+                                "training.lr": 1e-6, "training.epochs": 15, "resources.gpus_per_node": 8,
+                                "rollout.max_new_tokens": 1024, "rollout.max_prompt_tokens": 512, "checkpoint.interval": 20},
+    ("verl", "ppo_critic.sh"): {"algorithm.name": "ppo", "algorithm.kl_coef": 0.002, "algorithm.kl_placement": "reward",
+                                "training.steps": 40, "training.mini_batch_size": 16, "resources.gpus_per_node": 4},
+    ("verl", "lora_grpo.sh"): {"model.lora.rank": 64, "model.lora.alpha": 32, "rollout.temperature": 0.8, "rollout.top_p": 0.95,
+                               "data.shuffle": False, "checkpoint.keep_last": 2, "training.steps": 20, "training.lr": 3e-6},
+    ("verl", "reward_function.sh"): {"algorithm.group_size": 4, "training.lr": 5e-3, "training.steps": 30},
+    ("openrlhf", "grpo_hybrid_engine.sh"): {"algorithm.group_size": 8, "algorithm.kl_coef": 1e-3, "training.batch_size": 128,
+                                            "training.mini_batch_size": 128, "training.micro_batch_size": 8,
+                                            "training.steps": 100, "training.seed": 42, "training.lr": 5e-7,
+                                            "model.use_chat_template": True, "resources.gpus_per_node": 8},
+    ("openrlhf", "ppo_critic.sh"): {"algorithm.name": "ppo", "algorithm.group_size": 1, "training.steps": 100},
+    ("openrlhf", "flat_rloo_0.9.sh"): {"algorithm.name": "rloo", "training.seed": 7, "training.batch_size": 32},
+    ("openrlhf", "lora_agent.sh"): {"algorithm.name": "reinforce_pp", "algorithm.clip_high": 0.28, "training.lr_schedule": "cosine",
+                                    "training.grad_clip": 0.5, "algorithm.epochs_per_rollout": 2, "training.steps": 20},
+    ("trl", "rloo.py"): {"algorithm.name": "rloo", "training.epochs": 2, "training.seed": 3, "algorithm.kl_coef": 0.05},
+    ("trl", "reward_funcs.py"): {"algorithm.group_size": 8, "training.lr": 5e-3, "training.steps": 30, "rollout.max_new_tokens": 16},
+    ("trl", "grpo.yaml"): {"algorithm.kl_coef": 0.04, "algorithm.clip_high": 0.28, "training.lr_schedule": "cosine",
+                           "checkpoint.keep_last": 2, "training.seed": 42},
+}
+
+
+@pytest.mark.parametrize("engine,name", sorted(EXPECTED))
+def test_imported_values(engine, name):
+    config = RunConfig.model_validate(dict(imported(engine, name).config, reward=[{"name": "digit_match"}]))
+    for path, want in EXPECTED[(engine, name)].items():
+        value = config
+        for part in path.split("."):
+            value = getattr(value, part)
+        assert same(value, want), f"{path}: {value} != {want}"
+
+
+@pytest.mark.xfail(strict=True, reason="known limit: clip_ratio_high alone is reproduced through clip_low (verl's default "
+                   "clip_ratio_low 0.2 is only a tie-break), so the plan's clip_ratio_low becomes 0.28")
+def test_clip_high_alone_keeps_the_engine_default_low():
+    config = imported("verl", "lora_grpo.sh").config
+    assert config.get("algorithm", {}).get("clip_high") == 0.28
+
+
+def test_reported_kinds():
+    verl = imported("verl", "reward_function.sh")
+    kinds = {e.key: e.kind for e in verl.entries}
+    assert kinds["custom_reward_function.path"] == "action"
+    assert kinds["trainer.logger"] == "owned"
+    grpo = imported("verl", "grpo_gsm8k.sh")
+    options = {e.key: e.detail for e in grpo.entries if e.kind == "option"}
+    assert options["actor_rollout_ref.actor.fsdp_config.param_offload"] == "backend_options.verl.actor_rollout_ref.actor.fsdp_config.param_offload"
+    assert imported("openrlhf", "flat_rloo_0.9.sh").recipe.version == "0.9.10"
+
+
+def test_switch_engine_plans():
+    """The README story: a verl recipe, imported, plans on OpenRLHF (backend_options.verl stay behind)."""
+    result = import_recipe(str(RECIPES / "verl" / "grpo_gsm8k.sh"), "verl", rewards=[{"name": "exact_match"}])
+    data = dict(result.config, backend="openrlhf")
+    config = resolve(RunConfig.model_validate(data))
+    native = get_plugin_manager().backend("openrlhf").plan(config).native
+    args = native["args"]
+    assert args[args.index("--rollout.batch_size") + 1] == "32"
+    assert args[args.index("--rollout.n_samples_per_prompt") + 1] == "8"
+
+
+def _error(tmp_path, engine, text, name="recipe.sh", version=None):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        import_recipe(str(path), engine, version)
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def test_errors_are_one_line(tmp_path):
+    assert "no `python -m verl.trainer.main_ppo` command" in _error(tmp_path, "verl", "set -x\necho hello\n")
+    msg = _error(tmp_path, "openrlhf", "python3 -m openrlhf.cli.train_ppo_ray \\\n  --actor.adam.lr 1e-6 \\\n  --actor_learning_rate 1e-6\n")
+    assert "recipe.sh:3" in msg and "--actor.adam.lr" in msg
+    msg = _error(tmp_path, "openrlhf", "python3 -m openrlhf.cli.train_ppo_ray --actor.adam.lr 1e-6\n", version="0.9.10")
+    assert "--actor_learning_rate" in msg
+    code = "from trl import GRPOConfig\nimport os\nargs = GRPOConfig(\n    output_dir='x',\n    learning_rate=float(os.environ['LR']),\n)\n"
+    msg = _error(tmp_path, "trl", code, "train.py")
+    assert "train.py:5" in msg and "learning_rate" in msg and "cannot be read without running" in msg
+    msg = _error(tmp_path, "trl", "from trl import GRPOConfig\nkw = dict(a=1)\nargs = GRPOConfig(**kw)\n", "train2.py")
+    assert "train2.py:3" in msg
+    msg = _error(tmp_path, "trl", "from trl import GRPOConfig\nargs = GRPOConfig(output_dir='x', learning_rat=1e-6)\n", "train3.py")
+    assert "learning_rat" in msg and "learning_rate" in msg
+
+
+def test_nothing_is_executed(tmp_path):
+    marker = tmp_path / "ran"
+    code = f"open({str(marker)!r}, 'w').write('x')\nfrom trl import GRPOConfig\nargs = GRPOConfig(output_dir='x', beta=0.1)\n"
+    (tmp_path / "t.py").write_text(code)
+    import_recipe(str(tmp_path / "t.py"), "trl")
+    script = f"touch {marker}\npython -m verl.trainer.main_ppo algorithm.adv_estimator=grpo\n"
+    (tmp_path / "t.sh").write_text(script)
+    import_recipe(str(tmp_path / "t.sh"), "verl")
+    assert not marker.exists()
+
+
+def test_cli_writes_config_and_report(tmp_path):
+    out = tmp_path / "job.yaml"
+    res = subprocess.run(
+        [sys.executable, "-m", "rlbridge", "import", str(RECIPES / "verl" / "reward_function.sh"), "--from", "verl",
+         "--reward", "digit_match", "-o", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert res.returncode == 0, res.stderr
+    assert out.exists() and (tmp_path / "job.import.txt").exists()
+    assert "custom_reward_function.path" in (tmp_path / "job.import.txt").read_text()
+    bad = subprocess.run([sys.executable, "-m", "rlbridge", "import", "echo hi", "--from", "verl"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
