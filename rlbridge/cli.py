@@ -55,11 +55,12 @@ def train(
     set_: Optional[list[str]] = SetOption,
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (e.g. in CI logs)."),
     plugin: Optional[list[str]] = PluginOption,
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint (checkpoint.resume=true), e.g. after the run was killed."),
 ) -> None:
     """Train: plan the config for its backend, then run it and write output_dir."""
     from rlbridge.run.runner import train as run_train
 
-    cfg = _load(config, set_, plugin)
+    cfg = _load(config, [*(set_ or []), *(["checkpoint.resume=true"] if resume else [])], plugin)
     summary = run_train(cfg, progress=False if no_progress else None)
     out.print(
         f"[green]done[/green]: {summary['steps']} steps, reward {summary.get('reward_first', float('nan')):.3f} -> "
@@ -375,7 +376,8 @@ def compat_run(
 
     results = run_matrix(engine, version, echo=lambda m: err.print(m, highlight=False, markup=False))
     failed = [r for r in results if r["status"] == "fail"]
-    out.print(f"{len(results)} results, {len(failed)} failed; table in {results_dir() / 'RESULTS.md'}")
+    not_run = [r for r in results if r["status"] == "not run"]
+    out.print(f"{len(results)} results, {len(failed)} failed, {len(not_run)} not run (no GPU); table in {results_dir() / 'RESULTS.md'}")
     if failed:
         raise typer.Exit(1)
 

@@ -131,11 +131,20 @@ def test_compat_run_creates_the_env_runs_the_suite_inside_and_writes_results(lig
     results = tmp_path / "results"
     res = run_cli("compat", "run", "--engine", "demo",
                   env={"RLBRIDGE_MATRIX": str(matrix), "RLBRIDGE_COMPAT_RESULTS": str(results), "CUDA_VISIBLE_DEVICES": ""})
-    assert res.returncode == 0, res.stderr
+    # the suite ran in the stand-in environment, but nothing of its engine: a cell that tested
+    # nothing is a failure (CI must not stay green when an environment lacks its engine)
+    assert res.returncode == 1, res.stderr
     data = json.loads((results / "results.json").read_text())
     translate = data["demo|1.16.0|translate"]
-    # the stand-in environment has no trl: the suite ran there and skipped the trl backend, saying why
-    assert translate["status"] == "skip" and "trl is not installed" in translate["reason"]
-    assert data["demo|1.16.0|e2e-gpu"] == {**data["demo|1.16.0|e2e-gpu"], "status": "skip", "reason": "no NVIDIA GPU on this machine"}
+    assert translate["status"] == "fail" and "no test of demo ran" in translate["reason"]
+    assert "trl is not installed" not in translate["reason"]  # other backends' skips are not this cell's
+    gpu = data["demo|1.16.0|e2e-gpu"]
+    assert gpu["status"] == "not run" and gpu["reason"] == "no GPU"
+    # provenance: the commit that ran, the versions installed in the environment, where the log is
+    assert len(translate["rlbridge_commit"]) == 40 and isinstance(translate["dirty"], bool)
+    assert translate["versions"]["six"] == "1.16.0"  # the cell's engine, as installed
+    assert Path(translate["log"]).exists() and translate["required"] == ["translate", "e2e-gpu"]
+    assert translate["started"].endswith("+00:00") and translate["machine"]["gpu"] is False
     table = (results / "RESULTS.md").read_text()
-    assert "| demo | 1.16.0 | skip | skip |" in table and "trl is not installed" in table
+    assert "| demo | 1.16.0 | **FAIL** | plans only | **FAIL** | not run: no GPU |" in table
+    assert "no test of demo ran" in table

@@ -111,10 +111,10 @@ def run_openrlhf(plan, ctx) -> None:
     ckpt_flag = next(i for i, a in enumerate(argv) if a in ("--ckpt.path", "--ckpt_path"))
     # OpenRLHF saves the actor's DeepSpeed checkpoints as <ckpt path>/_actor/global_step<N>
     follower = EventFollower(events, ctx, to_canonical, is_step, checkpoint_dir=str(Path(argv[ckpt_flag + 1]) / "_actor"),
-                             checkpoint_glob="global_step*")
+                             checkpoint_glob="global_step*", to_eval=eval_to_canonical)
     saved_argv = sys.argv
     # every OpenRLHF actor asks for GPUs: on CPU they are the cluster's logical GPUs
-    with following(follower), ray_cluster(native["ray"]["num_cpus"], env, native["ray"]["logical_gpus"],
+    with following(follower), ray_cluster(native["ray"]["num_cpus"], env, native["ray"]["logical_gpus"], run_dir=run_dir,
                                                  address=native["ray"].get("address")):
         try:
             sys.argv = [native["module"], *argv]

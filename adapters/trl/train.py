@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import resource
 import time
@@ -173,14 +175,29 @@ class CanonicalMetrics(TrainerCallback):
         )
         self.last_tokens = tokens
         self.step_started = None
+        rows, totals = self.samples.take() if self.samples is not None else ([], [])
+        canonical.update(nonfinite_rewards(rows))
         if self.scorer is not None:
             canonical.update(self.scorer.take_counts())
-        rows, totals = self.samples.take() if self.samples is not None else ([], [])
         self.ctx.emit_step(state.global_step // self.per_step, canonical, native=logs, samples=rows, rewards=totals)
 
     def on_save(self, args, state, control, **kwargs):
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if path.is_dir():
+            mark_complete(path, state.global_step // self.per_step)
         self.ctx.checkpoint_saved(state.global_step // self.per_step, str(path))
+
+
+def nonfinite_rewards(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """TRL reads a reward function's NaN as "not applicable" (like None) and averages it away
+    (nanmean): a plugin that returned NaN or inf leaves no trace in TRL's logs. The step's reward
+    means are then not finite, and are reported as such."""
+    out: dict[str, float] = {}
+    for row in rows:
+        for name, value in row["rewards"].items():
+            if value is not None and not math.isfinite(value):
+                out[f"reward/{name}/mean"] = out["reward/mean"] = float("nan")
+    return out
 
 
 def phase_timings(timers: dict, trainer) -> dict[str, float]:
@@ -300,8 +317,35 @@ def make_args(native: dict[str, Any]):
         raise ConfigError(f"TRL rejected the translated {config_class.__name__}: {exc}") from exc
 
 
+COMPLETE_MARKER = "rlbridge_complete.json"
+
+
+def mark_complete(path: Path, step: int) -> None:
+    """Written (atomically) once TRL has saved the whole checkpoint: TRL writes its files one by
+    one, so a run killed while saving leaves a directory that looks like a checkpoint but is not."""
+    tmp = path / f".{COMPLETE_MARKER}.tmp"
+    tmp.write_text(json.dumps({"step": step}))
+    os.replace(tmp, path / COMPLETE_MARKER)
+
+
+def is_complete(path: Path) -> bool:
+    if (path / COMPLETE_MARKER).exists():
+        return True
+    try:  # a checkpoint from before the marker: TRL writes trainer_state.json last
+        json.loads((path / "trainer_state.json").read_text())
+        return (path / "rng_state.pth").exists() or any(path.glob("rng_state*.pth"))
+    except (OSError, ValueError):
+        return False
+
+
 def _latest_checkpoint(directory: str) -> str | None:
-    candidates = sorted(Path(directory).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-    if not candidates:
-        raise ConfigError(f"checkpoint.resume: no checkpoint-* directory in {directory} to resume from")
-    return str(candidates[-1])
+    """The newest complete checkpoint-N in `directory`; incomplete ones (a killed save) are skipped."""
+    candidates = sorted(
+        (p for p in Path(directory).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+        key=lambda p: int(p.name.split("-")[-1]),
+    )
+    complete = [p for p in candidates if is_complete(p)]
+    if not complete:
+        found = f" (only incomplete ones: {', '.join(p.name for p in candidates)})" if candidates else ""
+        raise ConfigError(f"checkpoint.resume: no complete checkpoint-* directory in {directory} to resume from{found}")
+    return str(complete[-1])

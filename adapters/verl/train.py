@@ -123,7 +123,7 @@ def run_verl(plan, ctx) -> None:
     )
     # verl's resource pools always ask for GPUs; verl 0.5 bundles also ask for a resource named 'cpu'
     resources = {"cpu": ray_native["num_cpus"]} if ray_native["cpu_resource"] else None
-    with following(follower), ray_cluster(ray_native["num_cpus"], env, ray_native["logical_gpus"] or 0, resources,
+    with following(follower), ray_cluster(ray_native["num_cpus"], env, ray_native["logical_gpus"] or 0, resources, run_dir=run_dir,
                                                  address=ray_native.get("address")):
         from verl.trainer.main_ppo import main
 

@@ -28,9 +28,11 @@ from rlbridge.errors import CapabilityError, ConfigError, EngineNotAvailableErro
 # Knobs the core handles itself for every engine; a backend does not declare them.
 CORE_KNOBS = frozenset({"backend", "run_name", "output_dir", "engine_env", "engine_version", "telemetry", "backend_options", "plugins",
                         # rlbridge's own reward shim runs the worker pool inside every engine (rlbridge.engine.workers)
-                        "rollout_workers"})
+                        "rollout_workers",
+                        # handled by rlbridge itself on the metrics every engine streams
+                        "training.on_nonfinite", "training.nonfinite_steps"})
 # Sections whose keys are knobs one level down (dicts and lists are one knob each).
-_SECTIONS = ("algorithm", "model", "data", "rollout", "training", "resources", "placement", "checkpoint")
+_SECTIONS = ("algorithm", "model", "data", "rollout", "training", "critic", "resources", "placement", "checkpoint")
 
 
 def canonical_knobs() -> list[str]:
@@ -42,7 +44,7 @@ def canonical_knobs() -> list[str]:
         if name in _SECTIONS:
             section = info.annotation
             assert isinstance(section, type) and issubclass(section, BaseModel)
-            knobs.extend(f"{name}.{sub}" for sub in section.model_fields)
+            knobs.extend(f"{name}.{sub}" for sub in section.model_fields if f"{name}.{sub}" not in CORE_KNOBS)
         else:
             knobs.append(name)
     return knobs

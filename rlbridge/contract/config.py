@@ -238,6 +238,13 @@ class TrainingConfig(StrictModel):
     """Seed for model init, data order and sampling."""
     torch_threads: int | None = Field(None, ge=1)
     """CPU only: torch intra-op threads. None keeps torch's default."""
+    on_nonfinite: Literal["fail", "warn"] = "fail"
+    """What a NaN or infinite metric (loss, reward, grad norm...) does. Either way metrics.jsonl
+    records it as null, names it in the row's `nonfinite` list, the console shows it and step hooks
+    receive the value itself. fail: stop the run once it happens training.nonfinite_steps steps in a
+    row; warn: go on."""
+    nonfinite_steps: int = Field(1, ge=1)
+    """Consecutive steps with a non-finite metric after which on_nonfinite: fail stops the run."""
 
     @model_validator(mode="after")
     def _steps_or_epochs(self) -> "TrainingConfig":
@@ -290,7 +297,9 @@ class CheckpointConfig(StrictModel):
     interval: int = Field(0, ge=0)
     """Save every this many training steps; 0 saves none."""
     resume: Union[bool, str] = False
-    """True resumes from the newest checkpoint in dir; a path resumes from that checkpoint."""
+    """True resumes from the newest complete checkpoint in dir (a half-written one is never used);
+    'auto' does so when dir holds checkpoints and starts afresh otherwise; a path resumes from that
+    checkpoint. `rlbridge train CONFIG --resume` sets it to true."""
     keep_last: int | None = Field(None, ge=1)
     """Keep only the newest N checkpoints; None keeps all."""
 

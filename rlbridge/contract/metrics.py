@@ -42,19 +42,44 @@ def is_canonical(name: str) -> bool:
     return name in CANONICAL or bool(_PLUGIN_RE.match(name))
 
 
+# Evaluation on data.eval (every data.eval_interval steps): eval_metrics.jsonl, one row per evaluation.
+EVAL: dict[str, str] = {
+    "eval/reward/mean": "Mean total (weighted) reward on the evaluation prompts.",
+    "eval/reward/<plugin>/mean": "Mean of one reward plugin's score on the evaluation prompts.",
+    "eval/response_length/mean": "Mean generated tokens per evaluation sample.",
+}
+_EVAL_PLUGIN_RE = re.compile(r"^eval/reward/[A-Za-z0-9_.-]+/mean$")
+
+
+def eval_metrics(metrics: dict) -> dict[str, float]:
+    """The canonical evaluation metrics (eval/...) of a dict, as finite floats."""
+    return {k: v for k, v in numbers(metrics).items()
+            if (k in EVAL or _EVAL_PLUGIN_RE.match(k)) and math.isfinite(v)}
+
+
 def numbers(data: dict) -> dict[str, float]:
-    """The finite numeric values of a metrics dict (tensors and numpy scalars included), as floats."""
+    """The numeric values of a metrics dict (tensors and numpy scalars included), as floats.
+    Non-finite values (NaN, +-inf) are kept: they are what a run must surface, not hide."""
     out = {}
     for key, value in data.items():
+        if isinstance(value, str):
+            continue
         try:
-            number = float(value)
+            out[key] = float(value)
         except (TypeError, ValueError):
             continue
-        if math.isfinite(number):
-            out[key] = number
     return out
 
 
 def clean(metrics: dict[str, Any]) -> dict[str, float]:
-    """Keep canonical names with finite numeric values, as floats."""
+    """Keep canonical names with numeric values, as floats (non-finite ones included)."""
     return {name: value for name, value in numbers(metrics).items() if is_canonical(name)}
+
+
+def nonfinite(metrics: dict[str, float]) -> list[str]:
+    """The names whose values are NaN or infinite, sorted."""
+    return sorted(name for name, value in metrics.items() if not math.isfinite(value))
+
+
+def finite(metrics: dict[str, float]) -> dict[str, float]:
+    return {name: value for name, value in metrics.items() if math.isfinite(value)}

@@ -42,13 +42,24 @@ class ChildContext:
     def checkpoint_saved(self, step: int, path: str) -> None:
         self._send(kind="checkpoint", step=step, path=str(path))
 
+    def emit_eval(self, step: int, metrics: dict) -> None:
+        self._send(kind="eval", step=step, metrics={k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
+
+    def warn(self, message: str) -> None:
+        """Shown on the user's console by the parent."""
+        self._send(kind="warning", message=message)
+
 
 def main(job_path: str) -> int:
     from rlbridge.contract.backend import Plan
     from rlbridge.contract.config import RunConfig
     from rlbridge.contract.registry import get_plugin_manager
 
+    from rlbridge.engine import lifeline
+
     job = json.loads(Path(job_path).read_text())
+    # dies with the user's process, taking every engine process with it (see rlbridge.engine.lifeline)
+    lifeline.install(job["run_dir"])
     events = os.fdopen(int(os.environ[EVENT_FD_ENV]), "w", buffering=1)
     ctx = None
     try:
@@ -65,10 +76,13 @@ def main(job_path: str) -> int:
         return 130
     except BaseException as exc:
         message = f"{type(exc).__name__}: {exc}"
-        events.write(json.dumps({"kind": "error", "message": message, "traceback": traceback.format_exc()}) + "\n")
+        failure = getattr(exc, "failure", None)  # set by launchers that know which engine process died
+        events.write(json.dumps({"kind": "error", "message": message, "traceback": traceback.format_exc(), "failure": failure}) + "\n")
         events.flush()
         traceback.print_exc()
         return 2 if exc.__class__.__module__.startswith("rlbridge") else 1
+    finally:
+        lifeline.kill_descendants(grace_s=3.0)  # nothing of the run outlives it (Ray, vLLM, workers)
 
 
 if __name__ == "__main__":

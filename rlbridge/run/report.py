@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     metrics, png, title = (argv or sys.argv[1:])[:3]
-    history = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
+    # non-finite values are null (and named in "nonfinite"): leave them out of the plot
+    history = [{k: v for k, v in row.items() if isinstance(v, (int, float))} for row in rows]
     skipped = plot(history, Path(png), title)
     if skipped:
         print(skipped, file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -37,6 +38,9 @@ def resolve(config: RunConfig) -> RunConfig:
         config.resources.gpus_per_node = count_gpus()
     if config.checkpoint.dir is None:
         config.checkpoint.dir = str(Path(config.output_dir) / "checkpoints")
+    if config.checkpoint.resume == "auto":  # resume when a previous run left checkpoints, else start
+        ckpt = Path(config.checkpoint.dir)
+        config.checkpoint.resume = ckpt.is_dir() and any(ckpt.iterdir())
     return config
 
 
@@ -108,10 +112,14 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     from rlbridge.run.runtime import RunContext
     from rlbridge.run.sinks import RunSinks
 
+    from rlbridge.run import runstate
+
     run_dir = Path(config.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    previous = runstate.previous_run(run_dir)  # a run killed here before (raises if one still runs)
+    shutil.rmtree(run_dir / "patches", ignore_errors=True)  # per-process patch reports of this run only
     if not config.checkpoint.resume:
-        for stale in ("metrics.jsonl", "native_metrics.jsonl", "samples.jsonl"):
+        for stale in ("metrics.jsonl", "eval_metrics.jsonl", "native_metrics.jsonl", "samples.jsonl"):
             (run_dir / stale).unlink(missing_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(config))
     (run_dir / "plan.yaml").write_text(plan.to_yaml())
@@ -132,9 +140,21 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
         "python": platform.python_version(),
         "approximations": plan.approximations,
     }
+    if previous is not None:
+        summary["previous_run"] = previous
+        after = f" after step {previous['last_step']}" if "last_step" in previous else ""
+        ctx.warn(
+            f"the previous run in {run_dir} (pid {previous.get('pid')}) was killed{after}: {previous['reason']}; "
+            + ("resuming from its last complete checkpoint" if config.checkpoint.resume else "starting over (--resume continues from its last checkpoint)")
+        )
+    state = runstate.start(run_dir, backend=backend.name, engine_python=summary["engine_python"])
     pm.hook.rlbridge_run_start(config=config, plan=plan, run_dir=str(run_dir))
     sinks.call("rlbridge_run_start", config=config, plan=plan, run_dir=str(run_dir))
     started = time.time()
+    from rlbridge.engine.patch_report import PATCH_DIR_ENV
+
+    saved_patch_dir = os.environ.get(PATCH_DIR_ENV)
+    os.environ[PATCH_DIR_ENV] = str((run_dir / "patches").resolve())  # every engine process reports there
     try:
         if bar is not None:
             with bar:
@@ -145,8 +165,13 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         summary["engine_version"] = ctx.engine_version or summary["engine_version"]
         summary.update(status=status, error=f"{type(exc).__name__}: {exc}", wall_s=time.time() - started)
-        summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints)
+        if getattr(exc, "failure", None):  # which engine process died, its first error lines, its log
+            summary["failure"] = exc.failure
+        summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints, nonfinite_steps=ctx.nonfinite_steps,
+                       evaluations=ctx.evals)
         ctx.close()
+        _restore_env(PATCH_DIR_ENV, saved_patch_dir)
+        runstate.finish(run_dir, state, status)
         (run_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
         summary["sink_errors"] = sinks.errors
         _finish(run_dir, ctx.history, summary, config, engine_python)
@@ -156,14 +181,24 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
             _end_sinks(sinks, run_dir, summary, "rlbridge_run_failed", error=exc)
         raise
     ctx.close()
+    _restore_env(PATCH_DIR_ENV, saved_patch_dir)
+    runstate.finish(run_dir, state, "completed")
     summary["engine_version"] = ctx.engine_version or summary["engine_version"]
     summary.update(status="completed", wall_s=time.time() - started)
-    summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints)
+    summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints, nonfinite_steps=ctx.nonfinite_steps,
+                       evaluations=ctx.evals)
     summary["sink_errors"] = sinks.errors
     _finish(run_dir, ctx.history, summary, config, engine_python)
     pm.hook.rlbridge_run_end(summary=summary)
     _end_sinks(sinks, run_dir, summary, "rlbridge_run_end")
     return summary
+
+
+def _restore_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _end_sinks(sinks, run_dir: Path, summary: dict[str, Any], hook: str, **kwargs: Any) -> None:
@@ -222,6 +257,10 @@ def _finish(
             summary["plot_skipped"] = skipped
         else:
             files.append("reward.png")
+    from rlbridge.engine.patch_report import merge
+
+    if merge(run_dir) is not None:  # the per-process patch reports, merged
+        files.append("patches.json")
     summary["files"] = files
     summary["output_dir"] = str(run_dir)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,12 @@ from typing import Any
 from rlbridge.contract import metrics as canonical
 from rlbridge.contract.backend import Plan
 from rlbridge.contract.config import RunConfig
+from rlbridge.errors import RLBridgeError
 from rlbridge.run.sinks import RunSinks
+
+
+class NonFiniteError(RLBridgeError):
+    """A metric was NaN or infinite for training.nonfinite_steps consecutive steps (on_nonfinite: fail)."""
 
 
 class RunContext:
@@ -36,6 +42,9 @@ class RunContext:
         self._metrics_fh = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
         self._native_fh = open(self.run_dir / "native_metrics.jsonl", "a", encoding="utf-8")
         self._samples_fh = open(self.run_dir / "samples.jsonl", "a", encoding="utf-8")
+        self.nonfinite_steps: list[int] = []  # steps with a NaN or infinite canonical metric
+        self._nonfinite_streak = 0
+        self._resuming = bool(config.checkpoint.resume)  # rows after the checkpoint are rewritten
 
     @property
     def total_steps(self) -> int | None:
@@ -52,15 +61,23 @@ class RunContext:
         """Record one training step. `metrics` may hold any names; only canonical ones are kept.
         `samples` are rows scored in the step (the first `telemetry.samples_per_step` are kept),
         `rewards` every sample's total reward."""
+        if self._resuming:
+            self._resuming = False
+            self._drop_rows_from(step)
         clean = canonical.clean(metrics)
-        self._metrics_fh.write(json.dumps({"step": step, **clean}) + "\n")
+        bad = canonical.nonfinite(clean)
+        # strict JSON: a non-finite value is written as null and named in "nonfinite"
+        row: dict[str, Any] = {"step": step, **{k: (None if k in bad else v) for k, v in clean.items()}}
+        if bad:
+            row["nonfinite"] = bad
+        self._metrics_fh.write(json.dumps(row, allow_nan=False) + "\n")
         self._metrics_fh.flush()
         if native is not None:
-            safe = {k: v for k, v in native.items() if isinstance(v, (int, float)) and math.isfinite(v)}
-            self._native_fh.write(json.dumps({"step": step, **safe}) + "\n")
+            safe = {k: (v if math.isfinite(v) else None) for k, v in canonical.numbers(native).items()}
+            self._native_fh.write(json.dumps({"step": step, **safe}, allow_nan=False) + "\n")
             self._native_fh.flush()
         self.steps_done = step
-        self.history.append({"step": step, **clean})
+        self.history.append({"step": step, **canonical.finite(clean)})  # summary and plot: finite values
         rows = [_row(s) for s in (samples or [])[: self.config.telemetry.samples_per_step]]
         for sample in rows:
             self._samples_fh.write(json.dumps({"step": step, **sample}) + "\n")
@@ -73,6 +90,61 @@ class RunContext:
         self.plugins.hook.rlbridge_step_end(**hook)
         if self.progress is not None:
             self.progress.update(step, clean)
+        self._nonfinite_policy(step, bad)
+        return clean
+
+    def _nonfinite_policy(self, step: int, bad: list[str]) -> None:
+        """training.on_nonfinite: warn on every such step; fail once nonfinite_steps come in a row."""
+        if not bad:
+            self._nonfinite_streak = 0
+            return
+        self.nonfinite_steps.append(step)
+        self._nonfinite_streak += 1
+        training = self.config.training
+        names = ", ".join(bad)
+        if training.on_nonfinite == "fail" and self._nonfinite_streak >= training.nonfinite_steps:
+            raise NonFiniteError(
+                f"training.on_nonfinite: step {step} had non-finite {names} ({self._nonfinite_streak} consecutive "
+                f"step(s), limit training.nonfinite_steps={training.nonfinite_steps}); find the cause (learning rate, "
+                "a reward plugin, the data) or set training.on_nonfinite=warn to record it and go on"
+            )
+        self.warn(f"step {step}: non-finite {names} (null in metrics.jsonl; training.on_nonfinite={training.on_nonfinite})")
+
+    def _drop_rows_from(self, step: int) -> None:
+        """A resumed run starts again at `step` (the one after its checkpoint): the rows a killed run
+        wrote for that step and later (and a torn last line) are dropped, so that each step is in
+        metrics.jsonl once, as the run that counts computed it."""
+        for attr, name in (("_metrics_fh", "metrics.jsonl"), ("_native_fh", "native_metrics.jsonl"), ("_samples_fh", "samples.jsonl")):
+            getattr(self, attr).close()
+            path = self.run_dir / name
+            kept = []
+            for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+                try:
+                    if int(json.loads(line)["step"]) < step:
+                        kept.append(line)
+                except (ValueError, KeyError, TypeError):
+                    continue
+            tmp = path.with_name(f".{name}.tmp")
+            tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+            tmp.replace(path)
+            setattr(self, attr, open(path, "a", encoding="utf-8"))
+
+    def warn(self, message: str) -> None:
+        """A warning on the console, above the progress bar when there is one."""
+        if self.progress is not None and hasattr(self.progress, "warn"):
+            self.progress.warn(message)
+        else:
+            sys.stderr.write(f"warning: {message}\n")
+            sys.stderr.flush()
+
+    def emit_eval(self, step: int, metrics: dict[str, Any]) -> dict[str, float]:
+        """Record one evaluation on data.eval after training step `step`: its canonical eval/... metrics
+        go to eval_metrics.jsonl (metrics.jsonl keeps one row per training step)."""
+        clean = canonical.eval_metrics(metrics)
+        if clean:
+            with open(self.run_dir / "eval_metrics.jsonl", "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"step": step, **clean}) + "\n")
+            self.evals.append({"step": step, **clean})
         return clean
 
     def checkpoint_saved(self, step: int, path: str) -> None:
