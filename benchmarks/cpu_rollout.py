@@ -1,0 +1,129 @@
+"""CPU rollout work: the reward worker pool and the code sandbox (docs/performance.md).
+
+1. scaling: a CPU-heavy reward (pure-Python loop per sample) through the pool with 1 and 2
+   workers, samples per second and their ratio (target >= 1.8x on 2 cores);
+2. sandbox: sandboxed executions per second of a trivial program, 2 at a time (target >= 50/s);
+3. overhead: the quickstart (TRL, trivial digit_match reward) with rollout_workers.mode inline and
+   process, the pool's extra reward time as a share of step time (target <= 5 %).
+
+Usage: python benchmarks/cpu_rollout.py [--part scaling,sandbox,overhead] [--steps 40]
+Prints one JSON object per part; the load average is printed too (a shared machine skews 1 and 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BURN_LOOPS = 200_000
+
+
+def burn(loops: int = BURN_LOOPS):
+    """A CPU-heavy reward: a pure-Python loop per sample (holds the GIL, as real verifiers do)."""
+
+    def reward(inputs):
+        out = []
+        for x in inputs:
+            acc = 0
+            for i in range(loops):
+                acc = (acc * 31 + i) % 1_000_003
+            out.append(float(acc % 2))
+        return out
+
+    return reward
+
+
+def scaling(samples: int = 64, repeats: int = 3) -> dict:
+    from rlbridge.contract.rewards import RewardInput
+    from rlbridge.engine.workers import RewardScorer, Settings
+
+    spec = [{"name": "burn", "weight": 1.0, "args": {}, "factory": f"{Path(__file__).stem}:burn"}]
+    inputs = [RewardInput(prompt="p", completion=str(i), completion_ids=[i]) for i in range(samples)]
+    rates = {}
+    for workers in (1, 2):
+        with RewardScorer(spec, Settings(num_workers=workers, batch_size=4, timeout_s=600)) as scorer:
+            scorer.score(inputs[:4])  # warm: workers started, plugin built
+            best = 0.0
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                scorer.score(inputs)
+                best = max(best, samples / (time.perf_counter() - t0))
+        rates[workers] = best
+    return {"part": "scaling", "samples_per_s_1_worker": round(rates[1], 1), "samples_per_s_2_workers": round(rates[2], 1),
+            "speedup": round(rates[2] / rates[1], 2), "target": ">= 1.8", "loadavg": os.getloadavg()}
+
+
+def sandbox(runs: int = 200, parallel: int = 2) -> dict:
+    from rlbridge.engine.sandbox import run_python
+
+    def one(_):
+        return run_python({"main.py": "print(sum(range(100)))"}).outcome
+
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(one, range(parallel * 2)))  # warm the page cache
+        c0, t0 = _cpu_s(), time.perf_counter()
+        outcomes = list(pool.map(one, range(runs)))
+        elapsed, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    # CPU seconds per run (this process and every sandbox process): what 2 idle cores could sustain
+    return {"part": "sandbox", "runs": runs, "parallel": parallel, "runs_per_s": round(runs / elapsed, 1),
+            "cpu_ms_per_run": round(1000 * cpu / runs, 1), "runs_per_s_on_2_idle_cores": round(2 * runs / cpu, 1),
+            "ok": outcomes.count("ok"), "target": ">= 50", "loadavg": os.getloadavg()}
+
+
+def _cpu_s() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _quickstart(mode: str, steps: int, out: Path) -> list[dict]:
+    cmd = [sys.executable, "-m", "rlbridge", "train", str(REPO / "configs" / "quickstart.yaml"),
+           "--set", f"training.steps={steps}", "--set", f"rollout_workers.mode={mode}",
+           "--set", f"output_dir={out}", "--set", "telemetry.progress=false"]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if res.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{res.stderr[-3000:]}")
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def overhead(steps: int = 40, rounds: int = 2) -> dict:
+    per_mode: dict[str, dict[str, list[float]]] = {"inline": {"step": [], "reward": []}, "process": {"step": [], "reward": []}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for mode in ("inline", "process"):  # alternating: drift on a shared machine hits both
+                rows = _quickstart(mode, steps, Path(tmp) / f"{mode}{r}")[5:]  # skip warm-up steps
+                per_mode[mode]["step"] += [row["timing/step_s"] for row in rows]
+                per_mode[mode]["reward"] += [row["timing/reward_s"] for row in rows if "timing/reward_s" in row]
+    med = {m: {k: statistics.median(v) for k, v in d.items()} for m, d in per_mode.items()}
+    extra = med["process"]["reward"] - med["inline"]["reward"]
+    return {
+        "part": "overhead", "steps": steps, "rounds": rounds,
+        "step_s_inline": round(med["inline"]["step"], 4), "step_s_process": round(med["process"]["step"], 4),
+        "reward_s_inline": round(med["inline"]["reward"], 5), "reward_s_process": round(med["process"]["reward"], 5),
+        "pool_overhead_share_of_step": round(extra / med["inline"]["step"], 4), "target": "<= 0.05",
+        "loadavg": os.getloadavg(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--part", default="scaling,sandbox,overhead")
+    parser.add_argument("--steps", type=int, default=40)
+    opts = parser.parse_args()
+    for part in opts.part.split(","):
+        result = {"scaling": scaling, "sandbox": sandbox, "overhead": lambda: overhead(opts.steps)}[part]()
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
