@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import sys
 import threading
 import time
 import traceback
@@ -269,7 +270,16 @@ class RewardScorer:
         if self._pool is None:
             import multiprocessing
 
-            import pebble
+            try:
+                import pebble
+            except ImportError:  # an engine environment made before rlbridge depended on pebble
+                log.warning(
+                    "rollout_workers: the package 'pebble' is missing in this environment (%s), so rewards are scored "
+                    "inline, without timeouts; `rlbridge env create <engine>` reinstalls rlbridge with its dependencies",
+                    sys.prefix,
+                )
+                self.settings.mode = "inline"
+                return None
 
             self._pool = pebble.ProcessPool(
                 max_workers=self.settings.num_workers, context=multiprocessing.get_context("spawn")
@@ -411,9 +421,11 @@ class RewardScorer:
                 absorb(lo, hi, raw)
             return values, faults
 
+        pool = self._get_pool()
+        if pool is None:
+            return self._score_one(name, inputs)
         import pebble
 
-        pool = self._get_pool()
         limit = self.settings.max_concurrency or self.settings.num_workers
         pending = list(self._chunks(n))
         running: dict[Future, tuple[int, int]] = {}
@@ -452,11 +464,12 @@ class RewardScorer:
     def call(self, fn: Callable, *args: Any) -> Any:
         """Run a picklable callable in a worker with the pool's timeout (inline in inline mode).
         Raises TimeoutError / RuntimeError(crash) / the callable's exception."""
-        if self.settings.mode == "inline":
+        pool = self._get_pool() if self.settings.mode != "inline" else None
+        if pool is None:
             return fn(*args)
         import pebble
 
-        fut = self._get_pool().schedule(_call, args=(fn, args), timeout=self.settings.timeout_s)
+        fut = pool.schedule(_call, args=(fn, args), timeout=self.settings.timeout_s)
         try:
             return fut.result()
         except pebble.ProcessExpired as exc:
