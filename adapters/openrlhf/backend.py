@@ -18,6 +18,7 @@ from rlbridge.contract.backend import (
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
+from rlbridge_adapters.openrlhf import knobs
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {"grpo": "group_norm", "dr_grpo": "dr_grpo", "rloo": "rloo", "reinforce_pp": "reinforce", "ppo": "gae"}
@@ -180,8 +181,8 @@ class OpenRLHFBackend(Backend):
         return [
             honoured("algorithm.name", ("algo.advantage.estimator", "critic.model_name_or_path")),
             honoured("algorithm.group_size", "rollout.n_samples_per_prompt"),
-            honoured("algorithm.kl_coef", ("algo.kl.init_coef", "algo.kl.use_loss", "algo.kl.estimator")),
-            honoured("algorithm.kl_placement", ("algo.kl.use_loss", "algo.kl.estimator"),
+            honoured("algorithm.kl_coef", ("algo.kl.init_coef", "algo.kl.use_loss")),
+            honoured("algorithm.kl_placement", "algo.kl.use_loss",
                      note="loss: --algo.kl.use_loss (k3 estimator); reward: KL in the reward (k1)"),
             honoured("algorithm.clip_low", "actor.eps_clip_low_high"),
             honoured("algorithm.clip_high", "actor.eps_clip_low_high"),
@@ -219,7 +220,7 @@ class OpenRLHFBackend(Backend):
             honoured("training.steps", ("data.max_samples", "train.num_episodes", "actor.lr_warmup_ratio"),
                      note="--data.max_samples = steps x batch_size, one episode"),
             honoured("training.epochs", ("train.num_episodes", "data.max_samples")),
-            honoured("training.lr", ("actor.adam.lr", "critic.adam.lr")),
+            honoured("training.lr", "actor.adam.lr"),
             honoured("training.lr_schedule", "actor.lr_scheduler", note="constant_with_warmup / linear / cosine"),
             honoured("training.warmup_steps", "actor.lr_warmup_ratio", _check_warmup, note="warmup_steps / steps"),
             honoured("training.weight_decay", "actor.adam.weight_decay"),
@@ -244,6 +245,7 @@ class OpenRLHFBackend(Backend):
             approximated("checkpoint.resume", "ckpt.load_enable", "OpenRLHF resumes from the newest checkpoint in --ckpt.path; a path selects that directory",
                          when=lambda c: isinstance(c.checkpoint.resume, str)),
             honoured("checkpoint.keep_last", "ckpt.max_num", note="null (keep all): a count no run reaches"),
+            *knobs.capabilities(),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
@@ -296,12 +298,11 @@ class OpenRLHFBackend(Backend):
         }
         if algo.kl_coef > 0 and algo.kl_placement == "loss":
             flags["algo.kl.use_loss"] = True
-            flags["algo.kl.estimator"] = "k3"
         if algo.name == "grpo" and algo.effective_advantage_normalization == "none":
             flags["algo.advantage.no_std_norm"] = True
         if algo.loss_aggregation == "seq_mean_token_mean":
             flags["actor.loss_agg_mode"] = "seq-mean-token-mean"
-        if config.model.use_chat_template:
+        if config.model.use_chat_template and not config.model.chat_template_kwargs:
             flags["data.apply_chat_template"] = True
         else:
             flags["data.input_template"] = "{}"
@@ -313,9 +314,7 @@ class OpenRLHFBackend(Backend):
         # OpenRLHF's default warm-up is 3 % of the run: always say it
         flags["actor.lr_warmup_ratio"] = (tr.warmup_steps / tr.steps) if tr.steps else 0.0
         flags["actor.lr_scheduler"] = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[tr.lr_schedule]
-        if estimator == "gae":
-            flags["critic.model_name_or_path"] = "<model_dir>"
-            flags["critic.adam.lr"] = tr.lr
+        role_gpus = knobs.translate(config, flags, version)
         if colocate and gpus > 0:
             # on CPU the actor and the vLLM engine get a logical GPU each: colocation would select
             # OpenRLHF's CUDA-IPC weight sync
@@ -341,7 +340,7 @@ class OpenRLHFBackend(Backend):
             if key in flags:
                 raise ConfigError(f"backend_options.openrlhf.{key}: rlbridge sets --{key} itself for every OpenRLHF run; remove it")
         flags.update(passthrough)
-        logical_gpus = 0 if gpus else devices + flags["vllm.num_engines"] * ro.tensor_parallel_size
+        logical_gpus = 0 if gpus else devices + flags["vllm.num_engines"] * ro.tensor_parallel_size + role_gpus
         env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
         if tr.torch_threads:
             env["OMP_NUM_THREADS"] = str(tr.torch_threads)
@@ -354,7 +353,10 @@ class OpenRLHFBackend(Backend):
             "model": {"path": _model_path(config), "chat_template": config.model.chat_template},
             "rewards": [r.model_dump(mode="json", exclude_none=True) for r in config.reward],
             "environment": config.environment.model_dump(mode="json") if config.environment else None,
-            "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key},
+            "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key,
+                     # prompts rlbridge drops (over max_prompt_tokens) or renders (template arguments) itself
+                     "drop_over": ro.max_prompt_tokens if ro.drop_overlong_prompts else None,
+                     "chat_template_kwargs": dict(config.model.chat_template_kwargs) or None},
             "ray": {"address": config.resources.ray_address, "num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": logical_gpus},
             "cpu": gpus == 0,
             "env": env,
@@ -433,7 +435,7 @@ def to_argv(flags: dict[str, Any], version: Version) -> list[str]:
     """Flags as an argument list in the naming of `version` (dotted from 0.10.2, flat before)."""
     argv: list[str] = []
     for key, value in flags.items():
-        name = key if version >= DOTTED_SINCE else FLAT.get(key, key)
+        name = key if version >= DOTTED_SINCE else FLAT.get(key, knobs.FLAT.get(key, key))
         if value is True:
             argv.append(f"--{name}")
         elif value is False or value is None:

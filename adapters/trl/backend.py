@@ -15,6 +15,7 @@ from rlbridge.contract.backend import (
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
+from rlbridge_adapters.trl import knobs
 from rlbridge_adapters.trl.package import DISTRIBUTION, SUPPORTED_VERSIONS
 
 TRAINERS = {"grpo": "GRPO", "dr_grpo": "GRPO", "rloo": "RLOO"}
@@ -34,6 +35,9 @@ ALIASES = {
     "generation_kwargs.max_tokens": "rollout.max_new_tokens",
     "generation_kwargs.seed": "training.seed",
     "num_generations_eval": "data.eval",
+    "vllm_importance_sampling_cap": "algorithm.rollout_correction_threshold",
+    "vllm_importance_sampling_clip_min": "algorithm.rollout_correction_threshold",
+    "gradient_checkpointing_kwargs": "training.gradient_checkpointing",
     "evaluation_strategy": "data.eval",
 }
 # Keys rlbridge sets itself on every TRL run.
@@ -195,6 +199,7 @@ class TRLBackend(Backend):
             honoured("checkpoint.interval", ("save_strategy", "save_steps"), note="save_steps = interval x updates per step"),
             honoured("checkpoint.resume", "launch.resume", note="trainer.train(resume_from_checkpoint=...)"),
             honoured("checkpoint.keep_last", "save_total_limit"),
+            *knobs.capabilities(),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
@@ -246,7 +251,6 @@ class TRLBackend(Backend):
             "use_cpu": gpus == 0,
             "bf16": dtype == "bfloat16" and gpus > 0,
             "fp16": dtype == "float16" and gpus > 0,
-            "gradient_checkpointing": False,
             "model_init_kwargs": {"dtype": dtype},
             # an environment's episode reward comes first, as a reward function of weight 1
             "reward_weights": [1.0] * (config.environment is not None) + [r.weight for r in config.reward],
@@ -266,6 +270,7 @@ class TRLBackend(Backend):
                 vllm_tensor_parallel_size=ro.tensor_parallel_size,
                 vllm_enable_sleep_mode=False,
             )
+        lora = knobs.translate(config, args, trainer)
         passthrough = dict(config.backend_options.get("trl", {}))  # refused where a knob owns it (Backend.check_backend_options)
         args.update(passthrough)
         env = {"TOKENIZERS_PARALLELISM": "false"}
@@ -285,7 +290,10 @@ class TRLBackend(Backend):
                 "use_chat_template": config.model.use_chat_template,
                 "chat_template": config.model.chat_template,
                 "max_prompt_tokens": ro.max_prompt_tokens,
+                "drop_overlong_prompts": ro.drop_overlong_prompts,
+                "chat_template_kwargs": dict(config.model.chat_template_kwargs),
             },
+            "lora": lora,
             "torch_threads": threads,
             "updates_per_step": per_step,
             "resume": config.checkpoint.resume,

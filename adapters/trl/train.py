@@ -40,6 +40,15 @@ def load_tokenizer(path: str, chat_template: str | None):
     return tok
 
 
+def prompt_tokens(tok, text: str, data: dict[str, Any]) -> int:
+    """A prompt's length as the policy sees it: after the chat template (with its arguments) when one is used."""
+    if not data["use_chat_template"]:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
+                                  **(data.get("chat_template_kwargs") or {}))
+    return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
 def build_dataset(rows: list[dict[str, Any]], native: dict[str, Any], tok, field_name: str):
     from datasets import Dataset
 
@@ -51,7 +60,9 @@ def build_dataset(rows: list[dict[str, Any]], native: dict[str, Any], tok, field
         if not isinstance(text, str):
             raise ConfigError(f"data.prompt_key: row {i} of {field_name} has a non-text prompt ({type(text).__name__})")
         if cap is not None:
-            n = len(tok(text, add_special_tokens=False)["input_ids"])
+            n = prompt_tokens(tok, text, data)
+            if n > cap and data.get("drop_overlong_prompts"):
+                continue
             if n > cap:
                 raise ConfigError(
                     f"rollout.max_prompt_tokens: row {i} of {field_name} has a {n}-token prompt (cap {cap}); "
@@ -60,6 +71,8 @@ def build_dataset(rows: list[dict[str, Any]], native: dict[str, Any], tok, field
         record = {k: v for k, v in row.items() if k != prompt_key}
         record["prompt"] = [{"role": "user", "content": text}] if data["use_chat_template"] else text
         records.append(record)
+    if not records:
+        raise ConfigError(f"rollout.max_prompt_tokens: every prompt of {field_name} is longer than {cap} tokens; raise the cap")
     return Dataset.from_list(records)
 
 
@@ -270,6 +283,10 @@ def run_trl(plan, ctx) -> None:
         trainer_class = recording_rows(trainer_class)
         rewards = [environment_reward(spec["name"]), *rewards]
         extra["rollout_func"] = EnvironmentRollout(spec, native["data"]["prompt_key"], native["data"]["use_chat_template"])
+    if native.get("lora"):
+        from peft import LoraConfig
+
+        extra["peft_config"] = LoraConfig(**native["lora"])  # TRL wraps the model; checkpoints hold the adapter
     args = make_args(native)
     timers: dict[str, float] = {}
     callback = CanonicalMetrics(ctx, native["updates_per_step"], timers, collector)

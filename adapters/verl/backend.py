@@ -23,6 +23,7 @@ from rlbridge.contract.backend import (
 from rlbridge.contract.config import RunConfig
 from rlbridge.engine.engine_io import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
+from rlbridge_adapters.verl import knobs
 from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {"grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_plus_plus", "ppo": "gae"}
@@ -36,16 +37,14 @@ TOOL_CONFIG_FILE = "rlbridge_tools.yaml"
 PROMPT_LENGTH_AUTO = "auto"
 # Keys rlbridge sets as defaults rather than from a canonical knob: backend_options.verl may change them.
 ADAPTER_DEFAULTS = {
-    "data.filter_overlong_prompts", "data.truncation", "data.dataloader_num_workers", "data.prompt_key",
-    "actor_rollout_ref.model.use_remove_padding", "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "data.truncation", "data.dataloader_num_workers", "data.prompt_key",
     "actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy",
-    "actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.actor.entropy_coeff",
-    "actor_rollout_ref.actor.kl_loss_type", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
+    "actor_rollout_ref.actor.use_torch_compile", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
     "trainer.use_v1", "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.free_cache_engine",
     "+actor_rollout_ref.rollout.enable_sleep_mode", "actor_rollout_ref.rollout.max_num_seqs",
     "actor_rollout_ref.rollout.agent.num_workers", "reward.num_workers",
     "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
-    "+actor_rollout_ref.model.override_config.attn_implementation",
+    "+actor_rollout_ref.model.override_config.attn_implementation", "+critic.model.override_config.attn_implementation",
 }
 
 
@@ -135,7 +134,7 @@ class VerlBackend(Backend):
     def capabilities(self) -> list[Capability]:
         a, r = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
         micro = (f"{a}ppo_micro_batch_size_per_gpu", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-                 f"{r}log_prob_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu")
+                 f"{r}log_prob_micro_batch_size_per_gpu")
         return [
             honoured("algorithm.name", "algorithm.adv_estimator"),
             honoured("algorithm.group_size", f"{r}n"),
@@ -183,7 +182,7 @@ class VerlBackend(Backend):
                           "budget (turns, feedback, tool output), each turn gets what remains"),
             honoured("training.steps", "trainer.total_training_steps"),
             honoured("training.epochs", "trainer.total_epochs"),
-            honoured("training.lr", (f"{a}optim.lr", "critic.optim.lr")),
+            honoured("training.lr", f"{a}optim.lr"),
             honoured("training.lr_schedule", (f"{a}optim.lr_scheduler_type", f"{a}optim.warmup_style"), _check_lr_schedule,
                      note="warmup_style before 0.7, lr_scheduler_type from 0.7"),
             honoured("training.warmup_steps", f"{a}optim.lr_warmup_steps"),
@@ -209,6 +208,7 @@ class VerlBackend(Backend):
             honoured("checkpoint.interval", "trainer.save_freq"),
             honoured("checkpoint.resume", ("trainer.resume_mode", "trainer.resume_from_path")),
             honoured("checkpoint.keep_last", "trainer.max_actor_ckpt_to_keep"),
+            *knobs.capabilities(),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
@@ -236,12 +236,9 @@ class VerlBackend(Backend):
             "data.max_response_length": ro.max_new_tokens,
             "data.shuffle": config.data.shuffle,
             "++data.seed": tr.seed,  # in verl's data config from 0.7; 0.5 reads it with .get (so: add or override)
-            "data.filter_overlong_prompts": False,
             "data.truncation": "error",
             "data.dataloader_num_workers": 0,
             "actor_rollout_ref.model.path": "<model_dir>",
-            "actor_rollout_ref.model.use_remove_padding": False,
-            "actor_rollout_ref.model.enable_gradient_checkpointing": False,
             "actor_rollout_ref.actor.strategy": "fsdp2",
             "actor_rollout_ref.actor.ppo_mini_batch_size": mini // algo.group_size,
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
@@ -251,8 +248,6 @@ class VerlBackend(Backend):
             "actor_rollout_ref.actor.loss_agg_mode": loss_agg,
             "actor_rollout_ref.actor.use_kl_loss": kl_loss,
             "actor_rollout_ref.actor.kl_loss_coef": algo.kl_coef if kl_loss else 0.001,
-            "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
-            "actor_rollout_ref.actor.entropy_coeff": 0,
             "actor_rollout_ref.actor.grad_clip": tr.grad_clip if tr.grad_clip is not None else 1e9,
             "actor_rollout_ref.actor.optim.lr": tr.lr,
             "actor_rollout_ref.actor.optim.weight_decay": tr.weight_decay,
@@ -298,16 +293,10 @@ class VerlBackend(Backend):
         if version >= Version("0.9.0"):
             o["actor_rollout_ref.rollout.seed"] = tr.seed
         if estimator == "gae":
-            o.update({
-                "critic.model.path": "<model_dir>",
-                "critic.strategy": "fsdp2",
-                "critic.optim.lr": tr.lr,
-                "critic.ppo_micro_batch_size_per_gpu": micro,
-                "critic.model.use_remove_padding": False,
-                "critic.model.enable_gradient_checkpointing": False,
-            })
+            o["critic.strategy"] = "fsdp2"
             if version >= Version("0.7.0"):
                 o["critic.data_loader_seed"] = tr.seed
+        knobs.translate(config, o, micro, version)
         template = config.model.chat_template if config.model.use_chat_template else PASSTHROUGH_CHAT_TEMPLATE
         # reward: rlbridge's reward manager, under the keys this verl version reads
         if version >= Version("0.7.1"):
@@ -318,6 +307,8 @@ class VerlBackend(Backend):
         if cpu:
             o["trainer.device"] = "cpu"
             o["+actor_rollout_ref.model.override_config.attn_implementation"] = "sdpa"
+            if estimator == "gae":
+                o["+critic.model.override_config.attn_implementation"] = "sdpa"
             if version >= Version("0.9.0"):
                 o["trainer.use_v1"] = False
         if rollout_name == "vllm" and cpu:
@@ -451,6 +442,8 @@ def format_value(value: Any) -> str:
         return "null"
     if isinstance(value, list):
         return "[" + ",".join(format_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, str) and any(c in value for c in " ,[]{}'\"=\n"):
         return json.dumps(value)
     return str(value)

@@ -13,7 +13,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Capability, only_for, gpus_per_node, honoured
+from rlbridge.contract.backend import Capability, flatten, gpus_per_node, honoured, only_for
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import resolve_path
 
@@ -154,8 +154,8 @@ def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version
     if algo.rollout_correction in ROLLOUT_IS:
         o["algorithm.rollout_correction.rollout_is"] = ROLLOUT_IS[algo.rollout_correction]
         o["algorithm.rollout_correction.rollout_is_threshold"] = algo.rollout_correction_threshold
-    if config.model.chat_template_kwargs:
-        o["data.apply_chat_template_kwargs"] = dict(config.model.chat_template_kwargs)
+    for key, value in flatten(config.model.chat_template_kwargs).items():  # new keys of a struct dict: Hydra's '+'
+        o[f"+data.apply_chat_template_kwargs.{key}"] = value
     lora = config.model.lora
     if lora is not None:
         o["actor_rollout_ref.model.lora_rank"] = lora.rank

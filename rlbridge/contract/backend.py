@@ -154,6 +154,18 @@ def rejected(knob: str, note: str) -> Capability:
     return Capability(knob, Support.REJECTED, (), note)
 
 
+def only_for(knob: str, algorithms: tuple[str, ...], why: str) -> Callable[[RunConfig], str | None]:
+    """A capability check refusing a non-default value of `knob` unless algorithm.name is one of
+    `algorithms` (e.g. the critic's knobs outside ppo): a knob that would change nothing is an error."""
+
+    def check(config: RunConfig) -> str | None:
+        if config.algorithm.name not in algorithms and _dumpable(knob_value(config, knob)) != _dumpable(knob_default(knob)):
+            return f"it applies only to algorithm.name {' or '.join(algorithms)} ({why}); remove it"
+        return None
+
+    return check
+
+
 def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested dicts as dotted keys (an empty dict stays a leaf)."""
     flat: dict[str, Any] = {}

@@ -56,6 +56,27 @@ class AlgorithmConfig(StrictModel):
         return {"grpo": "group", "reinforce_pp": "batch", "ppo": "batch"}.get(self.name, "none")
     epochs_per_rollout: int = Field(1, ge=1)
     """Passes of policy updates over one batch of rollouts (TRL num_iterations, verl ppo_epochs)."""
+    kl_estimator: Literal["k1", "k2", "k3"] | None = None
+    """Per-token estimator of the KL to the reference policy: k1 (log-ratio), k2 (half the squared
+    log-ratio), k3 (exp(-r) + r - 1, low variance; verl calls it low_var_kl). None: the placement's
+    standard, k3 with kl_placement loss and k1 with kl_placement reward."""
+    entropy_coef: float = Field(0.0, ge=0.0)
+    """Weight of the entropy bonus (the policy's mean token entropy is subtracted from the loss times
+    this); 0 disables it (verl actor.entropy_coeff, OpenRLHF --actor.entropy_coef, TRL entropy_coef)."""
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    """Discount factor of returns (ppo: GAE; reinforce_pp: discounted return). 1.0: no discount."""
+    gae_lambda: float = Field(1.0, ge=0.0, le=1.0)
+    """ppo only: lambda of generalised advantage estimation (1.0: Monte-Carlo return minus value)."""
+    dynamic_sampling: bool = False
+    """Drop groups in which every sample got the same reward (they carry no learning signal) and draw
+    more prompts until the batch is full (DAPO dynamic sampling). Group-based algorithms only."""
+    rollout_correction: Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "none"
+    """Correct the mismatch between the rollout engine's and the trainer's log-probabilities (e.g. vLLM
+    vs FSDP) with importance weights pi_train / pi_rollout, per token or per sequence: truncate clips
+    the weight at rollout_correction_threshold (truncated importance sampling), mask drops the tokens or
+    sequences whose weight exceeds it. 'none' trains on the rollout as if it were exactly on-policy."""
+    rollout_correction_threshold: float = Field(2.0, gt=1.0)
+    """Upper bound of the importance weight used by rollout_correction."""
 
     @model_validator(mode="after")
     def _check_algorithm(self) -> "AlgorithmConfig":
@@ -78,6 +99,18 @@ class AlgorithmConfig(StrictModel):
         return self
 
 
+class LoraConfig(StrictModel):
+    rank: int = Field(8, ge=1)
+    """Rank r of the low-rank update (TRL/peft r, verl lora_rank, OpenRLHF --ds.lora.rank)."""
+    alpha: int = Field(16, ge=1)
+    """Scaling numerator: the update is scaled by alpha / rank."""
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on the LoRA input."""
+    target_modules: Union[Literal["all-linear"], list[str]] = "all-linear"
+    """Modules that get an adapter: 'all-linear' (every linear layer but the output head) or a list of
+    module names (e.g. [q_proj, v_proj])."""
+
+
 class ModelConfig(StrictModel):
     path: str = "builtin:tiny-digits"
     """Policy model: a local directory, a hub id (org/name; needs network access), or
@@ -89,6 +122,12 @@ class ModelConfig(StrictModel):
     None keeps the tokenizer's own."""
     use_chat_template: bool = False
     """Wrap prompts as a user message and apply the chat template. False sends the prompt text as is."""
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Extra variables for the chat template when prompts are rendered (e.g. {enable_thinking: false}
+    for Qwen3). Needs use_chat_template: true."""
+    lora: LoraConfig | None = None
+    """Train a LoRA adapter instead of every weight; None trains the full model. Checkpoints then
+    hold the adapter."""
 
     @model_validator(mode="after")
     def _template_is_used(self) -> "ModelConfig":
@@ -161,7 +200,10 @@ class RolloutConfig(StrictModel):
     max_new_tokens: int = Field(256, ge=1)
     """Cap on generated tokens per sample (TRL max_completion_length, verl max_response_length)."""
     max_prompt_tokens: int | None = Field(None, ge=1)
-    """Prompts longer than this are an error at data loading. None: no cap."""
+    """Prompts longer than this are an error at data loading (see drop_overlong_prompts). None: no cap."""
+    drop_overlong_prompts: bool = False
+    """Drop prompts longer than max_prompt_tokens (counted after the chat template) from the data
+    instead of stopping with an error. Needs max_prompt_tokens."""
     temperature: float = Field(1.0, gt=0.0)
     """Sampling temperature."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -245,6 +287,18 @@ class TrainingConfig(StrictModel):
     row; warn: go on."""
     nonfinite_steps: int = Field(1, ge=1)
     """Consecutive steps with a non-finite metric after which on_nonfinite: fail stops the run."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass instead of storing them (less memory, ~30 % more
+    compute), for the policy and, with ppo, the critic."""
+    max_tokens_per_device: int | None = Field(None, ge=1)
+    """Dynamic batching: pack micro batches up to this many tokens (prompt + response) per device
+    instead of a fixed number of samples (verl use_dynamic_bsz, OpenRLHF --train.dynamic_batch_enable).
+    None: micro batches of training.micro_batch_size samples."""
+    sequence_packing: bool = False
+    """Remove padding: concatenate the samples of a micro batch into one sequence for the forward and
+    backward passes (verl use_remove_padding, OpenRLHF --ds.packing_samples)."""
+    sequence_parallel_size: int = Field(1, ge=1)
+    """Split each sequence across this many devices (verl Ulysses, OpenRLHF ring attention); 1: off."""
 
     @model_validator(mode="after")
     def _steps_or_epochs(self) -> "TrainingConfig":
@@ -255,6 +309,20 @@ class TrainingConfig(StrictModel):
         if self.steps is None and self.epochs is None:
             raise ValueError("set 'steps' or 'epochs'")
         return self
+
+
+class CriticConfig(StrictModel):
+    path: str | None = None
+    """The value model's initial weights: a directory, hub id or builtin model like model.path. None:
+    the same as the policy (model.path); its output head is replaced by a fresh value head."""
+    lr: float | None = Field(None, gt=0.0)
+    """Critic learning rate; None: training.lr."""
+    value_clip: float = Field(0.5, gt=0.0)
+    """PPO value clip: the new value may move at most this far from the rollout's value in the loss."""
+    warmup_steps: int = Field(0, ge=0)
+    """Train only the critic for the first N training steps (the policy is frozen meanwhile)."""
+    micro_batch_size: int | None = Field(None, ge=1)
+    """Samples per critic forward/backward on one device; None: training.micro_batch_size."""
 
 
 class ResourcesConfig(StrictModel):
@@ -366,6 +434,8 @@ class RunConfig(StrictModel):
     """Optional environment plugin for multi-turn episodes and tools."""
     rollout_workers: RolloutWorkersConfig = Field(default_factory=RolloutWorkersConfig)
     """Worker processes that run reward plugins in the engine's processes, timeouts and the fault policy."""
+    critic: CriticConfig = Field(default_factory=CriticConfig)
+    """The value model of algorithm ppo (the only algorithm with a critic); leave it unset otherwise."""
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     """Optimisation, batches and length of training."""
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
@@ -407,6 +477,22 @@ class RunConfig(StrictModel):
                 f"training.micro_batch_size ({tr.micro_batch_size}) does not divide the mini batch ({mini}): "
                 f"use a divisor of {mini}"
             )
+        if self.critic.micro_batch_size is not None and mini % self.critic.micro_batch_size:
+            raise ValueError(
+                f"critic.micro_batch_size ({self.critic.micro_batch_size}) does not divide the mini batch ({mini}): "
+                f"use a divisor of {mini}"
+            )
+        if algo.dynamic_sampling and algo.name not in GROUP_ALGORITHMS:
+            raise ValueError(
+                f"algorithm.dynamic_sampling drops groups of samples of one prompt; {algo.name} has no groups: "
+                "use grpo, dr_grpo or rloo, or remove it"
+            )
+        if "rollout_correction_threshold" in algo.model_fields_set and algo.rollout_correction == "none":
+            raise ValueError("algorithm.rollout_correction_threshold needs algorithm.rollout_correction (e.g. token_truncate)")
+        if self.rollout.drop_overlong_prompts and self.rollout.max_prompt_tokens is None:
+            raise ValueError("rollout.drop_overlong_prompts needs rollout.max_prompt_tokens (the length above which prompts are dropped)")
+        if self.model.chat_template_kwargs and not self.model.use_chat_template:
+            raise ValueError("model.chat_template_kwargs needs model.use_chat_template: true (without it no template is applied)")
         if not self.reward and self.environment is None:
             raise ValueError("'reward' is empty: add at least one reward plugin (see `rlbridge plugins`)")
         return self

@@ -18,7 +18,12 @@ def builtin_model_dir(name: str) -> Path:
 
 def model_path(config: RunConfig) -> str:
     """The directory or hub id the engine loads the policy from."""
-    path = config.model.path
+    return resolve_path(config.model.path)
+
+
+def resolve_path(path: str) -> str:
+    """The directory or hub id an engine loads a model given as `path` from (the policy, the critic
+    or a reward model: each may be a directory, a hub id or 'builtin:NAME')."""
     if path.startswith(BUILTIN_PREFIX):
         return str(builtin_model_dir(path[len(BUILTIN_PREFIX):]))
     return str(Path(path).expanduser()) if looks_local(path) else path
@@ -30,9 +35,14 @@ def looks_local(path: str) -> bool:
 
 def materialize_model(config: RunConfig, plugins: PluginManager | None = None) -> str:
     """Build a builtin model on first use; return the path the engine loads."""
-    pm = plugins or get_plugin_manager()
-    if config.model.path.startswith(BUILTIN_PREFIX):
-        name = config.model.path[len(BUILTIN_PREFIX):]
-        builder = pm.get("model_builder", name, "model.path")
+    return materialize_path(config.model.path, "model.path", plugins)
+
+
+def materialize_path(path: str, field: str, plugins: PluginManager | None = None) -> str:
+    """Build the builtin model `path` names on first use (`field` names the config field in errors);
+    return the path the engine loads."""
+    if path.startswith(BUILTIN_PREFIX):
+        name = path[len(BUILTIN_PREFIX):]
+        builder = (plugins or get_plugin_manager()).get("model_builder", name, field)
         return builder.build(builtin_model_dir(name))
-    return model_path(config)
+    return resolve_path(path)

@@ -358,9 +358,11 @@ def reward_stats(totals: list[float], per_plugin: dict[str, list[float | None]])
 def run_and_model_dirs(ctx, chat_template: str | None) -> tuple[Path, str]:
     """What every engine launcher starts with: the run directory (absolute) and the model directory
     the engine loads (the builtin model built on first use, carrying the run's chat template)."""
-    from rlbridge.contract.models import materialize_model
+    from rlbridge.contract.models import materialize_model, materialize_path
 
     run_dir = Path(ctx.run_dir).resolve()
+    if ctx.config.critic.path:  # the plan names its resolved path; a builtin one is built here on first use
+        materialize_path(ctx.config.critic.path, "critic.path", ctx.plugins)
     return run_dir, model_dir_with_template(materialize_model(ctx.config, ctx.plugins), chat_template, run_dir)
 
 

@@ -51,6 +51,14 @@ class Prepared:
     plan: Plan
 
 
+def model_paths(config: RunConfig) -> list[tuple[str, str]]:
+    """Every model a run loads, as (config field, path): the policy, the critic, reward models."""
+    paths = [("model.path", config.model.path)]
+    if config.critic.path:
+        paths.append(("critic.path", config.critic.path))
+    return paths
+
+
 def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared:
     """Every check that can fail before anything is written or started, then the plan."""
     pm = plugins or get_plugin_manager()
@@ -63,14 +71,14 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
             f"engine_version: {backend.distribution} {config.engine_version} is outside the range backend "
             f"'{backend.name}' supports ({backend.supported_versions}); pick a version in it"
         )
-    path = config.model.path
-    if path.startswith(BUILTIN_PREFIX):
-        pm.get("model_builder", path[len(BUILTIN_PREFIX):], "model.path")
-    elif looks_local(path) and not Path(path).expanduser().exists():
-        raise ConfigError(
-            f"model.path: '{path}' does not exist; point it at a model directory, a hub id (org/name), "
-            f"or a built-in model such as 'builtin:tiny-digits'"
-        )
+    for field, path in model_paths(config):
+        if path.startswith(BUILTIN_PREFIX):
+            pm.get("model_builder", path[len(BUILTIN_PREFIX):], field)
+        elif looks_local(path) and not Path(path).expanduser().exists():
+            raise ConfigError(
+                f"{field}: '{path}' does not exist; point it at a model directory, a hub id (org/name), "
+                f"or a built-in model such as 'builtin:tiny-digits'"
+            )
     # plugins exist, and their args bind to their factories (rlbridge.contract.plugin_args)
     for field_name, source in (("data.train", config.data.train), ("data.eval", config.data.eval)):
         if source is None:

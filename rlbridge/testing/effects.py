@@ -76,6 +76,7 @@ class Effect:
 EVAL = {"type": "generator", "name": "digit_copy", "args": {"num_rows": 16}}
 TEMPLATE = "{{ messages[0]['content'] }}"
 ENV = {"name": "digit_turns", "args": {"turns": 2}, "max_turns": 2}
+PPO = ("algorithm.name=ppo",)  # the critic's knobs and GAE need an algorithm with a critic
 
 # Knobs the core handles the same way for every engine: no native key to check. Each with its reason.
 ALLOWED = {
@@ -331,6 +332,93 @@ EFFECTS: dict[str, Effect] = {
         "verl": {"trainer.max_actor_ckpt_to_keep": 2},
         "openrlhf": {"ckpt.max_num": 2},
     }),
+    # ---- everyday knobs, LoRA and the critic (issue 17) ----
+    "algorithm.kl_estimator": Effect("k2", {
+        "trl": REFUSED,  # k3 in GRPOTrainer's loss, fixed
+        "verl": {"actor_rollout_ref.actor.kl_loss_type": "mse"},
+        "openrlhf": {"algo.kl.estimator": "k2"},
+    }, context=("algorithm.kl_coef=0.05",)),
+    "algorithm.entropy_coef": Effect(0.01, {
+        "trl": {"entropy_coef": 0.01},
+        "verl": {"actor_rollout_ref.actor.entropy_coeff": 0.01},
+        "openrlhf": {"actor.entropy_coef": 0.01},
+    }),
+    "algorithm.gamma": Effect(0.99, {
+        "verl": {"algorithm.gamma": 0.99},
+        "openrlhf": {"algo.advantage.gamma": 0.99},
+    }, contexts={"verl": PPO, "openrlhf": PPO}),
+    "algorithm.gae_lambda": Effect(0.95, {
+        "verl": {"algorithm.lam": 0.95},
+        "openrlhf": {"algo.advantage.lambd": 0.95},
+    }, contexts={"verl": PPO, "openrlhf": PPO}),
+    "algorithm.dynamic_sampling": Effect(True, {
+        "verl": {"algorithm.filter_groups.enable": True, "algorithm.filter_groups.metric": "reward"},
+        "openrlhf": {"algo.dynamic_filtering_enable": True, "algo.dynamic_filtering_range": [0.0, 1.0]},
+    }, contexts={"verl": ("resources.gpus_per_node=1",)}),  # verl filters groups in its v1 trainer only (GPUs)
+    "algorithm.rollout_correction": Effect("token_truncate", {
+        "trl": {"vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "token_truncate"},
+        "verl": {"algorithm.rollout_correction.rollout_is": "token"},
+        "openrlhf": {"algo.advantage.is_correction_level": "token", "algo.advantage.is_correction_mode": "clip"},
+    }, contexts={"trl": ("rollout.engine=vllm",)}),
+    "algorithm.rollout_correction_threshold": Effect(4.0, {
+        "trl": {"vllm_importance_sampling_clip_max": 4.0},
+        "verl": {"algorithm.rollout_correction.rollout_is_threshold": 4.0},
+        "openrlhf": {"algo.advantage.is_correction_threshold": 4.0},
+    }, context=("algorithm.rollout_correction=token_truncate",), contexts={"trl": ("rollout.engine=vllm",)}),
+    "model.chat_template_kwargs": Effect({"enable_thinking": False}, {
+        "trl": {"chat_template_kwargs": {"enable_thinking": False}},
+        "verl": {"data.apply_chat_template_kwargs.enable_thinking": False},
+        "openrlhf": {"launch.data.chat_template_kwargs.enable_thinking": False, "data.input_template": "{}"},
+    }, context=("model.use_chat_template=true",)),
+    "model.lora": Effect({"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, {
+        "trl": {"launch.lora.r": 4, "launch.lora.lora_alpha": 8, "launch.lora.target_modules": ["q_proj", "v_proj"]},
+        "verl": {"actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.lora_alpha": 8,
+                 "actor_rollout_ref.model.target_modules": ["q_proj", "v_proj"]},
+        "openrlhf": {"ds.lora.rank": 4, "ds.lora.alpha": 8, "ds.lora.target_modules": ["q_proj", "v_proj"]},
+    }),
+    "rollout.drop_overlong_prompts": Effect(True, {
+        "trl": {"launch.data.drop_overlong_prompts": True},
+        "verl": {"data.filter_overlong_prompts": True},
+        "openrlhf": {"launch.data.drop_over": 64},
+    }, context=("rollout.max_prompt_tokens=64",)),
+    "training.gradient_checkpointing": Effect(True, {
+        "trl": {"gradient_checkpointing": True},
+        "verl": {"actor_rollout_ref.model.enable_gradient_checkpointing": True},
+        "openrlhf": {"actor.gradient_checkpointing_enable": True},
+    }),
+    "training.max_tokens_per_device": Effect(4096, {
+        "verl": {"actor_rollout_ref.actor.use_dynamic_bsz": True, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 4096},
+        "openrlhf": {"train.dynamic_batch_enable": True, "train.max_tokens_per_gpu": 4096, "rollout.max_tokens_per_gpu": 4096},
+    }, contexts={"openrlhf": ("resources.gpus_per_node=1",)}),  # OpenRLHF packs with flash attention: GPUs only
+    "training.sequence_packing": Effect(True, {
+        "verl": {"actor_rollout_ref.model.use_remove_padding": True},
+        "openrlhf": {"ds.packing_samples": True},
+    }, contexts={"openrlhf": ("resources.gpus_per_node=1",)}),
+    "training.sequence_parallel_size": Effect(2, {
+        "verl": {"actor_rollout_ref.actor.ulysses_sequence_parallel_size": 2},
+        "openrlhf": {"ds.ring_attn_size": 2},
+    }, contexts={"verl": ("resources.gpus_per_node=2", "training.sequence_packing=true"),
+                 "openrlhf": ("resources.gpus_per_node=2",)}),
+    "critic.path": Effect("org/critic", {
+        "verl": {"critic.model.path": "org/critic"},
+        "openrlhf": {"critic.model_name_or_path": "org/critic"},
+    }, contexts={"verl": PPO, "openrlhf": PPO}),
+    "critic.lr": Effect(1e-5, {
+        "verl": {"critic.optim.lr": 1e-5},
+        "openrlhf": {"critic.adam.lr": 1e-5},
+    }, contexts={"verl": PPO, "openrlhf": PPO}),
+    "critic.value_clip": Effect(0.2, {
+        "verl": {"critic.cliprange_value": 0.2},
+        "openrlhf": {"critic.value_clip": 0.2},
+    }, contexts={"verl": PPO, "openrlhf": PPO}),
+    "critic.warmup_steps": Effect(3, {
+        "verl": {"trainer.critic_warmup": 3},
+        "openrlhf": {"critic.freezing_steps": 3},
+    }, contexts={"verl": PPO, "openrlhf": PPO}),
+    "critic.micro_batch_size": Effect(4, {
+        "verl": {"critic.ppo_micro_batch_size_per_gpu": 4},
+        "openrlhf": REFUSED,  # one --train.micro_batch_size for actor and critic
+    }, contexts={"verl": PPO, "openrlhf": PPO}),
 }
 
 
