@@ -281,6 +281,12 @@ def test_report_html_is_self_contained_with_every_value(tmp_path):
         for step, value in enumerate(rewards, 1):
             assert f'data-run="{run_index}" data-step="{step}" data-value="{value!r}"' in page
     assert page.count('<svg class="plot"') == 2  # reward/mean and loss/policy, in canonical order
+    import re
+
+    from rlbridge.run.dashboard import H, PAD_B, PAD_T
+
+    ys = [float(y) for y in re.findall(r'<circle cx="[^"]+" cy="([^"]+)"', page)]
+    assert len(ys) == 16 and all(PAD_T <= y <= H - PAD_B for y in ys), "every point inside its plot's axes"
     assert page.index('data-metric="reward/mean"') < page.index('data-metric="loss/policy"')
     assert "<th>training.lr</th>" in page and "<th>backend</th>" in page and "<th>training.steps</th>" in page
     assert "&lt;b&gt;1111&lt;/b&gt;" in page  # completions are escaped
@@ -319,3 +325,25 @@ def test_report_renders_in_headless_chromium_with_the_runs_values(tmp_path):
     for hex_colour in COLORS[:2]:
         rgb = tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
         assert rgb in colours, f"no pixel of run colour {hex_colour}: the plot did not render"
+
+
+# --- the metric-name table in docs/telemetry.md -------------------------------------------------
+
+
+def test_metric_table_in_docs_is_generated_from_the_adapters_maps(monkeypatch):
+    import importlib.util
+
+    repo = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, str(repo / "scripts" / "metric_table.py"), "--check"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    spec = importlib.util.spec_from_file_location("metric_table", repo / "scripts" / "metric_table.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    doc = gen.DOC.read_text()
+    assert "| `loss/policy` | `actor/pg_loss` | `policy_loss` | `loss` |" in doc
+    assert "| `reward/<plugin>/mean` | — | — | `rewards/<plugin>/mean` |" in doc
+    # a map that changes makes the table stale: the check would fail
+    from rlbridge_adapters.verl import metrics as verl
+
+    monkeypatch.setitem(verl.DIRECT, "critic/score/mean", "reward/mean")
+    assert gen.render(doc) != doc and "| `reward/mean` | `critic/score/mean` |" in gen.render(doc)
