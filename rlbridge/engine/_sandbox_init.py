@@ -163,4 +163,5 @@ def main():
             os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
-main()
+if __name__ == "__main__":  # run as a script by the sandbox, never imported for effect
+    main()

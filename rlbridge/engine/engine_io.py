@@ -22,8 +22,8 @@ from typing import Any
 
 from rlbridge.contract.rewards import BoundReward, RewardInput, score
 
-EVENTS_ENV = "RLBRIDGE_EVENTS"
-REWARDS_ENV = "RLBRIDGE_REWARDS"
+from rlbridge.engine.events import EVENTS_ENV, REWARDS_ENV, write_event  # noqa: F401 (adapters import them from here)
+
 PASSTHROUGH_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
 
@@ -37,15 +37,6 @@ class CpuDeviceIndex(str):
 
 
 # --- events -------------------------------------------------------------------------------------
-
-
-def write_event(event: dict) -> None:
-    """Append one event line to the run's events file (a no-op outside an rlbridge run)."""
-    path = os.environ.get(EVENTS_ENV)
-    if not path:
-        return
-    with open(path, "a", encoding="utf-8") as fh:  # one short append per line: safe across processes
-        fh.write(json.dumps(event) + "\n")
 
 
 def process_tree_rss_mb(pid: int) -> float:

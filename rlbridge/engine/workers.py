@@ -487,7 +487,7 @@ def engine_scorer() -> RewardScorer:
     global _scorer
     with _scorer_lock:
         if _scorer is None:
-            from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, write_event
+            from rlbridge.engine.events import EVENTS_ENV, REWARDS_ENV, write_event
 
             fault_log = os.environ.get(FAULT_LOG_ENV)
             if not fault_log and os.environ.get(EVENTS_ENV):
