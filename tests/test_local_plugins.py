@@ -97,3 +97,14 @@ def test_native_entry_without_function_is_a_config_error(tmp_path):
     (tmp_path / "c.yaml").write_text("reward: [{native: jax, function: a.py:f}]\n")
     with pytest.raises(ConfigError, match="reward.0.native"):
         load_config(tmp_path / "c.yaml")
+
+
+def test_a_local_module_imports_by_name_in_a_fresh_process(project):
+    """A spawned worker (the reward pool) unpickles a local plugin's function by its module name."""
+    from rlbridge.contract.local_plugins import load_module, module_name
+
+    module = load_module(str(project / "my_plugin.py"), "plugins[0]")
+    assert module.__name__ == module_name(project / "my_plugin.py")
+    code = f"import importlib, rlbridge.contract.local_plugins; m = importlib.import_module({module.__name__!r}); print(m.constant(2.0)([0]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
+    assert out.strip() == "[2.0]"

@@ -14,8 +14,9 @@ under a stable module name, so a plugin module and a native reward in the same f
 
 from __future__ import annotations
 
-import hashlib
+import base64
 import importlib
+import importlib.abc
 import importlib.util
 import json
 import os
@@ -27,6 +28,37 @@ from typing import Any
 from rlbridge.errors import ConfigError
 
 PLUGINS_ENV = "RLBRIDGE_PLUGINS"
+__path__: list[str] = []  # a file loaded here is the submodule m_<its path, base32>: importable by name anywhere
+
+
+def module_name(path: Path) -> str:
+    """The import name of a local file: this module's child named after the file's absolute path, so
+    that any process (a spawned reward worker unpickling a plugin's function) can import it by name."""
+    encoded = base64.b32encode(str(path).encode()).decode().rstrip("=").lower()
+    return f"{__name__}.m_{encoded}"
+
+
+class _LocalFileFinder(importlib.abc.MetaPathFinder):
+    """Finds `<this module>.m_<base32 path>` at that path."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        prefix = f"{__name__}.m_"
+        if not fullname.startswith(prefix):
+            return None
+        encoded = fullname[len(prefix):].upper()
+        try:
+            file = Path(base64.b32decode(encoded + "=" * (-len(encoded) % 8)).decode())
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not file.is_file():
+            return None
+        if str(file.parent) not in sys.path:
+            sys.path.append(str(file.parent))  # its sibling modules import as they would beside a script
+        return importlib.util.spec_from_file_location(fullname, file)
+
+
+if not any(isinstance(f, _LocalFileFinder) for f in sys.meta_path):
+    sys.meta_path.append(_LocalFileFinder())
 
 
 def is_file_ref(ref: str) -> bool:
@@ -73,20 +105,10 @@ def load_module(target: str, field: str) -> ModuleType:
     path = Path(target).expanduser().resolve()
     if not path.is_file():
         raise ConfigError(f"{field}: no file {target}; give the path of a .py file (relative to the config file or absolute)")
-    name = f"rlbridge_local.{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # before executing: dataclasses and pickling look the module up
-    if str(path.parent) not in sys.path:
-        sys.path.append(str(path.parent))  # its sibling modules import as they would beside a script
     try:
-        spec.loader.exec_module(module)
+        return importlib.import_module(module_name(path))  # once per process, through _LocalFileFinder
     except Exception as exc:
-        del sys.modules[name]
         raise ConfigError(f"{field}: {path} failed to import: {type(exc).__name__}: {exc}") from exc
-    return module
 
 
 def load_object(ref: str, field: str) -> Any:
