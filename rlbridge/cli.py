@@ -290,12 +290,13 @@ def bench(
         None, "--lock", help="Hold an exclusive flock on this file during each run (machines shared with other jobs)."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Resolve arms, check fairness and plans; run nothing."),
+    report_only: bool = typer.Option(False, "--report-only", help="Write the report from the runs already done; run nothing."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
 ) -> None:
     """A/B runs: every arm x seed as one real run, then report.md, results.json and plots."""
     from rlbridge.run.bench import run_bench
 
-    data = run_bench(spec, output, lock, progress=not no_progress, dry_run=dry_run,
+    data = run_bench(spec, output, lock, progress=not no_progress, dry_run=dry_run, report_only=report_only,
                      echo=lambda m: err.print(m, highlight=False, markup=False))
     if dry_run:
         out.print(f"{len(data['jobs'])} runs planned; nothing run (--dry-run)")

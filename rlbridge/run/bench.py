@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rlbridge import __version__
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, RLBridgeError
-from rlbridge.run.loading import dump_config, format_validation_error, load_config
+from rlbridge.run.loading import format_validation_error, load_config
 
 # Keys that differ per run by construction, never a difference between arms.
 PER_RUN_KEYS = ("run_name", "output_dir", "checkpoint.dir", "training.seed")
@@ -350,7 +350,9 @@ def command_for(job: RunJob, run_dir: Path) -> tuple[list[str], Path]:
     config = job.config.model_copy(deep=True)
     config.output_dir = str(out.absolute())
     config.run_name = f"{job.arm} seed {job.seed}"
-    (run_dir / "config.in.yaml").write_text(dump_config(config))
+    # what the user set (the spec's and the arm's overrides included), so that defaults are left to
+    # the config's own validation exactly as in `rlbridge train CONFIG --set ...`
+    (run_dir / "config.in.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False))
     return [sys.executable, "-m", "rlbridge", "train", str(run_dir / "config.in.yaml"), "--no-progress"], out / "metrics.jsonl"
 
 
@@ -453,6 +455,7 @@ def run_bench(
     progress: bool = True,
     echo=print,
     dry_run: bool = False,
+    report_only: bool = False,
 ) -> dict[str, Any]:
     """Plan, check fairness, run what is not done yet, and write the report. Returns results.json."""
     spec, path = load_spec(spec_path)
@@ -472,7 +475,11 @@ def run_bench(
             results.append(done)
         else:
             todo.append(job)
-    echo(f"{len(jobs)} runs: {len(results)} already done (reused), {len(todo)} to run")
+    if report_only:
+        echo(f"{len(jobs)} runs: {len(results)} done; --report-only: {len(todo)} not run, the report covers the done ones")
+        todo = []
+    else:
+        echo(f"{len(jobs)} runs: {len(results)} already done (reused), {len(todo)} to run")
     bar = _BenchProgress(len(jobs), len(results)) if progress else None
     failed = []
     with bar if bar is not None else contextlib.nullcontext():
