@@ -480,6 +480,11 @@ def run_bench(
         todo = []
     else:
         echo(f"{len(jobs)} runs: {len(results)} already done (reused), {len(todo)} to run")
+    if todo:  # build built-in models now, so that no run's start-up includes the build
+        from rlbridge.contract.models import materialize_model
+
+        for path in sorted({job.config.model.path for job in todo}):
+            materialize_model(next(job.config for job in todo if job.config.model.path == path))
     bar = _BenchProgress(len(jobs), len(results)) if progress else None
     failed = []
     with bar if bar is not None else contextlib.nullcontext():
