@@ -469,9 +469,12 @@ def run_bench(
     (out / "fairness.txt").write_text(describe(jobs, diffs) + "\n")
     results: list[dict[str, Any]] = []
     todo = []
+    # a finished run is found by its key, whatever its arm's name or position in the spec
+    by_key = {d.name.rsplit("-", 1)[-1]: d for d in sorted((out / "runs").glob("*-*")) if (d / "run.json").exists()}
     for job in jobs:
-        done = load_done(out / "runs" / job.dirname)
+        done = load_done(by_key.get(job.key, out / "runs" / job.dirname))
         if done is not None:
+            done["arm"] = job.arm  # the arm may have been renamed in the spec
             results.append(done)
         else:
             todo.append(job)
