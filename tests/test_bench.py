@@ -115,3 +115,22 @@ def test_small_trl_bench_report_is_consistent(tmp_path):
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "4 runs: 3 already done (reused), 1 to run" in res.stderr
+
+
+@pytest.mark.engine
+def test_trl_phase_timers(tmp_path):
+    """TRL's own timers give the reference pass when there is a reference (kl_coef > 0), no old-policy
+    pass (generation and update are aligned), and phases that fit in the step."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rlbridge", "train", str(QUICKSTART), "--no-progress", "--set", "training.steps=2",
+           "--set", "algorithm.kl_coef=0.05", "--set", "training.batch_size=4", "--set", "algorithm.group_size=4",
+           "--set", f"output_dir={out}"]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["timing/ref_s"] > 0 and row["timing/generate_s"] > 0 and row["timing/reward_s"] > 0
+        assert "timing/old_logprob_s" not in row and "timing/weight_sync_s" not in row
+        phases = row["timing/generate_s"] + row["timing/reward_s"] + row["timing/ref_s"]
+        assert phases <= row["timing/step_s"]
