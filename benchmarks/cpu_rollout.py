@@ -3,10 +3,11 @@
 1. scaling: a CPU-heavy reward (pure-Python loop per sample) through the pool with 1 and 2
    workers, samples per second and their ratio (target >= 1.8x on 2 cores);
 2. sandbox: sandboxed executions per second of a trivial program, 2 at a time (target >= 50/s);
-3. overhead: the quickstart (TRL, trivial digit_match reward) with rollout_workers.mode inline and
+3. latency: one quickstart-shaped reward call (digit_match, 64 samples) inline and through the pool;
+4. overhead: the quickstart (TRL, trivial digit_match reward) with rollout_workers.mode inline and
    process, the pool's extra reward time as a share of step time (target <= 5 %).
 
-Usage: python benchmarks/cpu_rollout.py [--part scaling,sandbox,overhead] [--steps 40]
+Usage: python benchmarks/cpu_rollout.py [--part scaling,sandbox,latency,overhead] [--steps 40]
 Prints one JSON object per part; the load average is printed too (a shared machine skews 1 and 2).
 """
 
@@ -86,6 +87,28 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def latency(calls: int = 200) -> dict:
+    """The pool's cost per reward call of the quickstart's shape (digit_match over 64 samples)."""
+    from rlbridge.contract.rewards import RewardInput
+    from rlbridge.engine.workers import RewardScorer, Settings
+
+    spec = [{"name": "digit_match", "weight": 1.0, "args": {}, "factory": "rlbridge_plugins.rewards:digit_match"}]
+    xs = [RewardInput(prompt="1111", completion="1111222233334444", completion_ids=list(range(16)), answer="1",
+                      metadata={"prompt": "1111", "answer": "1"}) for _ in range(64)]
+    out = {"part": "latency", "samples_per_call": 64}
+    for mode in ("inline", "process"):
+        with RewardScorer(spec, Settings(mode=mode)) as scorer:
+            scorer.score(xs)
+            times = []
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                scorer.score_plugin("digit_match", xs)
+                times.append(time.perf_counter() - t0)
+        out[f"{mode}_ms_median"] = round(1000 * statistics.median(times), 3)
+    out["loadavg"] = os.getloadavg()
+    return out
+
+
 def _quickstart(mode: str, steps: int, out: Path) -> list[dict]:
     cmd = [sys.executable, "-m", "rlbridge", "train", str(REPO / "configs" / "quickstart.yaml"),
            "--set", f"training.steps={steps}", "--set", f"rollout_workers.mode={mode}",
@@ -117,11 +140,11 @@ def overhead(steps: int = 40, rounds: int = 2) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", default="scaling,sandbox,overhead")
+    parser.add_argument("--part", default="scaling,sandbox,latency,overhead")
     parser.add_argument("--steps", type=int, default=40)
     opts = parser.parse_args()
     for part in opts.part.split(","):
-        result = {"scaling": scaling, "sandbox": sandbox, "overhead": lambda: overhead(opts.steps)}[part]()
+        result = {"scaling": scaling, "sandbox": sandbox, "latency": latency, "overhead": lambda: overhead(opts.steps)}[part]()
         print(json.dumps(result), flush=True)
 
 
