@@ -494,3 +494,12 @@ def engine_scorer() -> RewardScorer:
                 fault_log = str(Path(os.environ[EVENTS_ENV]).parent / "reward_faults.jsonl")
             _scorer = RewardScorer(json.loads(os.environ[REWARDS_ENV]), None, fault_log=fault_log, on_fault=write_event)
         return _scorer
+
+
+def reset_engine_scorer() -> None:
+    """Close and forget this process's scorer (tests that change RLBRIDGE_REWARDS between runs)."""
+    global _scorer
+    with _scorer_lock:
+        if _scorer is not None:
+            _scorer.close()
+        _scorer = None
