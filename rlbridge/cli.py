@@ -75,6 +75,7 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     check: bool = typer.Option(False, "--check", help="Also validate the plan with the engine's own config code (imports the engine)."),
     plugin: Optional[list[str]] = PluginOption,
+    explain: bool = typer.Option(False, "--explain", help="For each knob set in CONFIG: the native key(s) and value(s) it becomes on this backend, or how it is approximated."),
 ) -> None:
     """Print the engine-native configuration a run of CONFIG would use (nothing is started)."""
     from rlbridge.run.runner import prepare
@@ -84,6 +85,15 @@ def plan(
         prepared.backend.require_engine()
         prepared.backend.validate(prepared.plan)
         err.print(f"plan validated by {prepared.plan.engine} {prepared.backend.installed_version()}")
+    if explain:
+        table = Table("knob", "value", f"on {prepared.plan.backend}: native key = value",
+                      title=f"where each knob set in {config.name} lands", title_justify="left")
+        for knob, value, where in prepared.backend.explain(prepared.config, prepared.plan):
+            table.add_row(knob, escape(value), escape(where))
+        out.print(table)
+        for note in prepared.plan.approximations:
+            out.print(f"approximated: {escape(note)}")
+        return
     if as_json:
         print(json.dumps(prepared.plan.to_dict(), indent=2))
         return
@@ -91,6 +101,21 @@ def plan(
     for note in prepared.plan.approximations:
         print(f"# approximated: {note}")
     print(prepared.backend.render_native(prepared.plan) if hasattr(prepared.backend, "render_native") else prepared.plan.to_yaml())
+
+
+@app.command()
+def knobs(
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the Markdown page to this file (docs/knobs.md)."),
+) -> None:
+    """What every backend does with every canonical knob, as Markdown (generated from the capability tables)."""
+    from rlbridge.run.knobdoc import builtin_backends, knob_markdown
+
+    text = knob_markdown(builtin_backends())
+    if output:
+        output.write_text(text)
+        err.print(f"wrote {output}")
+    else:
+        print(text, end="")
 
 
 @app.command()

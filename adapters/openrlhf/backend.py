@@ -197,7 +197,8 @@ class OpenRLHFBackend(Backend):
             honoured("model.use_chat_template", ("data.apply_chat_template", "data.input_template"),
                      note="--data.apply_chat_template, else --data.input_template {}"),
             honoured("data.train", (), note="--data.prompt_dataset (jsonl written by rlbridge)"),
-            honoured("data.eval", ("eval.dataset", "eval.steps")),
+            honoured("data.eval", ("eval.dataset", "eval.steps", "eval.temperature", "eval.n_samples_per_prompt"),
+                     note="sampled as in training (0.11.2+: --eval.temperature, --eval.n_samples_per_prompt = group_size)"),
             honoured("data.eval_interval", "eval.steps"),
             honoured("data.prompt_key", "launch.data.prompt_key", note="renamed to --data.input_key's column"),
             honoured("data.answer_key", "launch.data.answer_key", note="--data.label_key (the row, for the reward file)"),
@@ -328,6 +329,9 @@ class OpenRLHFBackend(Backend):
         if config.data.eval is not None:
             flags["eval.dataset"] = "<run_dir>/data/eval.jsonl"
             flags["eval.steps"] = config.data.eval_interval
+            if version >= Version("0.11.2"):  # evaluation samples as training does (OpenRLHF's default: 0.6, 4 samples)
+                flags["eval.temperature"] = ro.temperature
+                flags["eval.n_samples_per_prompt"] = algo.group_size
         if config.environment is not None:
             # the environment's agent computes the rewards
             flags["train.agent_func_path"] = "<run_dir>/rlbridge_agent.py"
@@ -365,7 +369,6 @@ class OpenRLHFBackend(Backend):
     native_aliases = {
         "actor.eps_clip": "algorithm.clip_low",
         "algo.advantage.gamma": "algorithm.name",
-        "eval.n_samples_per_prompt": "data.eval",
         "rollout.top_k": "rollout.top_k",
         "data.input_key": "data.prompt_key",
         "data.label_key": "data.answer_key",

@@ -36,3 +36,10 @@ def _instrument_logger(module) -> None:
 
     log_train._rlbridge = True
     logger.log_train = log_train
+    original_eval = logger.log_eval
+
+    def log_eval(self, global_step, logs_dict):
+        write_event({"kind": "eval_metrics", "step": int(global_step), "data": numbers(logs_dict)})
+        return original_eval(self, global_step, logs_dict)
+
+    logger.log_eval = log_eval

@@ -35,3 +35,16 @@ def to_canonical(native: dict[str, float], rewards: dict[str, float] | None = No
 
 def is_step(native: dict[str, float]) -> bool:
     return "policy_loss" in native or "timing/step_total" in native
+
+
+def eval_to_canonical(native: dict[str, float]) -> dict[str, float]:
+    """OpenRLHF's evaluation logs (log_eval: eval_<datasource>_pass1 = mean reward of the samples of a
+    prompt, averaged over prompts; eval_response_length_mean) as canonical eval/... names. rlbridge's
+    rows have one data source."""
+    out = {}
+    passes = [v for k, v in native.items() if k.startswith("eval_") and k.endswith("_pass1")]
+    if passes:
+        out["eval/reward/mean"] = sum(passes) / len(passes)
+    if "eval_response_length_mean" in native:
+        out["eval/response_length/mean"] = native["eval_response_length_mean"]
+    return out

@@ -23,7 +23,7 @@ from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO
 
 ENVIRONMENT_ENV = "RLBRIDGE_ENVIRONMENT"  # read by rlbridge_adapters.openrlhf.agent
 from rlbridge_adapters.openrlhf.boot import NATIVE_ENV, PATCH_REPORT_ENV
-from rlbridge_adapters.openrlhf.metrics import is_step, to_canonical
+from rlbridge_adapters.openrlhf.metrics import eval_to_canonical, is_step, to_canonical
 from rlbridge_adapters.openrlhf.reward import MODEL_ENV
 from rlbridge_adapters.openrlhf.validate import validate_argv
 from rlbridge_adapters.openrlhf.prompts import chat_renderer, drop_overlong, longest_prompt, to_openrlhf_rows

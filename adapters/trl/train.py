@@ -167,6 +167,10 @@ class CanonicalMetrics(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = dict(logs or {})
+        if any(k.startswith("eval_") for k in logs):  # an evaluation on data.eval (eval_strategy steps)
+            native = {k[len("eval_"):]: v for k, v in logs.items() if k.startswith("eval_")}
+            self.ctx.emit_eval(state.global_step // self.per_step, {f"eval/{k}": v for k, v in to_canonical(native).items()})
+            return
         if "train_runtime" in logs or self.step_started is None:  # the final summary log
             return
         step_s = time.perf_counter() - self.step_started

@@ -61,6 +61,12 @@ def _check_adv_norm(config: RunConfig) -> str | None:
     return None
 
 
+def eval_sampling(config: RunConfig) -> dict:
+    ro = config.rollout
+    return {"do_sample": True, "temperature": ro.temperature, "top_p": ro.top_p, "top_k": ro.top_k if ro.top_k > 0 else -1,
+            "n": config.algorithm.group_size}
+
+
 def rollout_engine(config: RunConfig) -> str:
     """rollout.engine with 'auto' resolved: the HF rollout where verl still has it (<= 0.5), else vLLM."""
     if config.rollout.engine != "auto":
@@ -157,7 +163,8 @@ class VerlBackend(Backend):
             honoured("model.use_chat_template", "launch.model.chat_template",
                      note="verl always applies a chat template; false installs one that sends the prompt text as is"),
             honoured("data.train", (), note="data.train_files (parquet written by rlbridge)"),
-            honoured("data.eval", ("data.val_files", "trainer.test_freq")),
+            honoured("data.eval", ("data.val_files", "trainer.test_freq", f"{r}val_kwargs"),
+                     note="sampled as in training: val_kwargs temperature, top_p, top_k, n = group_size"),
             honoured("data.eval_interval", "trainer.test_freq"),
             honoured("data.prompt_key", "launch.data.prompt_key", note="renamed to verl's prompt column"),
             honoured("data.answer_key", "launch.data.answer_key", note="reward_model.ground_truth"),
@@ -287,6 +294,8 @@ class VerlBackend(Backend):
         o[schedule_key] = tr.lr_schedule
         if config.data.eval is not None:
             o["trainer.test_freq"] = config.data.eval_interval
+            # evaluation samples as training does (TRL's and OpenRLHF's evaluation too), not verl's greedy default
+            o.update({f"actor_rollout_ref.rollout.val_kwargs.{k}": v for k, v in eval_sampling(config).items()})
         # the seeds each verl version has (every version: rlbridge's bootstrap seeds torch, numpy and random in every process)
         if version >= Version("0.7.0"):
             o["actor_rollout_ref.actor.data_loader_seed"] = tr.seed

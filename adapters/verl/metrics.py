@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 DIRECT = {
     "actor/pg_loss": "loss/policy",
     "actor/kl_loss": "kl",
@@ -35,4 +37,19 @@ def to_canonical(native: dict[str, float], rewards: dict[str, float] | None = No
         out.update(rewards)
     elif "critic/score/mean" in native:
         out["reward/mean"] = native["critic/score/mean"]
+    return out
+
+
+_VAL = re.compile(r"^val-(core|aux)/(?P<source>[^/]+)/(?P<var>[^/]+)/mean@(?P<n>\d+)$")
+
+
+def eval_to_canonical(native: dict[str, float]) -> dict[str, float]:
+    """verl's validation metrics (val-core/<data_source>/reward/mean@N: the mean reward of N samples per
+    prompt; logged with the step's metrics every trainer.test_freq steps) as canonical eval/... names."""
+    out = {}
+    best_n = -1
+    for key, value in native.items():
+        match = _VAL.match(key)
+        if match and match["var"] == "reward" and int(match["n"]) > best_n:
+            best_n, out["eval/reward/mean"] = int(match["n"]), value
     return out

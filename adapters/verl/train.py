@@ -18,7 +18,7 @@ from rlbridge.contract.local_plugins import PLUGINS_ENV
 from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, ray_cluster, run_and_model_dirs
 from rlbridge_adapters.verl.backend import AGENT_LOOP_FILE, AGENT_NAME, TOOL_CONFIG_FILE
 from rlbridge_adapters.verl.boot import NATIVE_ENV, PATCH_REPORT_ENV
-from rlbridge_adapters.verl.metrics import to_canonical
+from rlbridge_adapters.verl.metrics import eval_to_canonical, to_canonical
 from rlbridge_adapters.verl.validate import check_config, compose, overrides_for
 
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
@@ -119,7 +119,7 @@ def run_verl(plan, ctx) -> None:
     ray_native = native["ray"]
     follower = EventFollower(
         events, ctx, to_canonical, is_step=lambda native: any(k.startswith(("actor/", "critic/", "timing_s/")) for k in native),
-        checkpoint_dir=cfg.trainer.default_local_dir, checkpoint_glob="global_step_*",
+        checkpoint_dir=cfg.trainer.default_local_dir, checkpoint_glob="global_step_*", to_eval=eval_to_canonical,
     )
     # verl's resource pools always ask for GPUs; verl 0.5 bundles also ask for a resource named 'cpu'
     resources = {"cpu": ray_native["num_cpus"]} if ray_native["cpu_resource"] else None

@@ -76,8 +76,10 @@ class EventFollower(threading.Thread):
         is_step: Callable[[dict], bool],
         checkpoint_dir: str | None = None,
         checkpoint_glob: str = "global_step*",
+        to_eval: Callable[[dict], dict] | None = None,
     ) -> None:
         super().__init__(daemon=True)
+        self.to_eval = to_eval  # native metrics -> canonical eval/... ones (data.eval), for ctx.emit_eval
         self.path = Path(path)
         self.ctx = ctx
         self.to_canonical = to_canonical
@@ -140,8 +142,14 @@ class EventFollower(threading.Thread):
                 self.fault_counts[key] = self.fault_counts.get(key, 0) + n
         elif kind == "reward_fault":  # the first faults of the run: their error lines and row reach the console
             print(f"rlbridge: reward '{event['plugin']}' {event['outcome']} on row {event['row']}:\n{event['error']}", file=sys.stderr)
+        elif kind == "eval_metrics":  # an evaluation logged on its own (OpenRLHF's log_eval)
+            if self.to_eval is not None:
+                self.ctx.emit_eval(int(event["step"]), self.to_eval(event["data"]))
         elif kind == "metrics":
             native = event["data"]
+            evaluation = self.to_eval(native) if self.to_eval is not None else {}
+            if evaluation:  # verl logs validation with the step's metrics
+                self.ctx.emit_eval(int(event["step"]), evaluation)
             if not self.is_step(native):
                 return  # validation-only logs
             if self.samples:
