@@ -246,10 +246,11 @@ def env_remove(spec: str = typer.Argument(..., help="ENGINE==VERSION")) -> None:
 
 @app.command()
 def patches(
-    args: Optional[list[str]] = typer.Argument(None, help="[ENGINE] to list, or: export NAME"),
+    args: Optional[list[str]] = typer.Argument(None, help="[ENGINE] to list, or: export NAME, or: check [ENGINE]"),
 ) -> None:
-    """List version-gated engine patches with their status here, or `patches export NAME` to write
-    an upstream-ready description."""
+    """List version-gated engine patches with their status here, `patches export NAME` to write
+    an upstream-ready description, or `patches check` to tell, in every engine environment, which
+    patches are still needed (unpatched path run where possible; target fingerprints compared)."""
     from rlbridge.engine.patches import export, patch_status
     from rlbridge.contract.registry import get_plugin_manager
 
@@ -264,14 +265,39 @@ def patches(
                     print(export(patch))
                     return
         raise RLBridgeError(f"no patch named '{args[1]}' (see `rlbridge patches`)")
+    if args[:1] == ["check"]:
+        _patches_check(args[1:])
+        return
     if len(args) > 1:
-        raise RLBridgeError("usage: rlbridge patches [ENGINE] | rlbridge patches export NAME")
+        raise RLBridgeError("usage: rlbridge patches [ENGINE] | rlbridge patches export NAME | rlbridge patches check [ENGINE]")
     table = Table("backend", "patch", "gates on", "range", "kind", "status here", "fixes")
     for name, reg in backends:
         if args and name != args[0]:
             continue
         for patch in reg.item().patches():
             table.add_row(name, patch.name, patch.engine, patch.versions, patch.kind.value, patch_status(patch), patch.fixes)
+    out.print(table)
+
+
+def _patches_check(engines: list[str]) -> None:
+    """Per engine environment (and this one): is each patch still needed? Runs the unpatched path
+    where the patch says how (rlbridge.engine.patch_check), and compares target fingerprints."""
+    import subprocess
+
+    from rlbridge.envs.create import env_python, list_envs
+
+    pythons = [("this environment", Path(sys.executable))]
+    pythons += [(f"{e['engine']}-{e['version']}", env_python(Path(e["path"]))) for e in list_envs() if e["complete"]]
+    table = Table("environment", "backend", "patch", "gates on", "in range", "targets", "still needed")
+    for label, python in pythons:
+        res = subprocess.run([str(python), "-m", "rlbridge.engine.patch_check", *engines], capture_output=True, text=True, timeout=600)
+        if res.returncode != 0:
+            table.add_row(label, "-", "-", "-", "-", "-", f"[red]checker failed[/red]: {escape(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else str(res.returncode))}")
+            continue
+        for entry in json.loads(res.stdout.strip().splitlines()[-1]):
+            targets = ", ".join(f"{t['target'].split(':')[-1] or t['target']} {t['status']}" for t in entry.get("targets", []))
+            table.add_row(label, f"{entry['backend']} {entry['engine_version']}", entry["patch"], entry["gates_on"],
+                          "yes" if entry["in_range"] else f"no ({entry['range']})", escape(targets), escape(entry.get("needed", "-")))
     out.print(table)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from rlbridge.contract.data import load_rows
 from rlbridge.contract.local_plugins import PLUGINS_ENV
+from rlbridge.engine.patch_report import PATCH_DIR_ENV
 from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, ray_cluster, run_and_model_dirs
 from rlbridge.errors import RLBridgeError
 from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO
@@ -83,6 +84,8 @@ def run_openrlhf(plan, ctx) -> None:
         ENVIRONMENT_ENV: json.dumps(native.get("environment")),
         MODEL_ENV: model_dir,
         "PYTHONPATH": os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p),
+        # every process that applies patches (driver, Ray workers, vLLM workers) reports there
+        PATCH_DIR_ENV: os.environ.get(PATCH_DIR_ENV) or str(run_dir / "patches"),
     }
     os.environ.update(env)
     os.environ[PATCH_REPORT_ENV] = str(run_dir / "patches.json")

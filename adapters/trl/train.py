@@ -16,7 +16,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from rlbridge.contract.data import load_rows
 from rlbridge.errors import ConfigError
-from rlbridge.engine.patches import apply_patches
+from rlbridge.engine.patches import apply_patches, check_drift
 from rlbridge.contract.rewards import BoundReward, RewardInput, build_rewards, score
 from rlbridge.contract.models import materialize_model
 from rlbridge.engine.engine_io import EVENTS_ENV
@@ -251,8 +251,9 @@ def run_trl(plan, ctx) -> None:
     native = plan.native
     config = ctx.config
     os.environ.update(native["env"])
-    patch_report = apply_patches(PATCHES, native)
-    (ctx.run_dir / "patches.json").write_text(__import__("json").dumps(patch_report, indent=2))
+    check_drift(PATCHES, native, str(ctx.run_dir / "patches_drift.json"))  # before anything runs
+    patch_report = apply_patches(PATCHES, native)  # also this process's report in RLBRIDGE_PATCH_DIR
+    (ctx.run_dir / "patches.json").write_text(json.dumps(patch_report, indent=2))
     if native["torch_threads"]:
         torch.set_num_threads(native["torch_threads"])
 

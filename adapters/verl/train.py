@@ -15,6 +15,7 @@ from typing import Any
 
 from rlbridge.contract.data import load_rows
 from rlbridge.contract.local_plugins import PLUGINS_ENV
+from rlbridge.engine.patch_report import PATCH_DIR_ENV
 from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, ray_cluster, run_and_model_dirs
 from rlbridge_adapters.verl.backend import AGENT_LOOP_FILE, AGENT_NAME, TOOL_CONFIG_FILE
 from rlbridge_adapters.verl.boot import NATIVE_ENV, PATCH_REPORT_ENV
@@ -113,6 +114,8 @@ def run_verl(plan, ctx) -> None:
         "RLBRIDGE_ROLLOUT_WORKERS": ctx.config.rollout_workers.model_dump_json(),  # rlbridge.engine.workers.WORKERS_ENV
         PLUGINS_ENV: json.dumps(getattr(ctx.config, "plugins", [])),
         "PYTHONPATH": os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p),
+        # every process that applies patches (driver, Ray workers, vLLM workers) reports there
+        PATCH_DIR_ENV: os.environ.get(PATCH_DIR_ENV) or str(run_dir / "patches"),
     }
     os.environ.update(env)
 

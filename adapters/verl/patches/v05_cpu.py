@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 from rlbridge.engine.importhooks import when_imported
-from rlbridge.engine.patches import Patch, PatchKind, no_cuda, on_cpu
+from rlbridge.engine.patches import Patch, PatchKind, Target, no_cuda, on_cpu
 
 RANGE = ">=0.5.0,<0.6"
 
@@ -50,6 +50,8 @@ GLOO_BACKEND = Patch(
     probe=no_cuda,
     apply=_gloo_backend,
     when=on_cpu,
+    targets=(Target("verl.utils.device", "get_nccl_backend", ("4b0158a636fa",)),),
+    check=lambda: _raises(lambda: __import__("verl.utils.device", fromlist=["x"]).get_nccl_backend()),
 )
 
 
@@ -93,6 +95,11 @@ DEDUPE_BACKEND = Patch(
     probe=no_cuda,
     apply=_dedupe_backend_string,
     when=on_cpu,
+    targets=(
+        Target("verl.workers.fsdp_workers", "ActorRolloutRefWorker.__init__", ("1926ca04aa84",), versions="<0.6"),
+        Target("verl.utils.distributed", "initialize_global_process_group", ("44d73356020a",), versions=">=0.9"),
+    ),
+    check=lambda: _duplicate_backend_rejected(),
 )
 
 
@@ -133,6 +140,8 @@ SDPA = Patch(
     probe=lambda: __import__("importlib").util.find_spec("flash_attn") is None,
     apply=_sdpa_instead_of_flash,
     when=on_cpu,
+    targets=(Target("verl.workers.fsdp_workers", "ActorRolloutRefWorker._build_model_optimizer", ("525fa192e22f",)),),
+    check=lambda: __import__("importlib").util.find_spec("flash_attn") is None,
 )
 
 
@@ -184,6 +193,8 @@ CPU_DEVICE_MODULE = Patch(
     probe=no_cuda,
     apply=_cpu_device_module,
     when=on_cpu,
+    targets=(Target("verl.utils.device", "get_torch_device", ("ac596dd4e914",)),),
+    check=lambda: not hasattr(__import__("torch").cpu, "memory_allocated"),
 )
 
 
@@ -217,6 +228,10 @@ UNPINNED_OFFLOAD = Patch(
     probe=no_cuda,
     apply=_unpinned_offload,
     when=on_cpu,
+    targets=(
+        Target("verl.workers.fsdp_workers", "ActorRolloutRefWorker._build_model_optimizer", ("525fa192e22f",)),
+        Target("verl.workers.fsdp_workers", "CriticWorker._build_critic_model_optimizer", ("e1df970a4cc6",)),
+    ),
 )
 
 
@@ -283,6 +298,30 @@ HF_ROLLOUT_N = Patch(
     apply=_hf_rollout_single_sample,
     when=lambda native: native.get("overrides", {}).get("actor_rollout_ref.rollout.name") == "hf",
     diff=HF_ROLLOUT_DIFF,
+    targets=(Target("verl.workers.rollout.hf_rollout", "HFRollout._generate_minibatch", ("f17b4b0fe038",)),),
 )
+
+def _raises(fn) -> bool:
+    try:
+        fn()
+    except Exception:
+        return True
+    return False
+
+
+def _duplicate_backend_rejected() -> bool:
+    """torch itself refuses the backend string verl builds on CPU (a 1-process group, unpatched)."""
+    import tempfile
+
+    import torch.distributed as dist
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            dist.init_process_group(backend="cpu:gloo,cpu:gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
+        except ValueError as exc:
+            return "Duplicate" in str(exc)
+        dist.destroy_process_group()
+        return False
+
 
 PATCHES = [GLOO_BACKEND, DEDUPE_BACKEND, SDPA, CPU_DEVICE_MODULE, UNPINNED_OFFLOAD, HF_ROLLOUT_N]

