@@ -3,7 +3,6 @@ over a list of `rlbridge.contract.rewards.RewardInput`."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from rlbridge import hookimpl
@@ -64,28 +63,6 @@ def length_penalty(target_tokens: int = 16):
     return reward
 
 
-def reasoning_gym(dataset: str | None = None):
-    """Scores with reasoning-gym's own `score_answer` for the row's dataset (rows from the
-    `reasoning_gym` data source carry it in metadata['rg_entry'])."""
-
-    def reward(inputs: Sequence[RewardInput]) -> list[float | None]:
-        import reasoning_gym as rg
-
-        out: list[float | None] = []
-        for x in inputs:
-            entry = x.metadata.get("rg_entry")
-            entry = json.loads(entry) if isinstance(entry, str) else entry
-            name = dataset or x.metadata.get("rg_dataset")
-            if entry is None or name is None:
-                out.append(None)
-                continue
-            scorer = rg.get_score_answer_fn(name)
-            out.append(float(scorer(x.completion, entry)))
-        return out
-
-    return reward
-
-
 @hookimpl
 def rlbridge_register_rewards():
     return [
@@ -93,5 +70,4 @@ def rlbridge_register_rewards():
         RewardPlugin("exact_match", exact_match, "1 if the completion equals the answer"),
         RewardPlugin("contains_answer", contains_answer, "1 if the answer occurs in the completion"),
         RewardPlugin("length_penalty", length_penalty, "penalty for distance from a target length in tokens"),
-        RewardPlugin("reasoning_gym", reasoning_gym, "reasoning-gym's own scorer (pip install reasoning-gym)"),
     ]
