@@ -227,3 +227,48 @@ def test_totals_are_weighted():
     with RewardScorer([spec(good, 2.0), spec(pid, 0.0)], Settings(mode="inline")) as s:
         assert s.score(rows(2)).totals == [8.0, 8.0]
     assert math.isfinite(1.0)
+
+
+def sleeper():
+    def reward(inputs):
+        time.sleep(0.3)
+        return [1.0 for _ in inputs]
+
+    return reward
+
+
+def test_max_concurrency_holds_across_concurrent_calls():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with scorer(sleeper, num_workers=2, max_concurrency=1, batch_size=1) as s:
+        s._get_pool()
+        started = time.monotonic()
+        with ThreadPoolExecutor(4) as threads:  # four callers at once, one sample each (verl 0.9's shape)
+            list(threads.map(lambda _: s.score(rows(1)), range(4)))
+        serial = time.monotonic() - started
+    with scorer(sleeper, num_workers=2, batch_size=1) as s:
+        s._get_pool()
+        started = time.monotonic()
+        with ThreadPoolExecutor(4) as threads:
+            list(threads.map(lambda _: s.score(rows(1)), range(4)))
+        parallel = time.monotonic() - started
+    assert serial >= 4 * 0.3 and parallel < serial
+
+
+def call_size():
+    return lambda inputs: [float(len(inputs))] * len(inputs)
+
+
+def test_small_concurrent_calls_are_scored_as_one_batch():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with scorer(call_size, good, batch_size=8, batch_wait_ms=200) as s:
+        s._get_pool()
+        with ThreadPoolExecutor(6) as threads:
+            results = list(threads.map(lambda i: s.score(rows(1, text="x" * i)), range(6)))
+        assert [r.per_plugin["good"] for r in results] == [[float(i + 1)] for i in range(6)]  # each caller gets its own row back
+        assert max(r.per_plugin["call_size"][0] for r in results) > 1  # several one-sample calls went to a worker together
+    with scorer(call_size, batch_size=8, batch_wait_ms=0) as s:
+        with ThreadPoolExecutor(6) as threads:
+            results = list(threads.map(lambda i: s.score(rows(1)), range(6)))
+        assert [r.totals for r in results] == [[1.0]] * 6

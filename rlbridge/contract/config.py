@@ -389,8 +389,11 @@ class RolloutWorkersConfig(StrictModel):
     batch_size: int = Field(32, ge=1)
     """Samples per call to a worker: larger batches cost less per sample, smaller ones lose less to a
     timeout and spread over more workers."""
+    batch_wait_ms: float = Field(5.0, ge=0.0)
+    """Calls smaller than batch_size that arrive within this many milliseconds of each other are sent
+    to a worker as one batch (verl 0.9 scores one sample per call, many at once); 0 sends each alone."""
     max_concurrency: int | None = Field(None, ge=1)
-    """Calls of one plugin in flight at once (e.g. to respect a remote API's rate limit); None: num_workers."""
+    """Calls of one plugin in flight at once, over all callers (e.g. a remote API's rate limit); None: num_workers."""
     on_error: Literal["fail", "zero", "skip"] = "zero"
     """What a faulty score becomes (the plugin raised, timed out, crashed its worker, returned NaN/inf,
     a non-number or the wrong number of scores): fail stops the run with the error and the row; zero

@@ -67,6 +67,7 @@ class Settings:
     max_concurrency: int | None = None
     on_error: str = "zero"
     error_threshold: float = 0.5
+    batch_wait_ms: float = 5.0
 
     @classmethod
     def from_any(cls, value: Any) -> "Settings":
@@ -260,6 +261,9 @@ class RewardScorer:
         self.on_fault = on_fault
         self._lock = threading.Lock()
         self._pool = None
+        self._semaphores: dict[str, threading.Semaphore] = {}
+        self._batch: list[dict[str, Any]] = []
+        self._batch_cond = threading.Condition()
         self._step_counts: Counter = Counter()
         self._run_counts: Counter = Counter()
         self._logged = 0
@@ -313,8 +317,55 @@ class RewardScorer:
     # -- scoring
 
     def score(self, inputs: Sequence[RewardInput]) -> Scored:
-        """Every plugin over the inputs, with the on_error policy applied, and the weighted totals."""
+        """Every plugin over the inputs, with the on_error policy applied, and the weighted totals.
+        Thread-safe; in process mode, calls smaller than batch_size that arrive within batch_wait_ms
+        of each other are scored as one batch (verl 0.9 scores one sample per call, many at once)."""
         inputs = list(inputs)
+        if self.settings.mode == "process" and self.settings.batch_wait_ms > 0 and 0 < len(inputs) < self.settings.batch_size:
+            return self._coalesced(inputs)
+        return self._score_now(inputs)
+
+    def _coalesced(self, inputs: list[RewardInput]) -> Scored:
+        ticket: dict[str, Any] = {"inputs": inputs}
+        with self._batch_cond:
+            self._batch.append(ticket)
+            if len(self._batch) > 1:  # a leader is collecting: wait for it to score us
+                self._batch_cond.notify_all()
+                while "result" not in ticket and "error" not in ticket:
+                    self._batch_cond.wait()
+                if "error" in ticket:
+                    raise ticket["error"]
+                return ticket["result"]
+            deadline = time.monotonic() + self.settings.batch_wait_ms / 1000
+            while sum(len(t["inputs"]) for t in self._batch) < self.settings.batch_size:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._batch_cond.wait(left)
+            group, self._batch = self._batch, []
+        merged = [x for t in group for x in t["inputs"]]
+        try:
+            scored = self._score_now(merged)
+        except BaseException as exc:
+            with self._batch_cond:
+                for t in group[1:]:
+                    t["error"] = exc
+                self._batch_cond.notify_all()
+            raise
+        lo = 0
+        with self._batch_cond:
+            for i, t in enumerate(group):
+                hi = lo + len(t["inputs"])
+                t["result"] = Scored(
+                    scored.totals[lo:hi], {n: v[lo:hi] for n, v in scored.per_plugin.items()},
+                    scored.counts if i == 0 else {},  # the batch's counts once: callers sum them
+                    {n: v[lo:hi] for n, v in scored.raw.items()},
+                )
+                lo = hi
+            self._batch_cond.notify_all()
+        return group[0]["result"]
+
+    def _score_now(self, inputs: list[RewardInput]) -> Scored:
         raw_faults: list[Fault] = []
         per_plugin: dict[str, list[float | None]] = {}
         for name in self.names:
@@ -426,16 +477,17 @@ class RewardScorer:
             return self._score_one(name, inputs)
         import pebble
 
-        limit = self.settings.max_concurrency or self.settings.num_workers
+        slots = self._slots(name)  # max_concurrency, over every call of this plugin (verl makes many at once)
         pending = list(self._chunks(n))
         running: dict[Future, tuple[int, int]] = {}
         while pending or running:
-            while pending and len(running) < limit:
+            while pending and slots.acquire(blocking=not running):
                 lo, hi = pending.pop(0)
                 fut = pool.schedule(_score_chunk, args=(self._specs_json, name, inputs[lo:hi]), timeout=self.settings.timeout_s)
                 running[fut] = (lo, hi)
             done, _ = wait(list(running), return_when=FIRST_COMPLETED)
             for fut in done:
+                slots.release()
                 lo, hi = running.pop(fut)
                 try:
                     raw = fut.result()
@@ -452,6 +504,12 @@ class RewardScorer:
                         self.last_metrics[name] = metrics
                     absorb(lo, hi, raw)
         return values, sorted(faults, key=lambda f: f.index)
+
+    def _slots(self, name: str) -> threading.Semaphore:
+        with self._lock:
+            if name not in self._semaphores:
+                self._semaphores[name] = threading.Semaphore(self.settings.max_concurrency or self.settings.num_workers)
+            return self._semaphores[name]
 
     def _inline_fn(self, name: str) -> Callable:
         if name not in self._inline:
