@@ -210,17 +210,20 @@ def ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resou
     import ray
 
     tmp = Path(tempfile.mkdtemp(prefix="rlb-ray-"))  # short: Ray's socket paths have a length limit
-    init: dict[str, Any] = {
-        "address": "local",
-        "num_cpus": num_cpus,
-        "_temp_dir": str(tmp),
-        "include_dashboard": False,
-        "runtime_env": {"env_vars": env},
-    }
-    if logical_gpus:
-        init["num_gpus"] = logical_gpus
-    if resources:
-        init["resources"] = resources
+    if address:  # someone else's cluster (resources.ray_address): join it, never start or stop it
+        init: dict[str, Any] = {"address": address, "runtime_env": {"env_vars": env}}
+    else:
+        init = {
+            "address": "local",
+            "num_cpus": num_cpus,
+            "_temp_dir": str(tmp),
+            "include_dashboard": False,
+            "runtime_env": {"env_vars": env},
+        }
+        if logical_gpus:
+            init["num_gpus"] = logical_gpus
+        if resources:
+            init["resources"] = resources
     from rlbridge.engine.lifeline import descendants, kill_descendants
 
     before = set(descendants())
