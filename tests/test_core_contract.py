@@ -2,6 +2,7 @@
 
 import importlib
 import json
+import math
 import sys
 import textwrap
 
@@ -65,10 +66,11 @@ def test_missing_capability_is_an_adapter_error(tmp_path):
         Incomplete().check_capabilities(cfg)
 
 
-def test_run_streams_only_canonical_finite_metrics_and_writes_run_files(tmp_path):
+def test_run_streams_canonical_metrics_surfaces_non_finite_ones_and_writes_run_files(tmp_path):
     from rlbridge.run.runner import train
 
-    cfg = load_config(write_config(tmp_path, MINIMAL), ["backend=stub", f"output_dir={tmp_path}/run"])
+    # the stub's kl is NaN at every step: recorded (null, named), passed on, and here only warned about
+    cfg = load_config(write_config(tmp_path, MINIMAL), ["backend=stub", f"output_dir={tmp_path}/run", "training.on_nonfinite=warn"])
     seen = []
 
     class Recorder:
@@ -83,10 +85,12 @@ def test_run_streams_only_canonical_finite_metrics_and_writes_run_files(tmp_path
     pm = _pm()
     pm.register(Recorder(), "recorder")
     summary = train(cfg, pm, progress=False)
-    assert seen == [(1, {"reward/mean": 0.5}), (2, {"reward/mean": 1.0}), ("end", "completed")]
+    assert [(s, {k: v for k, v in m.items() if k != "kl"}) for s, m in seen[:2]] == [(1, {"reward/mean": 0.5}), (2, {"reward/mean": 1.0})]
+    assert all(math.isnan(m["kl"]) for _, m in seen[:2]) and seen[2] == ("end", "completed")
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert rows == [{"step": 1, "reward/mean": 0.5}, {"step": 2, "reward/mean": 1.0}]
-    assert summary["reward_first"] == 0.5 and summary["reward_last"] == 1.0
+    assert rows == [{"step": 1, "reward/mean": 0.5, "kl": None, "nonfinite": ["kl"]},
+                    {"step": 2, "reward/mean": 1.0, "kl": None, "nonfinite": ["kl"]}]
+    assert summary["reward_first"] == 0.5 and summary["reward_last"] == 1.0 and summary["nonfinite_steps"] == [1, 2]
     for name in ("config.yaml", "plan.yaml", "summary.json", "reward.png"):
         assert (tmp_path / "run" / name).exists(), name
 
@@ -169,19 +173,6 @@ def test_duplicate_plugin_names_are_an_error(tmp_path, monkeypatch):
     reset_plugin_manager()
     with pytest.raises(RLBridgeError, match="reward 'digit_match' is registered twice"):
         get_plugin_manager().items
-
-
-def test_core_imports_no_engine():
-    code = (
-        "import sys, rlbridge, rlbridge.cli, rlbridge.run.runner, rlbridge.contract.registry;"
-        "from rlbridge.contract.registry import get_plugin_manager; get_plugin_manager().items;"
-        "bad = [m for m in ('torch','transformers','trl','verl','openrlhf','vllm') if m in sys.modules];"
-        "print(bad); sys.exit(1 if bad else 0)"
-    )
-    import subprocess
-
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_plan_imports_no_torch(tmp_path):
