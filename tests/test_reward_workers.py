@@ -272,3 +272,63 @@ def test_small_concurrent_calls_are_scored_as_one_batch():
         with ThreadPoolExecutor(6) as threads:
             results = list(threads.map(lambda i: s.score(rows(1)), range(6)))
         assert [r.totals for r in results] == [[1.0]] * 6
+
+
+# --- environment steps ------------------------------------------------------------------------------
+
+from rlbridge.contract.environments import Environment, StepResult  # noqa: E402
+
+
+class CountingEnv(Environment):
+    """Counts its steps (state that must come back from the worker); 'hang', 'die', 'nan' misbehave."""
+
+    def __init__(self):
+        self.steps = 0
+
+    def reset(self, row, prompt):
+        return prompt
+
+    def step(self, action):
+        self.steps += 1
+        if action == "hang":
+            while True:
+                pass
+        if action == "die":
+            os._exit(3)
+        if action == "nan":
+            return StepResult(float("nan"), False)
+        return StepResult(float(self.steps), False, f"pid {os.getpid()}")
+
+
+class LocalEnv(CountingEnv):
+    def __init__(self):
+        super().__init__()
+        self.lock = __import__("threading").Lock()  # does not pickle: stepped inline
+
+
+def test_environment_steps_run_in_workers_and_keep_their_state():
+    from rlbridge.engine.workers import step_environment
+
+    env = CountingEnv()
+    with scorer(timeout_s=2.0) as s:
+        first = step_environment(env, "go", s)
+        second = step_environment(env, "go", s)
+        assert (first.reward, second.reward, env.steps) == (1.0, 2.0, 2)
+        assert f"pid {os.getpid()}" != first.feedback  # it ran in a worker
+        started = time.monotonic()
+        for bad in ("hang", "die", "nan"):
+            result = step_environment(env, bad, s)
+            assert (result.reward, result.done) == (0.0, True)
+        assert time.monotonic() - started < 2.0 + 4.0
+        counts = s.take_counts()
+        assert (counts["reward/timeouts"], counts["reward/crashes"], counts["reward/nonfinite"]) == (1.0, 1.0, 1.0)
+        assert step_environment(env, "go", s).reward == 4.0  # the 'nan' step's state came back; hang/die were lost
+
+
+def test_an_environment_that_does_not_pickle_is_stepped_inline():
+    from rlbridge.engine.workers import step_environment
+
+    env = LocalEnv()
+    with scorer() as s:
+        result = step_environment(env, "go", s)
+    assert result.feedback == f"pid {os.getpid()}" and env.steps == 1

@@ -29,8 +29,10 @@ class RLBridgeEpisode(AgentInstanceBase):
         return {"observation": self.env.reset(info.get("row", {}), states["observation"])}
 
     async def step(self, states: dict, **kwargs):
+        from rlbridge.engine.workers import step_environment
+
         try:
-            result = self.env.step(states["action_text"])
+            result = step_environment(self.env, states["action_text"])  # the worker pool: timeouts and fault counts
         except Exception as exc:  # OpenRLHF would swallow it: record it, then let it fail the episode
             write_event({"kind": "reward_error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
             raise

@@ -122,8 +122,10 @@ class EnvironmentAgentLoop(AgentLoopBase):
         )
 
     def _step(self, environment, text: str):
+        from rlbridge.engine.workers import step_environment
+
         try:
-            return environment.step(text)
+            return step_environment(environment, text)  # the worker pool: timeouts and fault counts
         except Exception as exc:  # recorded for the run's error report, then it fails the rollout
             write_event({"kind": "reward_error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
             raise

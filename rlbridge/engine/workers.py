@@ -550,7 +550,7 @@ def engine_scorer() -> RewardScorer:
             fault_log = os.environ.get(FAULT_LOG_ENV)
             if not fault_log and os.environ.get(EVENTS_ENV):
                 fault_log = str(Path(os.environ[EVENTS_ENV]).parent / "reward_faults.jsonl")
-            _scorer = RewardScorer(json.loads(os.environ[REWARDS_ENV]), None, fault_log=fault_log, on_fault=write_event)
+            _scorer = RewardScorer(json.loads(os.environ.get(REWARDS_ENV) or "[]"), None, fault_log=fault_log, on_fault=write_event)
         return _scorer
 
 
@@ -561,3 +561,86 @@ def reset_engine_scorer() -> None:
         if _scorer is not None:
             _scorer.close()
         _scorer = None
+
+
+# --- environment steps ----------------------------------------------------------------------------
+
+
+def _env_step(env: Any, action: str) -> tuple[Any, Any]:
+    """One task: an episode's step in a worker; the episode's state comes back with the result."""
+    result = env.step(action)
+    return env, result
+
+
+_env_inline: dict[type, str] = {}
+
+
+def _env_portable(env: Any) -> str:
+    """'' if the episode can be stepped in a worker (its class importable by path and its state
+    picklable), else why not; checked once per class."""
+    import pickle
+
+    cls = type(env)
+    if cls not in _env_inline:
+        ref = _import_path(cls)
+        try:
+            same = ref is not None and _resolve_factory({"factory": ref}, 0) is cls
+            pickle.loads(pickle.dumps(env))
+            _env_inline[cls] = "" if same else "its class is not importable by a worker process"
+        except Exception as exc:
+            _env_inline[cls] = f"its state does not pickle ({type(exc).__name__}: {exc})"
+        if _env_inline[cls]:
+            log.warning("environment %s is stepped inline, without a timeout: %s", cls.__name__, _env_inline[cls])
+    return _env_inline[cls]
+
+
+def step_environment(env: Any, action: str, scorer: RewardScorer | None = None) -> Any:
+    """`env.step(action)` through the run's worker pool: a step that hangs, crashes its worker,
+    raises or returns a NaN/inf reward is counted like a reward fault (reward/timeouts, ...) and,
+    unless on_error is fail, ends the episode with reward 0. The episode's state (the instance's
+    attributes) comes back from the worker after every step. An environment whose class a worker
+    cannot import, or whose state does not pickle, is stepped inline (said once in the log)."""
+    from rlbridge.contract.environments import StepResult
+
+    scorer = scorer or engine_scorer()
+    pool = None
+    if scorer.settings.mode == "process" and not _env_portable(env):
+        pool = scorer._get_pool()
+    outcome, message = None, ""
+    if pool is None:
+        try:
+            result = env.step(action)
+        except Exception:
+            outcome, message = "errors", _first_lines(traceback.format_exc())
+    else:
+        import pebble
+
+        fut = pool.schedule(_env_step, args=(env, action), timeout=scorer.settings.timeout_s)
+        try:
+            new_env, result = fut.result()
+            env.__dict__.update(new_env.__dict__)
+        except FutureTimeout:
+            outcome, message = "timeouts", f"ran past rollout_workers.timeout_s ({scorer.settings.timeout_s} s); its worker was killed and replaced"
+        except pebble.ProcessExpired as exc:
+            outcome, message = "crashes", f"its worker process died (exit code {exc.exitcode})"
+        except Exception as exc:
+            outcome, message = "errors", _first_lines(getattr(exc, "traceback", "") or f"{type(exc).__name__}: {exc}")
+    if outcome is None:
+        try:
+            reward = float(result.reward)
+        except (TypeError, ValueError, AttributeError):
+            outcome, message = "invalid", f"step returned {type(result).__name__}, not a StepResult with a numeric reward"
+        else:
+            if not math.isfinite(reward):
+                outcome, message = "nonfinite", f"step reward {reward}"
+    if outcome is None:
+        return result
+    name = f"environment:{type(env).__name__}"
+    x = RewardInput(prompt="", completion=action, completion_ids=[])
+    try:
+        scorer._finish([x], {name: [None]}, [Fault(name, outcome, message, 0)])  # counts, logs, applies fail/threshold
+    finally:
+        from rlbridge.engine.engine_io import write_event
+
+        write_event({"kind": "reward_faults", "counts": {outcome: 1}})  # to the launcher's per-step metrics (engine runs)
+    return StepResult(reward=0.0, done=True, feedback="")
