@@ -640,7 +640,7 @@ def step_environment(env: Any, action: str, scorer: RewardScorer | None = None) 
     try:
         scorer._finish([x], {name: [None]}, [Fault(name, outcome, message, 0)])  # counts, logs, applies fail/threshold
     finally:
-        from rlbridge.engine.engine_io import write_event
+        from rlbridge.engine.events import write_event
 
         write_event({"kind": "reward_faults", "counts": {outcome: 1}})  # to the launcher's per-step metrics (engine runs)
     return StepResult(reward=0.0, done=True, feedback="")
