@@ -264,6 +264,8 @@ def _fmt(x: Any, digits: int = 3) -> str:
     if x is None:
         return "-"
     if isinstance(x, float):
+        if x.is_integer() and abs(x) < 1e6:
+            return str(int(x))
         if abs(x) >= 1000:
             return f"{x:.0f}"
         return f"{x:.{digits}g}" if abs(x) < 1 else f"{x:.{max(1, digits - len(str(int(abs(x)))))}f}"
