@@ -397,3 +397,52 @@ def test_metric_table_in_docs_is_generated_from_the_adapters_maps(monkeypatch):
 
     monkeypatch.setitem(verl.DIRECT, "critic/score/mean", "reward/mean")
     assert gen.render(doc) != doc and "| `reward/mean` | `critic/score/mean` |" in gen.render(doc)
+
+
+# --- samples from engine processes (verl, OpenRLHF): reward events -> follower -> child relay ------
+
+
+class RecordingCtx:
+    def __init__(self):
+        self.steps = []
+
+    def emit_step(self, step, metrics, native=None, samples=None, rewards=None):
+        self.steps.append((step, metrics, samples, rewards))
+
+    def checkpoint_saved(self, step, path):
+        pass
+
+
+def test_engine_reward_events_become_the_steps_samples_and_cross_the_child_pipe(tmp_path):
+    import io
+
+    from rlbridge.contract.rewards import RewardInput
+    from rlbridge.engine.child import ChildContext
+    from rlbridge.engine.engine_io import EventFollower, batch_reward_event, sample_fields
+    from rlbridge_adapters.verl.metrics import to_canonical
+
+    def x(prompt, completion):
+        return RewardInput(prompt=prompt, completion=completion, completion_ids=[1], answer=prompt[0], metadata={})
+
+    ctx = RecordingCtx()
+    follower = EventFollower(tmp_path / "events.jsonl", ctx, to_canonical, lambda native: "actor/pg_loss" in native)
+    # step 1: per-sample events, as verl 0.9's reward loop and OpenRLHF's reward executor write them
+    for i, (p, c, total) in enumerate([("1111", "11", 1.0), ("2222", "2a", 0.5), ("3333", "zz", 0.0)]):
+        follower._handle({"kind": "reward_sample", "total": total, "plugins": {"digit_match": total}, **sample_fields(x(p, c))})
+    follower._handle({"kind": "metrics", "step": 1, "data": {"actor/pg_loss": 0.1}})
+    # step 2: one batch event, as verl 0.5's reward manager writes it
+    inputs = [x("4444", "44"), x("5555", "5")]
+    follower._handle(batch_reward_event(inputs, [1.0, 1.0], {"digit_match": [1.0, 1.0]}, train=True))
+    follower._handle({"kind": "metrics", "step": 2, "data": {"actor/pg_loss": 0.2}})
+    (s1, m1, rows1, totals1), (s2, m2, rows2, totals2) = ctx.steps
+    assert [r["completion"] for r in rows1] == ["11", "2a", "zz"] and totals1 == [1.0, 0.5, 0.0]
+    assert rows1[1] == {"prompt": "2222", "completion": "2a", "reward": 0.5, "rewards": {"digit_match": 0.5}}
+    assert m1["reward/mean"] == pytest.approx(0.5)
+    assert [r["prompt"] for r in rows2] == ["4444", "5555"] and totals2 == [1.0, 1.0]
+
+    # the child relays at most telemetry.samples_per_step rows to the user's process
+    cfg = load_config(write_config(tmp_path, MINIMAL), ["telemetry.samples_per_step=2"])
+    pipe = io.StringIO()
+    ChildContext(cfg, None, tmp_path, None, pipe).emit_step(1, m1, {}, rows1, totals1)
+    event = json.loads(pipe.getvalue())
+    assert [r["completion"] for r in event["samples"]] == ["11", "2a"] and event["rewards"] == [1.0, 0.5, 0.0]
