@@ -183,6 +183,11 @@ def aggregate(spec, jobs, diffs, results) -> dict[str, Any]:
                 va = arms[a]["aggregate"][key]["values"]
                 vb = arms[b]["aggregate"][key]["values"]
                 entry[key] = verdict(va, vb, spec.alpha)
+                if key != "step_s":  # same seeds, same numbers: the engines computed the same thing
+                    sa = {r["seed"]: r["numbers"].get(key) for r in runs if r["arm"] == a and r["status"] == "completed"}
+                    sb = {r["seed"]: r["numbers"].get(key) for r in runs if r["arm"] == b and r["status"] == "completed"}
+                    if len(sa) >= 2 and sa == sb:
+                        entry[key]["verdict"] = "identical (seed by seed)"
                 ma, mb = arms[a]["aggregate"][key]["mean"], arms[b]["aggregate"][key]["mean"]
                 entry[key]["ratio_a_over_b"] = ma / mb if ma is not None and mb else None
             pairs.append(entry)
