@@ -381,7 +381,8 @@ def plot_all(out: Path, data: dict[str, Any], histories: dict[str, list[dict[str
             continue
         steps = sorted(set.intersection(*(set(c) for c in curves)))
         means = [sum(c[s] for c in curves) / len(curves) for s in steps]
-        ax.plot(steps, means, color=colors[n], label=f"{n} (mean of {len(curves)})")
+        ax.plot(steps, means, color=colors[n], label=f"{n} (mean of {len(curves)})",
+                ls="--" if arms[n]["kind"] == "native" else "-")  # dashed: a native arm may lie on its peer
         if len(curves) > 1:
             ax.fill_between(steps, [min(c[s] for c in curves) for s in steps], [max(c[s] for c in curves) for s in steps],
                             color=colors[n], alpha=0.2)
