@@ -80,12 +80,10 @@ def _version_of(args: list[Token], version: str | None) -> str:
 
 def parser_flags(version: str) -> set[str] | None:
     """The option names of train_ppo_ray's own parser, from the OpenRLHF engine environment (None without one)."""
-    try:
-        from rlbridge.envs.create import env_path, env_python
-    except ImportError:
-        return None
+    from rlbridge.envs.create import env_path, env_python, is_complete
+
     path = env_path("openrlhf", version)
-    if not (path / ".complete").exists() and not env_python(path).exists():
+    if not is_complete(path):
         return None
     from rlbridge.machine import cache_dir
 

@@ -297,18 +297,28 @@ class Solver:
         except (ValidationError, RLBridgeError, ValueError, TypeError, KeyError, ZeroDivisionError):
             return None
 
-    def score(self, view: dict[str, Any] | None) -> tuple[int, ...]:
-        """Settings of the recipe reproduced, compared level by level: first those one knob alone moves
-        (its direct image, e.g. data.train_batch_size), then those two knobs move, ...; then the engine
-        defaults reproduced. A knob never trades its direct image for keys derived from several knobs."""
+    def score(self, view: dict[str, Any] | None) -> tuple[tuple[int, ...], frozenset[str]]:
+        """The recipe's settings reproduced, counted level by level: first those one knob alone moves
+        (its direct image, e.g. data.train_batch_size), then those two knobs move, ...: a knob never
+        trades its direct image for keys derived from several knobs. And the engine defaults reproduced."""
         if view is None:
-            return (-1,) * 7
+            return (-1,) * 6, frozenset()
         hits = [k for k, v in self.target.items() if k in view and same(view[k], v)]
-        defaults = sum(1 for k, v in self.defaults.items() if k in view and same(view[k], v))
+        # a key the plan leaves out keeps the engine's default
+        defaults = frozenset(k for k, v in self.defaults.items() if (same(view[k], v) if k in view else True))
         levels = [0] * 6  # settings reproduced, by how many knobs move them: fewest first
         for k in hits:
             levels[min(max(self.knob_count.get(k, 1), 1), 6) - 1] += 1
-        return (*levels, defaults)
+        return tuple(levels), defaults
+
+    @staticmethod
+    def better(new: tuple[tuple[int, ...], frozenset[str]], old: tuple[tuple[int, ...], frozenset[str]]) -> bool:
+        """More of the recipe reproduced; or as much, and strictly more engine defaults without losing
+        one (a default moves a knob only when nothing the engine did before changes: verl's default
+        weight_decay 0.01 is imported, its inert ppo_max_token_len_per_gpu does not turn on token-budget batching)."""
+        if new[0] != old[0]:
+            return new[0] > old[0]
+        return new[1] > old[1]
 
     # -- the search --
     def base(self) -> dict[str, Any]:
@@ -371,7 +381,7 @@ class Solver:
                 for leaf in partners:
                     trial, _ = self.solve_leaf(trial, leaf)
                 trial_score = self.score(self.view(trial))
-                if trial_score > best_score:
+                if self.better(trial_score, best_score):
                     best, best_score, improved = trial, trial_score, True
         return best, improved
 
@@ -490,7 +500,7 @@ class Solver:
         for value in self.candidates(data, leaf, moved, probes, view):
             candidate = set_path(data, leaf.path, value)
             s = self.score(self.view(candidate))
-            if s > best_score:
+            if self.better(s, best_score):
                 best, best_score, moved_any = candidate, s, True
         return best, moved_any
 
@@ -522,7 +532,7 @@ class Solver:
             opt_key, opt_value = self.importer.option(setting)
             trial = set_path(data, "backend_options", {self.backend.name: {**options, opt_key: opt_value}})
             trial_view = self.view(trial)
-            if trial_view is not None and key in trial_view and same(trial_view[key], x) and self.score(trial_view)[:-1] >= self.score(view)[:-1]:
+            if trial_view is not None and key in trial_view and same(trial_view[key], x) and self.score(trial_view)[0] >= self.score(view)[0]:
                 options[opt_key] = opt_value
                 view = trial_view
                 self.entries.append(Entry(setting.spelling or key, x, setting.line, "option",
@@ -550,7 +560,7 @@ class Solver:
         order = {s.line or 0: i for i, s in enumerate(self.recipe.settings)}
         self.entries.sort(key=lambda e: (list(KINDS).index(e.kind), order.get(e.line or 0, 0)))
         matched = sum(1 for k, v in self.defaults.items() if k in final_view and same(final_view[k], v))
-        defaults_seen = sum(1 for k in self.defaults if k in final_view)
+        defaults_seen = sum(1 for k in self.defaults if k in final_view)  # keys the plan leaves out keep the default
         return ImportResult(self.output(data), self.entries, self.recipe, self.output_notes(data), (matched, defaults_seen))
 
     @staticmethod
