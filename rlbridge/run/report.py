@@ -59,9 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     metrics, png, title = (argv or sys.argv[1:])[:3]
-    rows = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
-    # non-finite values are null (and named in "nonfinite"): leave them out of the plot
-    history = [{k: v for k, v in row.items() if isinstance(v, (int, float))} for row in rows]
+    history = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
     skipped = plot(history, Path(png), title)
     if skipped:
         print(skipped, file=sys.stderr)

@@ -139,6 +139,10 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
 
         bar = TrainingProgress(config.training.steps, f"{config.run_name} [{backend.name}]")
     ctx = RunContext(config, plan, run_dir, pm, sinks, bar)
+    from rlbridge.run.report import prestart_plot
+
+    # matplotlib loads in its own process while the engine trains; _finish then only draws
+    prestart_plot(run_dir / "metrics.jsonl", run_dir / "reward.png", f"{config.run_name} on {config.backend}")
     summary: dict[str, Any] = {
         "run_name": config.run_name,
         "backend": backend.name,
