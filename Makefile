@@ -12,7 +12,7 @@ STAMP := $(VENV)/.rlbridge-installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check $(TORCH)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[trl,bench,test]' $(TORCH)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[trl,bench,test,import]' $(TORCH)
 	touch $(STAMP)
 
 install: $(STAMP)
