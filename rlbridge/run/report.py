@@ -25,8 +25,46 @@ def summarize(history: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
+# Plotters started with the run (prestart_plot): a process that imports matplotlib while the engine
+# trains, then draws when told, so the end of `rlbridge train` pays for the drawing only.
+_PLOTTERS: dict[str, Any] = {}
+
+
+def prestart_plot(metrics: Path, path: Path, title: str) -> None:
+    """Start the plotter of a run's reward.png (a no-op where matplotlib is not installed)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return
+    try:
+        _PLOTTERS[str(path)] = subprocess.Popen(
+            [sys.executable, "-m", "rlbridge.run.report", "--wait", str(metrics), str(path), title],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+    except OSError:
+        pass
+
+
+def _finish_prestarted(path: Path) -> bool:
+    proc = _PLOTTERS.pop(str(path), None)
+    if proc is None:
+        return False
+    import subprocess
+
+    try:
+        proc.stdin.close()  # "draw now": metrics.jsonl is complete
+        return proc.wait(timeout=120) == 0 and Path(path).exists()
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        return False
+
+
 def plot(history: list[dict[str, float]], path: Path, title: str) -> str | None:
     """Reward and step time against step, as a PNG. Returns why it was skipped, or None."""
+    if _finish_prestarted(path):
+        return None
     try:
         # the object API with the Agg canvas, not pyplot: no backend selection or figure manager,
         # which keeps this end-of-run cost (inside `rlbridge train`'s wall time) small
@@ -58,8 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    metrics, png, title = (argv or sys.argv[1:])[:3]
-    history = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
+    args = list(argv or sys.argv[1:])
+    if args[:1] == ["--wait"]:  # started with the run: import now, draw when stdin closes
+        args = args[1:]
+        import matplotlib.figure  # noqa: F401
+
+        sys.stdin.read()
+    metrics, png, title = args[:3]
+    rows = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
+    # non-finite values are null (and named in "nonfinite"): leave them out of the plot
+    history = [{k: v for k, v in row.items() if isinstance(v, (int, float))} for row in rows]
     skipped = plot(history, Path(png), title)
     if skipped:
         print(skipped, file=sys.stderr)
