@@ -15,6 +15,9 @@ DIRECT = {
     "learning_rate": "lr",
 }
 _PER_REWARD = re.compile(r"^rewards/(?P<name>.+)/mean$")
+_REWARD_EXTRA = re.compile(r"^rewards/(?P<name>[^/]+)/(?P<key>[^/]+)$")
+"""A native reward's extra metrics (verl compute_score dict keys, OpenRLHF extra_logs, TRL log_metric),
+logged by the TRL shim as rewards/<reward>/<key>; TRL's own std is not one."""
 
 
 def to_canonical(logs: dict[str, float]) -> dict[str, float]:
@@ -26,4 +29,8 @@ def to_canonical(logs: dict[str, float]) -> dict[str, float]:
         match = _PER_REWARD.match(key)
         if match:
             out[f"reward/{match['name']}/mean"] = value
+            continue
+        extra = _REWARD_EXTRA.match(key)
+        if extra and extra["key"] != "std":
+            out[f"reward/{extra['name']}/{extra['key']}"] = value
     return out
