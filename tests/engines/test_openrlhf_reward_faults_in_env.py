@@ -1,0 +1,68 @@
+"""Reward faults through OpenRLHF's reward shim (rlbridge's RewardExecutor, a subclass of OpenRLHF's
+own SingleTurnAgentExecutor), in the OpenRLHF environments: a plugin that raises, returns NaN or the
+wrong number of scores costs its sample (reward 0) and is counted in the events the launcher turns
+into reward/* metrics; the healthy plugin still scores it. Generation is stubbed (OpenRLHF's
+executor needs a vLLM engine); the scoring path after it is OpenRLHF's class and rlbridge's shim."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("openrlhf")
+
+from openrlhf.utils.agent import SingleTurnAgentExecutor
+
+from rlbridge.engine import workers
+from rlbridge.engine.events import EVENTS_ENV, REWARDS_ENV
+from rlbridge.engine.workers import reset_engine_scorer
+
+
+def raises():
+    def reward(inputs):
+        raise ValueError("openrlhf-side plugin bug")
+
+    return reward
+
+
+def nan_scores():
+    return lambda inputs: [float("nan")] * len(inputs)
+
+
+def one_score():
+    return lambda inputs: [1.0, 2.0]
+
+
+def length():
+    return lambda inputs: [float(len(x.completion_ids)) for x in inputs]
+
+
+@pytest.mark.parametrize("fn,outcome", [(raises, "errors"), (nan_scores, "nonfinite"), (one_score, "invalid")])
+def test_reward_executor_zeroes_and_counts_a_faulty_plugin(tmp_path, monkeypatch, fn, outcome):
+    from rlbridge_adapters.openrlhf.reward import RewardExecutor
+    from rlbridge_plugins.models import build_tokenizer
+
+    events = tmp_path / "events.jsonl"
+    specs = [{"name": f.__name__, "weight": 1.0, "args": {}, "factory": f"{__name__}:{f.__name__}"} for f in (length, fn)]
+    monkeypatch.setenv(REWARDS_ENV, json.dumps(specs))
+    monkeypatch.setenv(EVENTS_ENV, str(events))
+    monkeypatch.setenv(workers.WORKERS_ENV, json.dumps({"timeout_s": 5, "error_threshold": 1.0}))
+    reset_engine_scorer()
+    tok = build_tokenizer()
+    ids = tok("1111", add_special_tokens=False)["input_ids"] + tok("11112", add_special_tokens=False)["input_ids"]
+
+    async def generated(self, *args, **kwargs):  # what OpenRLHF's executor returns after vLLM generated 5 tokens
+        return {"observation_tokens": ids, "action_ranges": [(4, 9)]}
+
+    monkeypatch.setattr(SingleTurnAgentExecutor, "execute", generated)
+    label = json.dumps({"prompt": "1111", "answer": "1", "row": {"prompt": "1111"}})
+    try:
+        out = asyncio.run(RewardExecutor().execute("1111", label, None, 16, tok, None))
+    finally:
+        reset_engine_scorer()
+    assert out["reward"] == 5.0 and out["extra_logs"][fn.__name__] == 0.0
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    assert [e["counts"] for e in lines if e["kind"] == "reward_faults"] == [{outcome: 1}]
+    assert any(e["kind"] == "reward_fault" and e["plugin"] == fn.__name__ for e in lines)
