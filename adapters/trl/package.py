@@ -9,4 +9,5 @@ DEFAULT_VERSION = "1.16.0"
 TESTS = (
     "tests/test_trl_adapter.py",
     "tests/test_trl_vllm.py",
+    "tests/test_trl_environment.py",
 )
