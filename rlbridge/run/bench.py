@@ -143,7 +143,7 @@ def load_spec(path: str | Path) -> tuple[BenchSpec, Path]:
     try:
         spec = BenchSpec.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError("bench spec " + format_validation_error(exc).removeprefix("invalid config: ")) from exc
+        raise ConfigError(f"bench spec {path}: " + format_validation_error(exc).removeprefix("invalid config: ")) from exc
     labels = [arm.label() for arm in spec.arms]
     dup = {x for x in labels if labels.count(x) > 1}
     if dup:
