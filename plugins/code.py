@@ -53,6 +53,8 @@ def code_tests(
     output_bytes: int = 65536,
 ):
     """Fraction of the row's tests that pass when the completion's code runs in the sandbox.
+    Each call also leaves the share of its runs per sandbox outcome (ok, failed, timeout, cpu_limit,
+    memory_limit, output_limit, killed) in `last_metrics`: reward/code_tests/sandbox_<outcome>.
 
     None (not applicable) for rows without tests. The tests run one after the other after the
     solution; those that passed before a timeout or a crash count. Scores are what the sandboxed
@@ -67,9 +69,10 @@ def code_tests(
     limits = Limits(wall_s=wall_s, cpu_s=cpu_s, memory_mb=memory_mb, nproc=nproc, output_bytes=output_bytes)
 
     def reward(inputs: Sequence[RewardInput]) -> list[float | None]:
-        from rlbridge.engine.sandbox import run_tests
+        from rlbridge.engine.sandbox import OUTCOMES, run_tests
 
         out: list[float | None] = []
+        outcomes = dict.fromkeys(OUTCOMES, 0)
         for x in inputs:
             tests = x.metadata.get(tests_key)
             if isinstance(tests, str):
@@ -82,10 +85,15 @@ def code_tests(
                 out.append(0.0)
                 continue
             form = x.metadata.get("code_template") or template
-            score, _ = run_tests(form.format(code=code) if form else code, list(tests), limits)
+            score, result = run_tests(form.format(code=code) if form else code, list(tests), limits)
+            outcomes[result.outcome] += 1
             out.append(score)
+        # share of the call's sandboxed runs per outcome (logged as reward/code_tests/sandbox_<outcome>)
+        ran = sum(outcomes.values())
+        reward.last_metrics = {f"sandbox_{k}": v / ran for k, v in outcomes.items() if ran and k != "setup_error"} if ran else {}
         return out
 
+    reward.last_metrics = {}
     return reward
 
 

@@ -332,3 +332,19 @@ def test_an_environment_that_does_not_pickle_is_stepped_inline():
     with scorer() as s:
         result = step_environment(env, "go", s)
     assert result.feedback == f"pid {os.getpid()}" and env.steps == 1
+
+
+def with_metrics():
+    def reward(inputs):
+        reward.last_metrics = {"share": sum(x.completion == "hit" for x in inputs) / len(inputs)}
+        return [1.0] * len(inputs)
+
+    return reward
+
+
+def test_extra_metrics_of_a_chunked_call_are_averaged_over_its_samples():
+    inputs = rows(6)
+    inputs[0].completion = "hit"  # the first chunk of 4 has 1 hit, the second of 2 has none: 1/6 overall
+    with scorer(with_metrics, batch_size=4) as s:
+        s.score(inputs)
+        assert abs(s.last_metrics["with_metrics"]["share"] - 1 / 6) < 1e-9

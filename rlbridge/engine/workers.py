@@ -447,6 +447,7 @@ class RewardScorer:
         n = len(inputs)
         values: list[float | None] = [None] * n
         faults: list[Fault] = []
+        chunk_metrics: list[tuple[dict, int]] = []
         if n == 0:
             return values, faults
 
@@ -468,8 +469,9 @@ class RewardScorer:
                     absorb(lo, hi, outcome="errors", message=_first_lines(traceback.format_exc()))
                     continue
                 if getattr(fn, "last_metrics", None) is not None:
-                    self.last_metrics[name] = fn.last_metrics
+                    chunk_metrics.append((dict(fn.last_metrics), hi - lo))
                 absorb(lo, hi, raw)
+            self._merge_metrics(name, chunk_metrics)
             return values, faults
 
         pool = self._get_pool()
@@ -501,9 +503,21 @@ class RewardScorer:
                 else:
                     raw, metrics = raw
                     if metrics is not None:
-                        self.last_metrics[name] = metrics
+                        chunk_metrics.append((metrics, hi - lo))
                     absorb(lo, hi, raw)
+        self._merge_metrics(name, chunk_metrics)
         return values, sorted(faults, key=lambda f: f.index)
+
+    def _merge_metrics(self, name: str, chunks: list[tuple[dict, int]]) -> None:
+        """A plugin's extra metrics (`last_metrics`) of one call: each chunk's, averaged by its samples."""
+        if not chunks:
+            return
+        merged: dict[str, float] = {}
+        for key in {k for metrics, _ in chunks for k in metrics}:
+            parts = [(float(m[key]), n) for m, n in chunks if isinstance(m.get(key), (int, float))]
+            if parts:
+                merged[key] = sum(v * n for v, n in parts) / sum(n for _, n in parts)
+        self.last_metrics[name] = merged
 
     def _slots(self, name: str) -> threading.Semaphore:
         with self._lock:
