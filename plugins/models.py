@@ -239,4 +239,16 @@ def rlbridge_register_model_builders():
             tiny_bpe,
             "tiny-digits with a byte-level BPE tokenizer trained locally (320 tokens): re-encoding sampled ids differs",
         ),
+        ModelBuilderPlugin(
+            "tiny-reward",
+            _tiny_reward,
+            "reward model: Qwen2 sequence classifier (one score) with tiny-digits' tokenizer, trained for seconds on "
+            "generated digit-task preference pairs (more of the prompt's digit scores higher); for reward: [{model: ...}]",
+        ),
     ]
+
+
+def _tiny_reward(target: Path) -> str:
+    from rlbridge_plugins.reward_models import tiny_reward
+
+    return tiny_reward(target)

@@ -313,3 +313,48 @@ def test_trl_lora_grpo_run_saves_the_adapter_and_resumes(tmp_path):
                     plugins(), progress=False)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert resumed["status"] == "completed" and [r["step"] for r in rows] == [1, 2, 3]
+
+
+# ---- reward models ----
+
+def test_reward_model_plans(tmp_path):
+    rm = "reward=[{model: 'builtin:tiny-reward'}]"
+    trl = _trl(tmp_path, rm)
+    assert trl["rewards"] == [{"name": "tiny-reward", "weight": 1.0, "args": {}, "model": "builtin:tiny-reward"}]
+    native = _orl(tmp_path, rm, "algorithm.kl_coef=0.01", "resources.gpus_per_node=0")
+    f = _flags(native["args"])
+    assert f["reward.model_name_or_path"][0].endswith("tiny-reward") and "train.agent_func_path" not in f
+    assert f["reward.num_gpus_per_node"] == ["1"] and native["ray"]["logical_gpus"] == 4  # actor, vLLM, ref, reward model
+    mixed = _flags(_orl(tmp_path, "reward=[{model: 'builtin:tiny-reward', weight: 0.5}, {name: digit_match}]")["args"])
+    assert "reward.model_name_or_path" not in mixed and "train.agent_func_path" in mixed  # scored by rlbridge's executor
+    plan = _prepare(tmp_path, "verl", rm, version="0.9.1").plan
+    assert any(n.startswith("reward: reward models are scored by rlbridge") for n in plan.approximations)
+    with pytest.raises(ConfigError, match="not several"):
+        load_config(write_config(tmp_path, MINIMAL), ["reward=[{model: x, native: trl, function: 'a.py:f'}]"])
+    with pytest.raises(ConfigError, match="reward\\[0\\].model: 'no/such/dir' does not exist"):
+        _trl(tmp_path, "reward=[{model: no/such/dir}]")
+
+
+def test_tiny_reward_model_scores_the_digit_task():
+    """The locally built reward model means something: completions with more of the prompt's digit score higher."""
+    from rlbridge.contract.reward_models import model_reward
+    from rlbridge.contract.rewards import RewardInput
+
+    score = model_reward("builtin:tiny-reward", "reward[0]")
+    texts = ["12345680", "77123456", "77771234", "77777777"]
+    scores = score([RewardInput(prompt="7777", completion=t, completion_ids=[]) for t in texts])
+    assert scores[-1] > scores[0] and scores[2] > scores[0], scores
+
+
+@pytest.mark.engine
+def test_trl_grpo_with_a_reward_model_as_the_only_reward(tmp_path):
+    """TRL scores with the model itself (its reward_funcs take a model path): reward/tiny-reward/mean is logged."""
+    from rlbridge.contract.registry import PluginManager
+    from rlbridge.run.runner import train
+
+    cfg = load_config(write_config(tmp_path, MINIMAL), [f"output_dir={tmp_path}/run", "reward=[{model: 'builtin:tiny-reward'}]"])
+    summary = train(cfg, PluginManager(), progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert summary["status"] == "completed" and [r["step"] for r in rows] == [1, 2]
+    assert all(r["reward/tiny-reward/mean"] < 0 for r in rows)  # the model's raw scores (negative for random completions)
+    assert all(r["reward/mean"] == r["reward/tiny-reward/mean"] for r in rows)

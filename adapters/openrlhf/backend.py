@@ -213,8 +213,9 @@ class OpenRLHFBackend(Backend):
             rejected("rollout.top_k", "train_ppo_ray has no top-k flag; remove rollout.top_k"),
             honoured("rollout.gpu_memory_utilization", "vllm.gpu_memory_utilization"),
             honoured("rollout.tensor_parallel_size", ("vllm.tensor_parallel_size", "vllm.num_engines"), _check_tp),
-            honoured("reward", ("train.agent_func_path", "launch.rewards"),
-                     note="--train.agent_func_path <generated executor scoring the engine's token ids>"),
+            honoured("reward", ("train.agent_func_path", "launch.rewards", "reward.model_name_or_path"),
+                     note="--train.agent_func_path <generated executor scoring the engine's token ids>; one reward "
+                          "model alone: --reward.model_name_or_path (OpenRLHF's reward-model actors)"),
             approximated("environment", ("train.agent_func_path", "launch.environment"),
                          "OpenRLHF's multi-turn executor gives each turn the remaining --data.max_len budget, not rollout.max_new_tokens",
                          check=_check_environment, when=lambda c: c.environment is not None),
@@ -315,6 +316,9 @@ class OpenRLHFBackend(Backend):
         # OpenRLHF's default warm-up is 3 % of the run: always say it
         flags["actor.lr_warmup_ratio"] = (tr.warmup_steps / tr.steps) if tr.steps else 0.0
         flags["actor.lr_scheduler"] = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[tr.lr_schedule]
+        if knobs.engine_reward_model(config):  # OpenRLHF's own reward-model actors score instead of the executor
+            del flags["train.agent_func_path"]
+            flags["reward.model_name_or_path"] = knobs.engine_reward_model(config)
         role_gpus = knobs.translate(config, flags, version)
         if colocate and gpus > 0:
             # on CPU the actor and the vLLM engine get a logical GPU each: colocation would select

@@ -51,6 +51,17 @@ FLAT = {
 }
 
 
+def engine_reward_model(config: RunConfig) -> str | None:
+    """The reward model OpenRLHF's own reward-model actors run (--reward.model_name_or_path): when the
+    run's only reward is one model with weight 1 and no environment. Otherwise model rewards are
+    scored by rlbridge's executor, like the other rewards (OpenRLHF takes reward models or a reward
+    function, not both, and no weights)."""
+    rewards = config.reward
+    if config.environment is None and len(rewards) == 1 and rewards[0].model and rewards[0].weight == 1.0:
+        return resolve_path(rewards[0].model)
+    return None
+
+
 def _version(config: RunConfig) -> Version:
     from rlbridge_adapters.openrlhf.backend import target_version
 

@@ -168,7 +168,8 @@ class TRLBackend(Backend):
             honoured("rollout.top_k", "top_k"),
             honoured("rollout.gpu_memory_utilization", "vllm_gpu_memory_utilization", vllm_util),
             honoured("rollout.tensor_parallel_size", "vllm_tensor_parallel_size", _check_tp),
-            honoured("reward", ("reward_weights", "launch.rewards"), note="reward_funcs + reward_weights"),
+            honoured("reward", ("reward_weights", "launch.rewards"),
+                     note="reward_funcs + reward_weights; a reward model is passed as its path (TRL's model reward)"),
             approximated("environment", ("launch.environment", "reward_weights"),
                          "GRPOTrainer rollout_func drives the environment (adapters/trl/environment.py); its reward is a reward "
                          "function named after it. TRL's environment_factory continues an episode only through tool calls (no per-turn reward, done or "

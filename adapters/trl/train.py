@@ -18,7 +18,7 @@ from rlbridge.contract.data import load_rows
 from rlbridge.errors import ConfigError
 from rlbridge.engine.patches import apply_patches, check_drift
 from rlbridge.contract.rewards import BoundReward, RewardInput, build_rewards, score
-from rlbridge.contract.models import materialize_model
+from rlbridge.contract.models import materialize_model, materialize_path
 from rlbridge.engine.engine_io import EVENTS_ENV
 from rlbridge_adapters.trl.metrics import to_canonical
 from rlbridge_adapters.trl.patch import profiling_timers
@@ -275,6 +275,9 @@ def run_trl(plan, ctx) -> None:
         config.rollout_workers, rewards=bound, fault_log=ctx.run_dir / "reward_faults.jsonl",
     )
     rewards = [trl_reward(b, native["data"]["answer_key"], tok, collector, scorer) for b in bound]
+    for i, spec in enumerate(config.reward):  # reward models go through TRL's own model-reward path
+        if spec.model:
+            rewards[i] = materialize_path(spec.model, f"reward[{i}].model", ctx.plugins)
 
     trainer_class = getattr(trl, native["trainer"])
     extra: dict[str, Any] = {}

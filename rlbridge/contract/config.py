@@ -230,10 +230,20 @@ class RewardSpec(StrictModel):
     reward_func(queries, prompts, labels); TRL f(prompts, completions, **kwargs). See docs/plugins.md."""
     function: str | None = None
     """With `native`: the function, as FILE.py:NAME (relative to the config file) or package.module:NAME."""
+    model: str | None = None
+    """A reward model instead of a function: a sequence-classification model with one output (a
+    directory, a hub id, or builtin:NAME such as builtin:tiny-reward) whose score of prompt +
+    completion is the reward. Each backend runs it in its own reward-model machinery where it has
+    one (see `rlbridge backends`). `name` (default: the model's directory name) names its metrics."""
 
     @model_validator(mode="after")
     def _plugin_or_native(self) -> "RewardSpec":
-        if self.native is not None:
+        if self.model is not None:
+            if self.native is not None or self.function is not None:
+                raise ValueError("a reward entry is a plugin (name), a native function (native + function) or a model, not several")
+            if not self.name:
+                object.__setattr__(self, "name", self.model.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1])
+        elif self.native is not None:
             if not self.function or ":" not in self.function:
                 raise ValueError(f"a native: {self.native} reward needs function: FILE.py:NAME or package.module:NAME")
             if not self.name:
@@ -241,7 +251,7 @@ class RewardSpec(StrictModel):
         elif self.function is not None:
             raise ValueError("'function' needs 'native' (verl, openrlhf or trl: the function's calling convention)")
         elif not self.name:
-            raise ValueError("a reward entry needs 'name' (a reward plugin, see `rlbridge plugins`) or 'native' + 'function'")
+            raise ValueError("a reward entry needs 'name' (a reward plugin, see `rlbridge plugins`), 'native' + 'function', or 'model'")
         return self
 
 

@@ -261,6 +261,10 @@ def reward_fn(spec: Any, pm, where: str) -> Callable:
     adapted to the neutral interface, or the named plugin's factory called with the entry's args."""
     spec = spec if isinstance(spec, dict) else spec.model_dump(mode="json")
     args = spec.get("args") or {}
+    if spec.get("model"):
+        from rlbridge.contract.reward_models import model_reward
+
+        return model_reward(spec["model"], where, **args)
     if spec.get("native"):
         return native_reward(spec["native"], spec["function"], where, **args)
     return pm.get("reward", spec["name"], f"{where}.name").factory(**args)
@@ -269,6 +273,8 @@ def reward_fn(spec: Any, pm, where: str) -> Callable:
 def check_reward_spec(spec: Any, pm, where: str) -> None:
     """Plan-time check of one reward entry: the plugin exists, or the native function loads and fits."""
     spec = spec if isinstance(spec, dict) else spec.model_dump(mode="json")
+    if spec.get("model"):
+        return  # its path is checked with the run's other models (rlbridge.run.runner.model_paths)
     if spec.get("native"):
         load_native(spec["native"], spec["function"], spec.get("args") or {}, where)
     else:

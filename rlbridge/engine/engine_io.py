@@ -375,6 +375,9 @@ def run_and_model_dirs(ctx, chat_template: str | None) -> tuple[Path, str]:
     run_dir = Path(ctx.run_dir).resolve()
     if ctx.config.critic.path:  # the plan names its resolved path; a builtin one is built here on first use
         materialize_path(ctx.config.critic.path, "critic.path", ctx.plugins)
+    for i, spec in enumerate(ctx.config.reward):  # reward models, likewise
+        if spec.model:
+            materialize_path(spec.model, f"reward[{i}].model", ctx.plugins)
     return run_dir, model_dir_with_template(materialize_model(ctx.config, ctx.plugins), chat_template, run_dir)
 
 

@@ -115,8 +115,8 @@ def specs_with_factories(specs: Sequence[dict], plugins) -> list[dict]:
     manager (a closure, a test's object) is marked `inline` and scored here, with a log line."""
     out = []
     for i, spec in enumerate(specs):
-        if spec.get("native"):
-            out.append(dict(spec))  # loaded from its file or module in any process
+        if spec.get("native") or spec.get("model"):
+            out.append(dict(spec))  # loaded from its file, module or model directory in any process
             continue
         factory = plugins.get("reward", spec["name"], f"reward[{i}].name").factory
         ref = _import_path(factory)

@@ -56,6 +56,7 @@ def model_paths(config: RunConfig) -> list[tuple[str, str]]:
     paths = [("model.path", config.model.path)]
     if config.critic.path:
         paths.append(("critic.path", config.critic.path))
+    paths += [(f"reward[{i}].model", spec.model) for i, spec in enumerate(config.reward) if spec.model]
     return paths
 
 
@@ -89,8 +90,10 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
             check_args(generate, source.args, f"{field_name}.args", source.name, {"seed": config.training.seed})
     for i, spec in enumerate(config.reward):
         check_reward_spec(spec, pm, f"reward[{i}]")  # a plugin, or a native function that loads and fits its convention
-        if spec.native is None:
+        if spec.native is None and spec.model is None:
             check_args(pm.get("reward", spec.name, f"reward[{i}].name").factory, spec.args, f"reward[{i}].args", spec.name)
+        elif spec.model is not None and set(spec.args) - {"batch_size"}:
+            raise ConfigError(f"reward[{i}].args: a model reward takes only batch_size (got {sorted(spec.args)})")
     if config.environment is not None:
         env = pm.get("environment", config.environment.name, "environment.name")
         check_args(env.factory, config.environment.args, "environment.args", config.environment.name)

@@ -244,6 +244,53 @@ KEEP_LINEAR_WEIGHTS = Patch(
     targets=(Target("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm", ("75c331c7ca81",)),),
 )
 
+# --- the critic's value model is loaded with flash attention hard-coded ---------------------------
+
+
+def _value_model_without_flash_attention() -> None:
+    def patch(model_utils):
+        original = model_utils.load_valuehead_model
+        if getattr(original, "_rlbridge", False):
+            return
+
+        @functools.wraps(original)
+        def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+            from transformers import AutoModelForTokenClassification
+
+            return AutoModelForTokenClassification.from_pretrained(
+                pretrained_model_name_or_path=local_path, torch_dtype=torch_dtype, config=model_config,
+                attn_implementation="sdpa", trust_remote_code=trust_remote_code,
+            )
+
+        load_valuehead_model._rlbridge = True
+        model_utils.load_valuehead_model = load_valuehead_model
+
+    when_imported("verl.utils.model", patch)
+
+
+def _no_flash_attention() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flash_attn") is None
+
+
+VALUE_MODEL_SDPA = Patch(
+    name="verl-critic-value-model-sdpa",
+    engine="verl",
+    versions=RANGE,
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="RuntimeError: model(...) is not a value head model, please install trl to make it valid "
+    "(verl/utils/model.py:655): load_valuehead_model loads the critic with attn_implementation='flash_attention_2' "
+    "hard-coded (model.py:645), which fails without flash-attn, then falls back to TRL's value head",
+    why="Load the critic's AutoModelForTokenClassification with PyTorch's sdpa attention where flash-attn is not "
+    "installed (the actor gets it through override_config.attn_implementation, which the critic's loader ignores).",
+    probe=_no_flash_attention,
+    apply=_value_model_without_flash_attention,
+    when=lambda native: on_cpu(native) and native.get("overrides", {}).get("algorithm.adv_estimator") == "gae",
+    targets=(Target("verl.utils.model", "load_valuehead_model", ("75f04c339062",)),),
+)
+
+
 def _registered_platform_missing(name: str) -> bool:
     """Unpatched verl 0.9 has no platform for a machine without an accelerator."""
     from verl.plugin.platform import platform_manager
@@ -251,4 +298,4 @@ def _registered_platform_missing(name: str) -> bool:
     return platform_manager.PlatformRegistry.get(name) is None
 
 
-PATCHES = [VLLM_VERSION, CPU_PLATFORM, KEEP_LINEAR_WEIGHTS]
+PATCHES = [VLLM_VERSION, CPU_PLATFORM, KEEP_LINEAR_WEIGHTS, VALUE_MODEL_SDPA]
