@@ -171,3 +171,37 @@ def test_cli_writes_config_and_report(tmp_path):
     assert "custom_reward_function.path" in (tmp_path / "job.import.txt").read_text()
     bad = subprocess.run([sys.executable, "-m", "rlbridge", "import", "echo hi", "--from", "verl"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_unknown_flag_rejected_by_openrlhf_own_parser(tmp_path):
+    from rlbridge_adapters.openrlhf.importer import parser_flags
+
+    if parser_flags("0.11.2") is None:
+        pytest.skip("no complete OpenRLHF 0.11.2 engine environment here")
+    msg = _error(tmp_path, "openrlhf", "python3 -m openrlhf.cli.train_ppo_ray \\\n  --actor.adam.lr 1e-6 \\\n  --actor.adam.lrr 2\n")
+    assert "recipe.sh:3" in msg and "--actor.adam.lrr" in msg and "did you mean" in msg
+
+
+@pytest.mark.engine
+def test_imported_verl_recipe_trains_on_trl(tmp_path, monkeypatch):
+    """The switching story end to end (plain TRL on CPU): a verl recipe, imported, trains on TRL."""
+    import pandas as pd
+
+    from rlbridge.contract.models import builtin_model_dir
+    from rlbridge.run.loading import apply_override, validate_config
+    from rlbridge.run.runner import train
+    from rlbridge_plugins.data import digit_copy
+
+    rows = digit_copy(num_rows=256, seed=0)
+    pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
+    monkeypatch.setenv("DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MODEL_PATH", str(builtin_model_dir("tiny-digits")))
+    result = import_recipe(str(RECIPES / "verl" / "reward_function.sh"), "verl", rewards=[{"name": "digit_match"}])
+    data = dict(result.config)
+    assert data["data"]["train"]["path"] == str(tmp_path / "train.parquet")
+    for item in ("backend=trl", "resources.gpus_per_node=0", "rollout.tensor_parallel_size=1", "rollout.gpu_memory_utilization=0.3",
+                 "checkpoint.resume=false", "training.sequence_packing=false", "training.steps=3", "run_name=imported",
+                 f"output_dir={tmp_path / 'run'}", "telemetry.progress=false"):
+        apply_override(data, item)
+    summary = train(validate_config(data))
+    assert summary["status"] == "completed" and summary["steps"] == 3

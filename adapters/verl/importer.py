@@ -58,10 +58,12 @@ def _version_dir(version: str) -> Path | None:
 def packaged_defaults(version: str) -> dict[str, Any] | None:
     """verl's packaged main_ppo config (flat) for a version whose engine environment exists."""
     config_dir = _version_dir(version)
-    if config_dir is None or not (config_dir / "_generated_ppo_trainer.yaml").exists():
+    path = config_dir / "_generated_ppo_trainer.yaml" if config_dir is not None else None
+    if path is None or not path.exists():
+        path = Path(__file__).parent / "recipe_defaults" / f"ppo_trainer-{version}.yaml"  # a copy of the same file
+    if not path.exists():
         return None
-    data = yaml.safe_load((config_dir / "_generated_ppo_trainer.yaml").read_text())
-    return flatten(data)
+    return flatten(yaml.safe_load(path.read_text()))
 
 
 class VerlRecipeImporter:
@@ -139,7 +141,7 @@ class VerlRecipeImporter:
     def _check_known(self, recipe: Recipe) -> None:
         defaults = packaged_defaults(recipe.version)
         if defaults is None:
-            recipe.notes.append((None, f"keys not checked: no verl {recipe.version} environment here (`rlbridge env create verl=={recipe.version}`)"))
+            recipe.notes.append((None, f"keys not checked: no verl {recipe.version} environment or defaults here (`rlbridge env create verl=={recipe.version}`)"))
             return
         prefixes = {k.rsplit(".", i)[0] for k in defaults for i in range(1, k.count(".") + 1)}
         for s in recipe.settings:
@@ -188,8 +190,10 @@ class VerlRecipeImporter:
 
     def defaults(self, recipe: Recipe) -> dict[str, Any]:
         defaults = packaged_defaults(recipe.version) or {}
-        # the experiment name is verl's default run name, not a setting worth carrying over
-        return {k: v for k, v in defaults.items() if not (isinstance(v, str) and "${" in v) and k != "trainer.experiment_name"}
+        # run bookkeeping, not training settings: verl's default run name, and its default resume_mode
+        # (auto), which would become checkpoint.resume: true and refuse a fresh run directory
+        skip = {"trainer.experiment_name", "trainer.resume_mode"}
+        return {k: v for k, v in defaults.items() if not (isinstance(v, str) and "${" in v) and k not in skip}
 
 
 def _plain(value: Any) -> Any:
