@@ -123,13 +123,15 @@ def _digest(obj: Any) -> str:
 
 def _rlbridge_source() -> list[str]:
     """How to install this rlbridge into an engine environment: the source tree if we run from
-    one (editable, so the engine environment follows the checkout), else the same release. With
-    plots (runs in the environment write reward.png) and pytest (for the conformance suite)."""
+    one (editable, so the engine environment follows the checkout), else the same release, with
+    the `engine-env` extra only (pytest for the conformance suite, matplotlib for reward.png): the
+    test extra's telemetry and environment-standard libraries run in the user's process and would
+    only move the engine's pins."""
     from rlbridge import __version__
 
     if (REPO_ROOT / "pyproject.toml").exists():
-        return ["-e", f"{REPO_ROOT}[plot,test]"]
-    return [f"rlbridge[plot,test]=={__version__}"]
+        return ["-e", f"{REPO_ROOT}[engine-env]"]
+    return [f"rlbridge[engine-env]=={__version__}"]
 
 
 def _installer() -> str:
