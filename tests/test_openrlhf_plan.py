@@ -59,3 +59,15 @@ def test_environment_with_tools_is_refused_with_the_alternative(tmp_path):
     assert "--train.agent_func_path" in argv and "--reward.remote_url" not in argv
     with pytest.raises(CapabilityError, match="environment.*has tools.*backend: verl"):
         _argv(tmp_path, "0.11.2", "reward=[]", "environment={name: digit_hint}")
+
+
+def test_rewards_are_scored_by_an_agent_executor_not_reward_func(tmp_path):
+    """reward_func (--reward.remote_url FILE.py) sees decoded text only; the agent executor sees the
+    engine's token ids (adapters/openrlhf/reward.py), on every supported version."""
+    for version in ("0.9.10", "0.11.2"):
+        argv = _argv(tmp_path, version)
+        assert "--reward.remote_url" not in argv and "--remote_rm_url" not in argv
+        flag = "--train.agent_func_path" if "--train.agent_func_path" in argv else "--agent_func_path"
+        assert argv[argv.index(flag) + 1].endswith("rlbridge_reward.py")
+    argv = _argv(tmp_path, "0.11.2", "reward=[]", "environment={name: digit_turns}")
+    assert argv[argv.index("--train.agent_func_path") + 1].endswith("rlbridge_agent.py")
