@@ -22,6 +22,34 @@ def install() -> None:
 
     apply_from_environment(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV)
     when_imported("openrlhf.utils.logging_utils", _instrument_logger)
+    # after the patches' hooks (registered above), so that it wraps the CPU weight receiver too
+    when_imported("openrlhf.trainer.ray.vllm_worker_wrap", _instrument_weight_sync)
+
+
+def _instrument_weight_sync(module) -> None:
+    """The weight-sync seam on the vLLM side: OpenRLHF's broadcast_to_vllm calls each engine's
+    WorkerWrap.update_weight once per tensor, with empty_cache=True on the last one. Count tensors
+    and bytes in this engine process and report the sync as one event when it ends."""
+    wrap = module.WorkerWrap
+    original = wrap.update_weight
+    if getattr(original, "_rlbridge", False):
+        return
+    sent = {"bytes": 0, "tensors": 0}
+
+    def update_weight(self, name, dtype, shape, empty_cache=False, *args, **kwargs):
+        result = original(self, name, dtype, shape, empty_cache, *args, **kwargs)
+        numel = 1
+        for size in shape:
+            numel *= int(size)
+        sent["bytes"] += numel * dtype.itemsize
+        sent["tensors"] += 1
+        if empty_cache:  # the last tensor of this sync
+            write_event({"kind": "weight_sync", **sent})
+            sent["bytes"] = sent["tensors"] = 0
+        return result
+
+    update_weight._rlbridge = True
+    wrap.update_weight = update_weight
 
 
 def _instrument_logger(module) -> None:

@@ -4,7 +4,7 @@ TRL times generation, reward calls and `_prepare_inputs` with `trl.extras.profil
 but reports those timings only to wandb/mlflow/trackio, not through callbacks. While a run is
 active we also add each duration to a dict (keeping TRL's own behaviour), from which the metrics
 callback derives the canonical phase timings (generate, reward, old log-prob, reference, weight
-sync, update). Log-prob passes run inside `_prepare_inputs` (old policy, then reference) are kept
+sync, update), and counts the bytes and tensors of every weight sync to vLLM. Log-prob passes run inside `_prepare_inputs` (old policy, then reference) are kept
 apart, in call order, under "logps_in_prepare".
 """
 
@@ -39,8 +39,33 @@ def profiling_timers(timers: dict[str, float]):
 
     profiling.ProfilingContext.__enter__ = enter
     profiling.ProfilingContext._log_metrics = log_metrics
+    generation = _vllm_generation()
+    original_iter = generation._iter_named_params if generation is not None else None
+
+    def iter_named_params(self):
+        # the weight-sync seam: every tensor TRL hands vLLM (colocate load_weights or the server's
+        # broadcast) passes through this generator once per sync
+        for name, tensor in original_iter(self):
+            timers["weight_sync.bytes"] = timers.get("weight_sync.bytes", 0.0) + float(tensor.numel() * tensor.element_size())
+            timers["weight_sync.tensors"] = timers.get("weight_sync.tensors", 0.0) + 1.0
+            yield name, tensor
+
+    if generation is not None:
+        generation._iter_named_params = iter_named_params
     try:
         yield timers
     finally:
         profiling.ProfilingContext._log_metrics = original
         profiling.ProfilingContext.__enter__ = original_enter
+        if generation is not None:
+            generation._iter_named_params = original_iter
+
+
+def _vllm_generation():
+    """TRL's vLLM weight-sync owner (trl.generation.vllm_generation.VLLMGeneration, TRL >= 1.x), or
+    None where this TRL has none (then it syncs no weights we can see and the metric is absent)."""
+    try:
+        from trl.generation.vllm_generation import VLLMGeneration
+    except ImportError:
+        return None
+    return VLLMGeneration if hasattr(VLLMGeneration, "_iter_named_params") else None

@@ -28,6 +28,7 @@ def install() -> None:
     # probes are cheap; each patch waits for its module through a post-import hook
     apply_from_environment(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV)
     when_imported("verl.utils.tracking", _instrument_tracking)
+    when_imported("verl.workers.rollout.vllm_rollout.vllm_rollout", _instrument_weight_sync)
     when_imported("verl.workers.reward_manager", _register_reward_manager)
     when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_loop_manager)
     if os.environ.get(SEED_ENV):
@@ -63,6 +64,35 @@ def _instrument_tracking(module) -> None:
 
     log._rlbridge = True
     tracking.log = log
+
+
+def _instrument_weight_sync(module) -> None:
+    """The weight-sync seam of verl's vLLM rollout: every tensor the trainer hands the rollout passes
+    through ServerAdapter.update_weights' `weights` generator (colocated and checkpoint-engine paths
+    alike); count them and their bytes, and report each sync as an event of this step."""
+    adapter = getattr(module, "ServerAdapter", None)
+    original = getattr(adapter, "update_weights", None)
+    if original is None or getattr(original, "_rlbridge", False):
+        return
+
+    async def update_weights(self, weights, *args, **kwargs):
+        if kwargs.get("wire_format", "named_tensors") != "named_tensors":
+            return await original(self, weights, *args, **kwargs)
+        sent = {"bytes": 0, "tensors": 0}
+
+        def counted(pairs):
+            for name, tensor in pairs:
+                sent["bytes"] += tensor.numel() * tensor.element_size()
+                sent["tensors"] += 1
+                yield name, tensor
+
+        try:
+            return await original(self, counted(weights), *args, **kwargs)
+        finally:
+            write_event({"kind": "weight_sync", **sent})
+
+    update_weights._rlbridge = True
+    adapter.update_weights = update_weights
 
 
 def _register_reward_manager(module) -> None:

@@ -22,6 +22,8 @@ CANONICAL: dict[str, str] = {
     "timing/old_logprob_s": "Wall time of the old-policy log-prob pass (absent when the engine skips it), seconds.",
     "timing/ref_s": "Wall time of the reference-model log-prob pass (absent without a reference), seconds.",
     "timing/weight_sync_s": "Wall time of moving the updated weights to the rollout engine (absent when it shares them), seconds.",
+    "weight_sync/bytes": "Bytes of weights sent to the rollout engine in this step's syncs (absent when it shares them).",
+    "weight_sync/tensors": "Tensors sent to the rollout engine in this step's syncs.",
     "timing/experience_s": "Wall time of the old-policy, reference and value passes where an engine times them as one phase (OpenRLHF's make_experience), seconds.",
     "throughput/tokens_per_s": "Prompt and generated tokens processed per second of step time.",
     "memory/peak_mb": "Peak memory of the training process so far: accelerator memory on GPU, resident memory on CPU (MiB).",

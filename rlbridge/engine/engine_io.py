@@ -63,7 +63,8 @@ class EventFollower(threading.Thread):
     Events: {"kind": "metrics", "step", "data"} (the engine's per-step log), {"kind": "reward",
     "train", "stats", optional "samples" and "totals"} (batch statistics from a reward manager, with
     a few sampled rows and every sample's total), {"kind": "reward_sample", "total", "plugins",
-    optional "prompt", "completion"} (one sample, from per-sample reward hooks), {"kind":
+    optional "prompt", "completion"} (one sample, from per-sample reward hooks), {"kind": "weight_sync",
+    "bytes", "tensors"} (one transfer of weights to the rollout engine), {"kind":
     "reward_error", "error"}. The step's sampled rows and reward totals go to `ctx.emit_step` with
     its metrics (samples.jsonl, the sinks' tables and histograms).
     """
@@ -98,6 +99,7 @@ class EventFollower(threading.Thread):
             {p.name for p in self.checkpoint_dir.glob(checkpoint_glob)} if self.checkpoint_dir and self.checkpoint_dir.exists() else set()
         )
         self.peak_mb = 0.0
+        self.weight_sync: dict[str, int] = {}  # bytes and tensors sent to the rollout engine since the last step
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -140,6 +142,9 @@ class EventFollower(threading.Thread):
         elif kind == "reward_faults":
             for key, n in event["counts"].items():
                 self.fault_counts[key] = self.fault_counts.get(key, 0) + n
+        elif kind == "weight_sync":  # one transfer of weights to the rollout engine, from the engine's seam
+            for key in ("bytes", "tensors"):
+                self.weight_sync[key] = self.weight_sync.get(key, 0) + event[key]
         elif kind == "reward_fault":  # the first faults of the run: their error lines and row reach the console
             print(f"rlbridge: reward '{event['plugin']}' {event['outcome']} on row {event['row']}:\n{event['error']}", file=sys.stderr)
         elif kind == "eval_metrics":  # an evaluation logged on its own (OpenRLHF's log_eval)
@@ -162,6 +167,8 @@ class EventFollower(threading.Thread):
 
             canonical.update({f"reward/{k}": float(self.fault_counts.get(k, 0)) for k in COUNTERS})
             self.fault_counts = {}
+            canonical.update({f"weight_sync/{k}": float(v) for k, v in self.weight_sync.items()})
+            self.weight_sync = {}
             if "memory/peak_mb" not in canonical and self.peak_mb:
                 canonical["memory/peak_mb"] = self.peak_mb
             rows = self.batch_rows + [sample_row(s) for s in self.samples if "completion" in s]

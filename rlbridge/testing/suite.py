@@ -21,6 +21,7 @@ import math
 import os
 
 import pytest
+import yaml
 
 from rlbridge.contract.backend import Support, canonical_knobs
 from rlbridge.errors import RLBridgeError
@@ -148,6 +149,9 @@ def test_two_step_run_calls_the_reward_shim_and_streams_canonical_metrics(backen
         assert "nonfinite" not in row, f"step {row['step']}: non-finite {row['nonfinite']}"
         assert all(isinstance(v, (int, float)) and math.isfinite(v) for v in row.values()), row
     assert summary["nonfinite_steps"] == []
+    # a separate rollout engine (vLLM) gets the updated weights every step, measured at the engine's seam
+    if yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["rollout"]["engine"] == "vllm":
+        assert all(r.get("weight_sync/bytes", 0) > 0 and r.get("weight_sync/tensors", 0) > 0 for r in rows), rows
     samples = [json.loads(line) for line in recorder_plugin.read_text().splitlines()]
     assert len(samples) == 2 * 2 * 4  # steps x prompts x group
     if backend.scores_in_engine_workers:  # declared: the engine calls reward plugins in its own processes
