@@ -231,6 +231,9 @@ def phase_timings(timers: dict, trainer) -> dict[str, float]:
         found = [v for k, v in timers.items() if k.endswith(suffix)]
         if found:
             out[name] = sum(found)
+    for key, name in (("weight_sync.bytes", "weight_sync/bytes"), ("weight_sync.tensors", "weight_sync/tensors")):
+        if key in timers:
+            out[name] = timers[key]
     passes = timers.get("logps_in_prepare") or []
     if passes and trainer is not None:
         args = trainer.args
