@@ -6,6 +6,7 @@ SUPPORTED_VERSIONS = ">=0.9.10,<=0.11.2"
 DEFAULT_VERSION = "0.11.2"
 # This adapter's own tests (the conformance suite, rlbridge.testing.suite, runs on top of them).
 TESTS = (
+    "tests/engines/test_openrlhf_reward_faults_in_env.py",
     "tests/engines/test_openrlhf_in_env.py",
     "tests/test_openrlhf_plan.py",
 )
