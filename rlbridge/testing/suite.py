@@ -160,6 +160,13 @@ def test_two_step_run_calls_the_reward_shim_and_streams_canonical_metrics(backen
         assert x["prompt"] in {d * 4 for d in "0123456789"} and x["answer"] == x["prompt"][0]
         assert isinstance(x["completion"], str) and 1 <= len(x["completion_ids"]) <= 8
     assert_engine_token_ids(samples)
+    patches = tmp_path / "run" / "patches.json"
+    if backend.scores_in_engine_workers and patches.exists():
+        # every engine process that applied patches reported them; some ran outside the driver
+        report = json.loads(patches.read_text())
+        applied_in = {p["pid"] for entry in report["by_patch"].values() for p in entry["applied_in"]}
+        if applied_in:  # (on a GPU no CPU enablement applies)
+            assert len(report["processes"]) >= 2 and applied_in - {os.getpid()}, report["by_patch"]
 
 
 def assert_engine_token_ids(samples: list[dict]) -> None:
@@ -228,3 +235,85 @@ def test_checkpoints_are_reported_and_a_resumed_run_continues(backend, tmp_path)
     assert saved == [1, 2, 3]  # the resumed run saved step 3 only
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]  # it went on from step 2
+
+
+def _ray_workers() -> list[tuple[int, str, int]]:
+    """(pid, name, rss kB) of this process's Ray actor processes ('ray::Name...' in ps)."""
+    from rlbridge.engine.lifeline import descendants
+
+    out = []
+    for pid in descendants():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                name = fh.read().split(b"\0")[0].decode(errors="replace")
+            with open(f"/proc/{pid}/statm") as fh:
+                rss = int(fh.read().split()[1]) * 4
+        except (OSError, ValueError, IndexError):
+            continue
+        if name.startswith("ray::") and not name.startswith(("ray::IDLE", "ray::_")):
+            out.append((pid, name, rss))
+    return out
+
+
+@pytest.mark.engine
+def test_a_killed_engine_worker_fails_the_run_naming_it_and_leaves_no_process(backend, tmp_path):
+    """SIGKILL of the engine's biggest Ray worker (the policy's) after the first step: the run fails,
+    summary.json names the process, its first error lines and a log that exists, and nothing the
+    run started is left running."""
+    import signal
+    import threading
+    import time
+
+    from rlbridge.engine.lifeline import _alive, descendants
+
+    if backend.name == "trl":
+        pytest.skip("TRL trains in one process: there is no engine worker to lose")
+    before = set(descendants())
+    run = tmp_path / "run"
+    overrides = [
+        f"backend={backend.name}", f"output_dir={run}", "training.steps=6", "training.batch_size=2",
+        "algorithm.group_size=4", "rollout.max_new_tokens=8", "resources.gpus_per_node=auto",
+    ]
+    killed: dict = {}
+
+    def kill_after_first_step():
+        deadline = time.time() + 900
+        while time.time() < deadline:
+            metrics = run / "metrics.jsonl"
+            if metrics.exists() and metrics.read_text().strip():
+                workers = _ray_workers()
+                if workers:
+                    pid, name, _ = max(workers, key=lambda w: w[2])
+                    killed.update(pid=pid, name=name)
+                    os.kill(pid, signal.SIGKILL)
+                    break
+            time.sleep(0.2)
+        if killed and not done.wait(300):  # an engine that hangs on a dead worker must not hang the suite
+            killed["hung"] = True
+            import _thread
+
+            _thread.interrupt_main()
+
+    done = threading.Event()
+    killer = threading.Thread(target=kill_after_first_step, daemon=True)
+    killer.start()
+    try:
+        with pytest.raises(BaseException):
+            train(load_config(QUICKSTART, overrides), progress=False)
+    finally:
+        done.set()
+    killer.join(timeout=5)
+    assert killed, "no Ray worker was found to kill"
+    assert not killed.get("hung"), f"the run did not fail within 300 s of the death of {killed}"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    failure = summary.get("failure")
+    assert failure, summary.get("error")
+    actor = killed["name"].split("::", 1)[1].split(".")[0].split()[0]
+    assert str(killed["pid"]) in failure["process"] or actor in failure["process"], (killed, failure)
+    assert failure["error"] and os.path.exists(failure["log"]), failure
+    deadline = time.time() + 30
+    while time.time() < deadline and any(_alive(p) for p in set(descendants()) - before):
+        time.sleep(0.5)
+    left = {p for p in set(descendants()) - before if _alive(p)}
+    assert not left, f"processes of the run still running: {left}"
