@@ -12,7 +12,9 @@ needs (environment plugins, checkpoints) is read from the backend's capability t
 * e2e (marked `engine`): a 2-step run through the engine's own trainer calls the rlbridge reward
   shim with the right inputs and produces finite canonical metrics; checkpoints are reported through
   the checkpoint hook and a resumed run goes on from the last one; where the backend runs environment
-  plugins, a 2-step run drives one through the engine's own multi-turn machinery.
+  plugins, a 2-step run drives one through the engine's own multi-turn machinery; an engine whose
+  work runs in Ray workers fails the run naming the worker that was SIGKILLed mid-run, its error
+  lines and log, and leaves no process behind.
 """
 
 import importlib
