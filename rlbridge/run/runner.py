@@ -181,7 +181,9 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
         summary["engine_version"] = ctx.engine_version or summary["engine_version"]
         summary.update(status=status, error=f"{type(exc).__name__}: {exc}", wall_s=time.time() - started)
         if getattr(exc, "failure", None):  # which engine process died, its first error lines, its log
-            summary["failure"] = exc.failure
+            summary["failure"] = failure = exc.failure
+            first = (failure.get("error") or [""])[0]
+            ctx.warn(f"{failure.get('process')} failed: {failure.get('how') or first}"[:400] + f"; log: {failure.get('log')}")
         summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints, nonfinite_steps=ctx.nonfinite_steps,
                        evaluations=ctx.evals)
         ctx.close()
