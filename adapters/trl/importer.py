@@ -43,9 +43,9 @@ SCRIPT_KEYS = {  # keys of `trl grpo --config` that are not config fields
     "reward_funcs": "the recipe's reward functions: rlbridge rewards are plugins (reward: [{name: ...}]); port them to reward plugins",
     "reward_model_name_or_path": "a neural reward model: not a canonical reward kind yet",
     "dtype": None, "torch_dtype": None,
-    "use_peft": "LoRA (peft): no canonical knob yet", "lora_r": "LoRA (peft): no canonical knob yet",
-    "lora_alpha": "LoRA (peft): no canonical knob yet", "lora_dropout": "LoRA (peft): no canonical knob yet",
-    "lora_target_modules": "LoRA (peft): no canonical knob yet", "lora_task_type": "LoRA (peft): no canonical knob yet",
+    # LoRA (peft; TRL scripts' ModelConfig): model.lora, read back from the plan's peft settings in view()
+    "use_peft": None, "lora_r": None, "lora_alpha": None, "lora_dropout": None, "lora_target_modules": None,
+    "lora_task_type": None,
     "attn_implementation": "the model's attention implementation: set by the engine",
     "trust_remote_code": "rlbridge loads local models",
 }
@@ -212,6 +212,11 @@ class TRLRecipeImporter:
         out["config_class"] = native["config_class"]
         out["model_name_or_path"] = native["model"]["path"]
         out["dtype"] = native["model"]["dtype"]
+        lora = native.get("lora")
+        out["use_peft"] = lora is not None
+        if lora is not None:
+            out.update(lora_r=lora["r"], lora_alpha=lora["lora_alpha"], lora_dropout=lora["lora_dropout"],
+                       lora_target_modules=lora["target_modules"], lora_task_type=lora["task_type"])
         return out
 
     def special(self, setting: Setting) -> tuple[str, str] | None:
@@ -226,7 +231,7 @@ class TRLRecipeImporter:
                 "reward_funcs": "the recipe's reward functions: rlbridge rewards are plugins (reward: [{name: ...}]); port them",
                 "train_dataset": "the trainer's dataset (code): set data.train to a local jsonl/parquet/save_to_disk copy",
                 "eval_dataset": "the trainer's eval dataset (code): set data.eval",
-                "peft_config": "LoRA (peft): no canonical knob yet",
+                "peft_config": "a peft config object (code): set model.lora",
                 "environment_factory": "a TRL environment: write an rlbridge environment plugin",
             }.get(what, "trainer argument")
         if key == "model_init_kwargs" and isinstance(setting.value, dict) and set(setting.value) <= {"dtype", "torch_dtype"}:

@@ -169,6 +169,7 @@ def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version
         o["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] = tr.max_tokens_per_device
     if tr.sequence_parallel_size > 1:
         o["actor_rollout_ref.actor.ulysses_sequence_parallel_size"] = tr.sequence_parallel_size
+    o["trainer.critic_warmup"] = config.critic.warmup_steps  # verl's default 0 also without a critic (recipes set it)
     if algo.name == "ppo":
         critic = config.critic
         o["critic.model.path"] = resolve_path(critic.path) if critic.path else "<model_dir>"
@@ -177,7 +178,6 @@ def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version
         o["critic.ppo_micro_batch_size_per_gpu"] = critic.micro_batch_size or micro
         o["critic.model.enable_gradient_checkpointing"] = tr.gradient_checkpointing
         o["critic.model.use_remove_padding"] = tr.sequence_packing
-        o["trainer.critic_warmup"] = critic.warmup_steps
         if tr.max_tokens_per_device:
             o["critic.ppo_max_token_len_per_gpu"] = tr.max_tokens_per_device
         if tr.sequence_parallel_size > 1:
