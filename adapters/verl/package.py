@@ -8,5 +8,6 @@ DEFAULT_VERSION = "0.9.1"
 # This adapter's own tests (the conformance suite, rlbridge.testing.suite, runs on top of them).
 TESTS = (
     "tests/engines/test_verl_in_env.py",
+    "tests/engines/test_verl_reward_managers_in_env.py",
     "tests/test_verl_plan.py",
 )

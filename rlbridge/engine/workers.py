@@ -158,8 +158,25 @@ def build_reward(spec: dict, index: int, plugins=None) -> Callable:
     return reward_fn({k: v for k, v in spec.items() if k not in ("factory", "inline")}, plugins or get_plugin_manager(), f"reward[{index}]")
 
 
+def _init_worker(specs_json: str) -> None:
+    """Pool initializer, in every worker at its start (replacements after a kill too): build the
+    run's rewards now, so that imports and model loads do not count against a call's timeout. A
+    factory that fails is raised again by the first call that needs it (and counted there)."""
+    for i, spec in enumerate(json.loads(specs_json)):
+        if spec.get("inline"):
+            continue
+        key = f"{specs_json}\0{spec['name']}"
+        try:
+            _worker_rewards[key] = build_reward(spec, i)
+        except Exception as exc:  # an initializer that raises would make the pool restart it forever
+            _worker_rewards[key] = exc
+
+
 def _worker_reward(specs_json: str, name: str) -> Callable:
     key = f"{specs_json}\0{name}"
+    if isinstance(_worker_rewards.get(key), Exception):
+        error = _worker_rewards.pop(key)
+        raise error
     if key not in _worker_rewards:
         for i, spec in enumerate(json.loads(specs_json)):
             if spec["name"] == name:
@@ -286,7 +303,8 @@ class RewardScorer:
                 return None
 
             self._pool = pebble.ProcessPool(
-                max_workers=self.settings.num_workers, context=multiprocessing.get_context("spawn")
+                max_workers=self.settings.num_workers, context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker, initargs=(self._specs_json,),
             )
             atexit.register(self.close)
             # start every worker now (spawn + imports) so that no first call pays for it

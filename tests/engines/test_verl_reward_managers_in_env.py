@@ -133,8 +133,9 @@ def test_a_hanging_plugin_costs_one_timeout_in_verl_reward_manager(env):
 
     events = env(length, hangs, batch_size=4)
     tok = _tokenizer()
+    workers.engine_scorer()._get_pool()  # the workers start (spawn, imports) before the clock does
     started = time.monotonic()
     out = make_legacy_manager()(tok)(_batch(tok), return_dict=True)
-    assert time.monotonic() - started < 3 + 10  # the timeout plus worker start-up, not a hang
+    assert time.monotonic() - started < 3 + 5  # one timeout (and the replacement's start), not a hang
     assert out["reward_tensor"].sum().item() == 16.0
     assert _fault_counts(events) == {"timeouts": 4}
