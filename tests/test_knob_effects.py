@@ -260,3 +260,17 @@ def test_trl_seed_makes_the_first_step_reproducible_and_a_new_seed_changes_it(tm
     a, again, b = first_step(7, "a"), first_step(7, "again"), first_step(8, "b")
     assert a and a == again
     assert a != b
+
+
+def test_trl_colocated_vllm_engine_gets_the_seed(monkeypatch):
+    """TRL seeds its colocated vLLM engine with the process index only; inside a run the LLM it builds
+    gets process index + training.seed."""
+    vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
+    from rlbridge_adapters.trl.patch import vllm_seed
+
+    made = []
+    monkeypatch.setattr(vllm_generation, "LLM", lambda *a, **kw: made.append(kw["seed"]), raising=False)
+    with vllm_seed(123):
+        vllm_generation.LLM(model="m", seed=0)  # what TRL passes for process 0
+    vllm_generation.LLM(model="m", seed=0)  # outside a run: TRL's own value
+    assert made == [123, 0]

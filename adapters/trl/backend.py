@@ -187,7 +187,9 @@ class TRLBackend(Backend):
                      note="gradient_accumulation_steps = mini / micro; max_steps counts updates"),
             honoured("training.micro_batch_size", ("per_device_train_batch_size", "gradient_accumulation_steps")),
             honoured("training.grad_clip", "max_grad_norm", note="null: 0 (disabled)"),
-            honoured("training.seed", ("seed", "data_seed"), note="transformers.set_seed (init, sampling) and the data order"),
+            honoured("training.seed", ("seed", "data_seed"),
+                     note="transformers.set_seed (init, HF sampling), the data order, and the colocated vLLM engine's seed "
+                          "(process index + seed, adapters/trl/patch.py)"),
             honoured("training.torch_threads", "launch.torch_threads", note="torch.set_num_threads"),
             rejected("resources.nodes", "rlbridge starts a private single-node run; use resources.nodes: 1"),
             rejected("resources.ray_address", "TRL runs in one process without Ray; leave resources.ray_address unset"),

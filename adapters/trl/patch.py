@@ -69,3 +69,28 @@ def _vllm_generation():
     except ImportError:
         return None
     return VLLMGeneration if hasattr(VLLMGeneration, "_iter_named_params") else None
+
+
+@contextmanager
+def vllm_seed(seed: int):
+    """training.seed for TRL's colocated vLLM engine: TRL creates it with seed = process index (the same
+    in every run), so its sampling would ignore the user's seed. While a run is active, the `LLM` that
+    TRL's vLLM generation builds gets process index + training.seed (tensor-parallel ranks still agree)."""
+    try:
+        from trl.generation import vllm_generation as module
+    except ImportError:
+        module = None
+    original = getattr(module, "LLM", None)
+    if original is None:  # no vLLM here (or a TRL without this module): nothing to seed
+        yield
+        return
+
+    def seeded_llm(*args, **kwargs):
+        kwargs["seed"] = int(kwargs.get("seed") or 0) + seed
+        return original(*args, **kwargs)
+
+    module.LLM = seeded_llm
+    try:
+        yield
+    finally:
+        module.LLM = original

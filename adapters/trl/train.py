@@ -21,7 +21,7 @@ from rlbridge.contract.rewards import BoundReward, RewardInput, build_rewards, s
 from rlbridge.contract.models import materialize_model, materialize_path
 from rlbridge.engine.engine_io import EVENTS_ENV
 from rlbridge_adapters.trl.metrics import to_canonical
-from rlbridge_adapters.trl.patch import profiling_timers
+from rlbridge_adapters.trl.patch import profiling_timers, vllm_seed
 from rlbridge_adapters.trl.patches import PATCHES
 
 
@@ -302,7 +302,7 @@ def run_trl(plan, ctx) -> None:
     timers: dict[str, float] = {}
     callback = CanonicalMetrics(ctx, native["updates_per_step"], timers, collector)
     callback.scorer = scorer
-    with profiling_timers(timers):
+    with profiling_timers(timers), vllm_seed(int(native["args"]["seed"])):
         trainer = trainer_class(
             model=model_path,
             reward_funcs=rewards,
