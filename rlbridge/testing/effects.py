@@ -510,7 +510,14 @@ def test_every_knob_takes_effect(backend_name, knob):
     if cap.support is Support.APPROXIMATED and (cap.approximate_when is None or cap.approximate_when(prepared.config)):
         assert any(note.startswith(f"{knob}:") for note in prepared.plan.approximations), prepared.plan.approximations
     if backend.installed_version() and backend.version_supported(backend.installed_version()):
-        backend.validate(prepared.plan)  # the engine's own config code accepts every translated value
+        from rlbridge.contract.models import BUILTIN_PREFIX, looks_local, materialize_model
+        from rlbridge.run.runner import model_paths
+
+        # verl's config code loads the config of the models it is given (e.g. the critic's): hub ids
+        # (effect values such as model.path: org/model) cannot be validated offline
+        if all(path.startswith(BUILTIN_PREFIX) or looks_local(path) for _, path in model_paths(prepared.config)):
+            materialize_model(prepared.config)
+            backend.validate(prepared.plan)  # the engine's own config code accepts every translated value
 
 
 # ---- one real run per engine: the seed reaches the engine, evaluation reaches metrics ----
