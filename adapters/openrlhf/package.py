@@ -8,5 +8,6 @@ DEFAULT_VERSION = "0.11.2"
 TESTS = (
     "tests/engines/test_openrlhf_reward_faults_in_env.py",
     "tests/engines/test_openrlhf_in_env.py",
+    "tests/engines/test_openrlhf_token_ids_in_env.py",
     "tests/test_openrlhf_plan.py",
 )
