@@ -3,7 +3,8 @@
 The package is installed into a private site directory as a real distribution (dist-info with an
 `rlbridge` entry point and a version), exactly as `pip install` would leave it, and its own test
 module is the three lines a third party writes: import the suite, name the backend. Its "engine" is
-a toy that trains in-process (samples digits, scores them through rlbridge's reward shim, reports
+a toy that trains in-process (samples token ids, decodes them with the model's tokenizer, scores
+them through rlbridge's reward shim, reports
 canonical metrics), enough to prove the core contract; it proves no real engine.
 """
 
@@ -41,16 +42,22 @@ class ToyBackend(Backend):
         assert plan.native["steps"] >= 1
 
     def run(self, plan, ctx):
+        from transformers import AutoTokenizer
+
+        from rlbridge.contract.models import materialize_model
+
         native = plan.native
         rng = random.Random(native["seed"])
+        tokenizer = AutoTokenizer.from_pretrained(materialize_model(ctx.config))  # the engine's own tokenizer
         rows = load_rows(ctx.config.data.train, ctx.config, "data.train")
         rewards = build_rewards(ctx.config)
         for step in range(1, native["steps"] + 1):
             inputs = []
             for row in rng.sample(rows, native["prompts"]):
                 for _ in range(native["samples"]):
-                    text = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, native["max_tokens"])))
-                    inputs.append(RewardInput(prompt=row["prompt"], completion=text, completion_ids=[ord(c) for c in text],
+                    ids = [rng.randrange(len(tokenizer)) for _ in range(rng.randint(1, native["max_tokens"]))]  # "sampled"
+                    text = tokenizer.decode(ids, skip_special_tokens=True)
+                    inputs.append(RewardInput(prompt=row["prompt"], completion=text, completion_ids=ids,
                                               answer=row.get("answer"), metadata=row))
             totals = [sum(r.weight * (s or 0.0) for r, s in zip(rewards, col)) for col in zip(*[score(r, inputs) for r in rewards])]
             mean = sum(totals) / len(totals)

@@ -51,3 +51,20 @@ def requirement_unmet(backend: Backend, config: RunConfig, *knobs: str) -> str |
             return f"{knob}: {problem}"
     return None
 
+
+
+def install_plugin_distribution(site: Path, module: str, source: str, monkeypatch) -> None:
+    """Install `source` as module `module` in a real distribution with an `rlbridge` entry point
+    under `site`, visible to this process and to every process it starts (PYTHONPATH), so that engine
+    processes (Ray workers included) find the plugin exactly as they would a user's installed one."""
+    import importlib
+    import os
+
+    dist = site / f"{module}-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[rlbridge]\n{module} = {module}\n")
+    (site / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p))
+    importlib.invalidate_caches()

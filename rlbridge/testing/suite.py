@@ -17,7 +17,6 @@ needs (environment plugins, checkpoints) is read from the backend's capability t
   lines and log, and leaves no process behind.
 """
 
-import importlib
 import json
 import math
 import os
@@ -30,7 +29,7 @@ from rlbridge.errors import RLBridgeError
 from rlbridge.run.loading import load_config
 from rlbridge.contract.registry import PluginManager, get_plugin_manager, reset_plugin_manager
 from rlbridge.run.runner import prepare, train
-from rlbridge.testing import QUICKSTART, requirement_unmet, standard_configs
+from rlbridge.testing import QUICKSTART, install_plugin_distribution, requirement_unmet, standard_configs
 
 STANDARD_CONFIGS = standard_configs()
 REQUIRED_METRICS = {
@@ -114,17 +113,9 @@ def recorder_plugin(tmp_path, monkeypatch):
     """A reward plugin installed as a real distribution with an `rlbridge` entry point, so that engine
     processes (Ray workers included) find it exactly as they would a user's plugin. It logs every
     sample it is called with to a file, with the pid of the process that called it."""
-    site = tmp_path / "plugin-site"
-    dist = site / "rlbridge_conformance_plugin-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rlbridge-conformance-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[rlbridge]\nconformance = rlbridge_conformance_plugin\n")
-    (site / "rlbridge_conformance_plugin.py").write_text(RECORDER_MODULE)
+    install_plugin_distribution(tmp_path / "plugin-site", "rlbridge_conformance_plugin", RECORDER_MODULE, monkeypatch)
     log = tmp_path / "reward_calls.jsonl"
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p))
     monkeypatch.setenv("RLBRIDGE_CONFORMANCE_LOG", str(log))
-    importlib.invalidate_caches()
     reset_plugin_manager()
     yield log
     reset_plugin_manager()
@@ -268,8 +259,8 @@ def test_a_killed_engine_worker_fails_the_run_naming_it_and_leaves_no_process(ba
 
     from rlbridge.engine.lifeline import _alive, descendants
 
-    if backend.name == "trl":
-        pytest.skip("TRL trains in one process: there is no engine worker to lose")
+    if not backend.scores_in_engine_workers:  # declared by the backend
+        pytest.skip(f"{backend.name} trains in one process: there is no engine worker to lose")
     before = set(descendants())
     run = tmp_path / "run"
     overrides = [
