@@ -30,7 +30,7 @@ test: install browser
 CI_CELLS ?= trl==1.16.0-vllm verl==0.5.0 verl==0.9.1 openrlhf==0.11.2
 test-engines: install
 	@for cell in $(CI_CELLS); do \
-	  RLBRIDGE_COMPAT_RESULTS=runs/ci-compat $(BIN)/rlbridge compat run --engine $${cell%%==*} --version $${cell##*==} || exit 1; \
+	  RLBRIDGE_CI_CELLS=1 RLBRIDGE_COMPAT_RESULTS=runs/ci-compat $(BIN)/rlbridge compat run --engine $${cell%%==*} --version $${cell##*==} || exit 1; \
 	done
 
 # Headless Chromium for the HTML report's browser test (tests/test_telemetry.py), from the system

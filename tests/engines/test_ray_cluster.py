@@ -25,19 +25,27 @@ def _free_port() -> int:
 
 
 @pytest.mark.engine
-def test_submit_runs_verl_on_a_two_node_cluster_with_workers_on_both_nodes(tmp_path):
+@pytest.mark.matrix_only  # make compat only: several minutes on two simulated nodes
+def test_submit_runs_verl_on_a_two_node_cluster_with_workers_on_both_nodes(tmp_path, monkeypatch):
     verl = pytest.importorskip("verl", reason="runs in the verl engine environment (rlbridge compat run --engine verl)")
     if tuple(int(x) for x in verl.__version__.split(".")[:2]) < (0, 9):
         pytest.skip("one engine version proves the seam: verl 0.9 (vLLM rollout on CPU)")
     from ray.cluster_utils import Cluster
     from ray.util.state import list_actors
 
+    # every Ray process of this cluster (raylets, dashboard agents, job drivers, workers) on loopback:
+    # without it Ray resolves 127.0.0.1 to the machine's outward address
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     port = _free_port()
-    node = {"node_ip_address": "127.0.0.1", "num_cpus": 8, "num_gpus": 1}  # logical GPUs: placement only
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": True, "dashboard_host": "127.0.0.1",
+
+    def node() -> dict:  # two raylets on one machine: their dashboard agents need their own ports
+        return {"node_ip_address": "127.0.0.1", "num_cpus": 8, "num_gpus": 1,  # logical GPUs: placement only
+                "dashboard_agent_listen_port": _free_port(), "metrics_export_port": _free_port()}
+
+    cluster = Cluster(initialize_head=True, head_node_args={**node(), "include_dashboard": True, "dashboard_host": "127.0.0.1",
                                                             "dashboard_port": port})
     try:
-        second = cluster.add_node(**node)
+        second = cluster.add_node(**node())
         cluster.wait_for_nodes()
         out = tmp_path / "run"
         res = subprocess.run(
