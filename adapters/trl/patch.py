@@ -45,7 +45,9 @@ def profiling_timers(timers: dict[str, float]):
     def iter_named_params(self):
         # the weight-sync seam: every tensor TRL hands vLLM (colocate load_weights or the server's
         # broadcast) passes through this generator once per sync
-        for name, tensor in original_iter(self):
+        from rlbridge.engine.weight_sync import weights_to_send
+
+        for name, tensor in weights_to_send("trl", original_iter(self)):  # a plugin may replace them
             timers["weight_sync.bytes"] = timers.get("weight_sync.bytes", 0.0) + float(tensor.numel() * tensor.element_size())
             timers["weight_sync.tensors"] = timers.get("weight_sync.tensors", 0.0) + 1.0
             yield name, tensor

@@ -11,6 +11,7 @@ from rlbridge.engine.engine_io import write_event
 from rlbridge.contract.metrics import numbers
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import apply_from_environment
+from rlbridge.engine.weight_sync import Counted, weights_to_send
 
 NATIVE_ENV = "RLBRIDGE_VERL_NATIVE"
 SEED_ENV = "RLBRIDGE_SEED"  # training.seed, set in the plan's env by the backend
@@ -69,7 +70,8 @@ def _instrument_tracking(module) -> None:
 def _instrument_weight_sync(module) -> None:
     """The weight-sync seam of verl's vLLM rollout: every tensor the trainer hands the rollout passes
     through ServerAdapter.update_weights' `weights` generator (colocated and checkpoint-engine paths
-    alike); count them and their bytes, and report each sync as an event of this step."""
+    alike). A `rlbridge_weight_sync` plugin may replace them; what is sent is counted and reported
+    as an event of this step."""
     adapter = getattr(module, "ServerAdapter", None)
     original = getattr(adapter, "update_weights", None)
     if original is None or getattr(original, "_rlbridge", False):
@@ -78,18 +80,11 @@ def _instrument_weight_sync(module) -> None:
     async def update_weights(self, weights, *args, **kwargs):
         if kwargs.get("wire_format", "named_tensors") != "named_tensors":
             return await original(self, weights, *args, **kwargs)
-        sent = {"bytes": 0, "tensors": 0}
-
-        def counted(pairs):
-            for name, tensor in pairs:
-                sent["bytes"] += tensor.numel() * tensor.element_size()
-                sent["tensors"] += 1
-                yield name, tensor
-
+        sent = Counted(weights_to_send("verl", weights))
         try:
-            return await original(self, counted(weights), *args, **kwargs)
+            return await original(self, iter(sent), *args, **kwargs)
         finally:
-            write_event({"kind": "weight_sync", **sent})
+            sent.report()
 
     update_weights._rlbridge = True
     adapter.update_weights = update_weights

@@ -33,6 +33,7 @@ Two kinds of hooks:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -62,8 +63,10 @@ if TYPE_CHECKING:  # types only: backend and config import nothing from here, so
 def rlbridge_register_backends() -> list[type[Backend]]:
     """Return the Backend classes this plugin provides (one per engine, e.g. TRLBackend).
 
-    Called once when backends are first looked up. The class must not import its engine at class
-    definition time; it imports it in `run()` (and in helpers only `run()` and tests call).
+    Called once per process when backends are first looked up: in the user's process (plan, train)
+    and in an engine environment's child process (`rlbridge.engine.child`). The class must not import
+    its engine at class definition time; it imports it in `run()` (and in helpers only `run()` and
+    tests call). Results of all plugins are concatenated.
     """
 
 
@@ -73,7 +76,10 @@ def rlbridge_register_rewards() -> list[RewardPlugin]:
 
     The factory is called with the `args` of the config's reward entry and returns a callable that
     takes a list of `rlbridge.contract.rewards.RewardInput` and returns one float (or None: not applicable)
-    per input. Called once when rewards are first looked up.
+    per input. Called once per process when rewards are first looked up: in the user's process
+    (plan-time checks; the scoring of engines that train in it, such as TRL) and in every engine
+    process that scores (verl's reward workers, OpenRLHF's reward function, the worker pool's
+    processes). Results of all plugins are concatenated.
     """
 
 
@@ -81,14 +87,17 @@ def rlbridge_register_rewards() -> list[RewardPlugin]:
 def rlbridge_register_environments() -> list[EnvironmentPlugin]:
     """Return environment plugins (multi-turn episodes, tools): a name, a factory and a description.
 
-    Called once when environments are first looked up.
+    Called once per process when environments are first looked up: in the user's process (plan-time
+    checks) and in the engine processes that run episodes (verl's agent-loop workers, OpenRLHF's
+    agent executor, TRL's rollout function). Results of all plugins are concatenated.
     """
 
 
 @hookspec
 def rlbridge_register_data_sources() -> list[DataSourcePlugin]:
     """Return data-source plugins for `data.*.type: generator`: a name and a function
-    `(**args) -> list[dict]` that makes the rows. Called once when data sources are first looked up.
+    `(**args) -> list[dict]` that makes the rows. Called once, in the user's process (where rows are
+    made and written for the engine), when data sources are first looked up; results concatenated.
     """
 
 
@@ -96,7 +105,8 @@ def rlbridge_register_data_sources() -> list[DataSourcePlugin]:
 def rlbridge_register_model_builders() -> list[ModelBuilderPlugin]:
     """Return model builders for `model.path: builtin:NAME`: a function `(cache_dir, seed) -> path`
     that creates a model directory (weights, config, tokenizer) locally, idempotently.
-    Called once when model builders are first looked up.
+    Called once when model builders are first looked up, in the user's process or the engine
+    environment's child process (whichever materialises the model first); results concatenated.
     """
 
 
@@ -104,7 +114,8 @@ def rlbridge_register_model_builders() -> list[ModelBuilderPlugin]:
 def rlbridge_register_placement_policies() -> list[PlacementPolicy]:
     """Return placement policies for `placement.policy`: a name and a function that turns
     (config, resources) into a role -> devices layout, raising RLBridgeError when impossible.
-    Called once when placement policies are first looked up.
+    Called once, in the user's process (the layout is part of the plan), when placement policies
+    are first looked up; results concatenated.
     """
 
 
@@ -174,3 +185,23 @@ def rlbridge_run_failed(error: BaseException, summary: dict[str, Any]) -> None:
     and error.txt were written; `summary` is what summary.json holds (status 'failed' or
     'interrupted', `error` the one-line message). `error` is the exception, re-raised after the hooks
     ran. Return values are ignored."""
+
+
+# --- inside engine processes --------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def rlbridge_weight_sync(engine: str, weights: Iterable[tuple[str, Any]]) -> Iterable[tuple[str, Any]] | None:
+    """Called inside the engine process that hands updated weights to the rollout engine (verl's
+    rollout worker, TRL's trainer process), once per weight sync, before anything is sent.
+
+    `engine` is the backend's name; `weights` is the engine's own iterable of (parameter name,
+    tensor) in the order it would send them, consumed at most once. Return an iterable of (name,
+    tensor) to send instead (only the changed tensors, re-typed or re-bucketed ones, or the engine's
+    own, counted: the rollout engine loads whatever arrives by name), or None to leave the transfer
+    as the engine does it. The first implementation that returns non-None wins (pluggy
+    firstresult). The bytes and tensors actually sent are measured after it, as
+    `weight_sync/bytes` and `weight_sync/tensors`. Plugins reach engine processes through the
+    `rlbridge` entry-point group or the config's `plugins:`. Where an engine has no such seam
+    (OpenRLHF sends from inside its actor's broadcast loop), the hook is not called.
+    """
