@@ -101,7 +101,8 @@ def test_verl_everyday_knobs(tmp_path):
               "training.max_tokens_per_device=3000", "training.sequence_packing=true", "rollout.max_prompt_tokens=32",
               "rollout.drop_overlong_prompts=true", "model.use_chat_template=true",
               "model.chat_template_kwargs={enable_thinking: false}", "algorithm.rollout_correction=sequence_truncate",
-              "algorithm.rollout_correction_threshold=5.0", "model.lora={rank: 8, alpha: 32, target_modules: [q_proj]}")
+              "algorithm.rollout_correction_threshold=5.0", "model.lora={rank: 8, alpha: 32, target_modules: [q_proj]}",
+              "resources.gpus_per_node=1")
     assert o["actor_rollout_ref.actor.entropy_coeff"] == 0.002
     assert o["actor_rollout_ref.model.enable_gradient_checkpointing"] is True
     assert o["actor_rollout_ref.actor.use_dynamic_bsz"] is True and o["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == 3000
@@ -119,6 +120,7 @@ def test_verl_everyday_knobs(tmp_path):
 
 @pytest.mark.parametrize("overrides,fragment", [
     (["model.lora={rank: 8, dropout: 0.1}"], "without dropout"),
+    (["model.lora={rank: 8}"], "BufferError in add_lora"),  # CPU + vLLM rollout: measured to fail
     (["training.sequence_parallel_size=2", "resources.gpus_per_node=2"], "needs remove-padding"),
     (["algorithm.dynamic_sampling=true"], "v1 \\(TransferQueue\\) trainer"),  # CPU: the legacy trainer
     (["algorithm.rollout_correction=token_mask"], "rejection sampling"),

