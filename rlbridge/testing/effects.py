@@ -375,7 +375,7 @@ EFFECTS: dict[str, Effect] = {
         "verl": {"actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.lora_alpha": 8,
                  "actor_rollout_ref.model.target_modules": ["q_proj", "v_proj"]},
         "openrlhf": {"ds.lora.rank": 4, "ds.lora.alpha": 8, "ds.lora.target_modules": ["q_proj", "v_proj"]},
-    }),
+    }, contexts={"verl": ("resources.gpus_per_node=1",)}),  # verl + vLLM-CPU cannot load LoRA adapters
     "rollout.drop_overlong_prompts": Effect(True, {
         "trl": {"launch.data.drop_overlong_prompts": True},
         "verl": {"data.filter_overlong_prompts": True},
