@@ -69,6 +69,21 @@ def train(
 
 
 @app.command()
+def submit(
+    config: Path = typer.Argument(..., help="YAML config file."),
+    address: str = typer.Option(..., "--address", help="The Ray cluster's job-submission address (its dashboard, e.g. http://head:8265)."),
+    set_: Optional[list[str]] = SetOption,
+    plugin: Optional[list[str]] = PluginOption,
+    job_python: Optional[str] = typer.Option(None, "--job-python", help="Python on the cluster's nodes that has rlbridge and the engine (default: this engine environment's, for clusters that share it)."),
+) -> None:
+    """Run CONFIG as a job on an existing Ray cluster (Ray's job submission API), following its logs."""
+    from rlbridge.run.submit import submit as run_submit
+
+    code = run_submit(_load(config, set_ or [], plugin), address, job_python, echo=out.print)
+    raise typer.Exit(code)
+
+
+@app.command()
 def plan(
     config: Path = typer.Argument(..., help="YAML config file."),
     set_: Optional[list[str]] = SetOption,
@@ -301,38 +316,6 @@ def _patches_check(engines: list[str]) -> None:
     out.print(table)
 
 
-@app.command("import")
-def import_(
-    recipe: str = typer.Argument(..., help="A launch script, a command line (quoted), or a config file of the engine."),
-    from_: str = typer.Option(..., "--from", help="The recipe's engine: verl, openrlhf or trl."),
-    engine_version: Optional[str] = typer.Option(None, "--engine-version", help="The engine version the recipe is for (default: the adapter's; OpenRLHF: from the flag spelling)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the canonical config here (and the report next to it, <stem>.import.txt)."),
-    reward: Optional[list[str]] = typer.Option(None, "--reward", help="Reward plugin for the config, NAME or NAME:WEIGHT (repeatable); a recipe's reward code cannot be imported."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-) -> None:
-    """Read a verl, OpenRLHF or TRL recipe into a canonical config; report how every setting maps."""
-    from rlbridge.run.importer import import_recipe, write
-
-    rewards = []
-    for item in reward or []:
-        name, _, weight = item.partition(":")
-        try:
-            rewards.append({"name": name, **({"weight": float(weight)} if weight else {})})
-        except ValueError:
-            raise RLBridgeError(f"--reward {item}: the weight after ':' must be a number") from None
-    result = import_recipe(recipe, from_, engine_version, rewards or None)
-    if as_json:
-        print(json.dumps(result.report_data(), indent=2, default=str))
-    else:
-        print(result.report(), end="")
-    if output:
-        report = write(result, output)
-        err.print(f"wrote {output} and {report}")
-    elif not as_json:
-        print("\n# canonical config (-o FILE writes it)")
-        print(result.to_yaml(), end="")
-
-
 @app.command()
 def bench(
     spec: Path = typer.Argument(..., help="Bench spec YAML: base config, arms, seeds (see docs/benchmarks.md)."),
@@ -399,19 +382,6 @@ def import_(
     elif not as_json:
         print("\n# canonical config (-o FILE writes it)")
         print(result.to_yaml(), end="")
-
-
-@app.command()
-def report(
-    run_dirs: list[Path] = typer.Argument(..., help="Run directories (output_dir of `rlbridge train`)."),
-    output: Path = typer.Option(Path("report.html"), "--output", "-o", help="The HTML file to write."),
-) -> None:
-    """One self-contained HTML page: canonical metric plots of the runs on shared axes, config
-    differences, summaries and sampled completions. Opens in any browser, no server."""
-    from rlbridge.run.dashboard import write_report
-
-    path = write_report(run_dirs, output)
-    out.print(f"[green]report[/green]: {len(run_dirs)} run{'s' if len(run_dirs) != 1 else ''} -> {path}")
 
 
 compat_app = typer.Typer(help="The compatibility matrix (compat_matrix/).", no_args_is_help=True)

@@ -86,3 +86,18 @@ def test_debug_shows_traceback(tmp_path):
 def test_steps_and_epochs_exclusive(tmp_path, knob):
     text = MINIMAL.replace("training: {steps: 2, batch_size: 2, lr: 5.0e-3}", f"training:\n  {knob}\n")
     _fails(tmp_path, text, expect=["either 'steps' or 'epochs'"])
+
+
+@pytest.mark.parametrize("extra", [[], ["algorithm.name=dr_grpo"], ["training.epochs=2", "training.steps=null"],
+                                   ["algorithm.rollout_correction=token_truncate"], ["backend=verl"]])
+def test_a_dumped_resolved_config_loads_again(extra):
+    """config.yaml of a run (and what rlbridge submit and the engine child receive) is the whole
+    resolved config, defaults included: it must validate again exactly as written."""
+    import yaml
+
+    from rlbridge.run.loading import dump_config, load_config, validate_config
+    from rlbridge.run.runner import resolve
+    from conftest import QUICKSTART
+
+    config = resolve(load_config(QUICKSTART, extra))
+    assert validate_config(yaml.safe_load(dump_config(config))) == config

@@ -334,6 +334,12 @@ class TRLBackend(Backend):
 
         make_args(plan.native)
 
+    def recipe_importer(self):
+        """Reads trl recipes for `rlbridge import` (the inverse mapping is derived from translate())."""
+        from rlbridge_adapters.trl.importer import TRLRecipeImporter
+
+        return TRLRecipeImporter()
+
     def run(self, plan, ctx) -> None:
         from rlbridge_adapters.trl.train import run_trl
 
@@ -344,9 +350,3 @@ def _model_path(config: RunConfig) -> str:
     from rlbridge.contract.models import model_path
 
     return model_path(config)
-    def recipe_importer(self):
-        """Reads trl recipes for `rlbridge import` (the inverse mapping is derived from translate())."""
-        from rlbridge_adapters.trl.importer import TRLRecipeImporter
-
-        return TRLRecipeImporter()
-

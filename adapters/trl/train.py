@@ -107,7 +107,8 @@ def trl_reward(bound: BoundReward, answer_key: str, tokenizer, collector: Sample
     """Wrap an rlbridge reward as a TRL reward function (named after the plugin, so TRL logs
     rewards/<plugin>/mean). TRL passes completions decoded without special tokens and the
     completion token ids; both reach the plugin. With a `scorer` (rlbridge.engine.workers), the
-    plugin runs in the run's worker pool and TRL gets the scores after the on_error policy."""
+    plugin runs in the run's worker pool: TRL gets the scores after the on_error policy, the
+    collector (telemetry) the plugin's own numbers, NaN included."""
 
     def reward(prompts, completions, completion_ids, **columns):
         inputs = []
@@ -131,15 +132,17 @@ def trl_reward(bound: BoundReward, answer_key: str, tokenizer, collector: Sample
                 )
             )
         if scorer is not None:
-            scores, extra = scorer.score_plugin(bound.name, inputs), scorer.last_metrics.get(bound.name)
+            scored = scorer.score_plugin_result(bound.name, inputs)
+            scores, seen, extra = scored.per_plugin[bound.name], scored.raw[bound.name], scorer.last_metrics.get(bound.name)
         else:
-            scores, extra = score(bound, inputs), getattr(bound.fn, "last_metrics", None)
+            scores = seen = score(bound, inputs)
+            extra = getattr(bound.fn, "last_metrics", None)
         log_metric = columns.get("log_metric")
         for key, value in (extra or {}).items():  # a native reward's extra metrics
             if callable(log_metric):
                 log_metric(f"rewards/{bound.name}/{key}", value)
         if collector is not None:
-            collector.record(bound.name, inputs, scores)
+            collector.record(bound.name, inputs, seen)
         return scores
 
     reward.__name__ = bound.name

@@ -86,7 +86,8 @@ class AlgorithmConfig(StrictModel):
                 "the lower one (DAPO clip-higher); raise clip_high or leave it unset"
             )
         if self.name == "dr_grpo":
-            if "loss_aggregation" in self.model_fields_set and self.loss_aggregation != "seq_mean_token_sum_norm":
+            default = type(self).model_fields["loss_aggregation"].default  # (not "was it set": a dumped config must load)
+            if self.loss_aggregation not in (default, "seq_mean_token_sum_norm"):
                 raise ValueError(
                     f"loss_aggregation: dr_grpo is defined by seq_mean_token_sum_norm, not {self.loss_aggregation}; "
                     "leave loss_aggregation unset or use name: grpo"
@@ -188,7 +189,8 @@ class DataConfig(StrictModel):
 
     @model_validator(mode="after")
     def _eval_interval_needs_eval(self) -> "DataConfig":
-        if self.eval is None and "eval_interval" in self.model_fields_set:
+        # compared with the default, not "was it set": a dumped config.yaml must load again
+        if self.eval is None and self.eval_interval != type(self).model_fields["eval_interval"].default:
             raise ValueError("eval_interval is set but there is no data.eval to evaluate on: add data.eval or remove eval_interval")
         return self
 
@@ -342,6 +344,11 @@ class ResourcesConfig(StrictModel):
     """Accelerators per node; 0 runs on CPU. 'auto' counts the visible NVIDIA GPUs."""
     cpus_per_node: int | None = Field(None, ge=1)
     """CPU cores per node for the engine's workers; None: all of them."""
+    ray_address: str | None = None
+    """Address of an existing Ray cluster to run on (its GCS `HOST:PORT`), for Ray engines (verl,
+    OpenRLHF). None: `RAY_ADDRESS` from the environment if set, else a private single-machine Ray
+    cluster that this run starts and stops. `resources.nodes` > 1 needs a cluster that spans them.
+    rlbridge only connects to and disconnects from a cluster it did not start; it never stops it."""
 
 
 class PlacementConfig(StrictModel):
@@ -500,7 +507,8 @@ class RunConfig(StrictModel):
                 f"algorithm.dynamic_sampling drops groups of samples of one prompt; {algo.name} has no groups: "
                 "use grpo, dr_grpo or rloo, or remove it"
             )
-        if "rollout_correction_threshold" in algo.model_fields_set and algo.rollout_correction == "none":
+        default = type(algo).model_fields["rollout_correction_threshold"].default  # (a dumped config must load)
+        if algo.rollout_correction == "none" and algo.rollout_correction_threshold != default:
             raise ValueError("algorithm.rollout_correction_threshold needs algorithm.rollout_correction (e.g. token_truncate)")
         if self.rollout.drop_overlong_prompts and self.rollout.max_prompt_tokens is None:
             raise ValueError("rollout.drop_overlong_prompts needs rollout.max_prompt_tokens (the length above which prompts are dropped)")

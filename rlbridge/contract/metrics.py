@@ -10,6 +10,7 @@ CANONICAL: dict[str, str] = {
     "reward/mean": "Mean total (weighted) reward of the step's samples.",
     "reward/std": "Standard deviation of the total reward over the step's samples.",
     "reward/<plugin>/mean": "Mean of one reward plugin's score (unweighted).",
+    "reward/<plugin>/<metric>": "An extra metric a native reward function reported (verl compute_score dict keys, OpenRLHF extra_logs, TRL log_metric), mean over the step's samples.",
     "loss/policy": "Policy loss of the step (averaged over its updates).",
     "kl": "KL divergence between the policy and the reference model (only with a reference).",
     "entropy": "Mean per-token entropy of the policy on the generated tokens.",
@@ -37,7 +38,7 @@ CANONICAL: dict[str, str] = {
     "reward/skipped": "Samples left without any score under rollout_workers.on_error: skip (their total is 0), this step.",
 }
 
-_PLUGIN_RE = re.compile(r"^reward/[A-Za-z0-9_.-]+/mean$")
+_PLUGIN_RE = re.compile(r"^reward/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
 def is_canonical(name: str) -> bool:

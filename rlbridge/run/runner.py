@@ -60,6 +60,13 @@ def model_paths(config: RunConfig) -> list[tuple[str, str]]:
     return paths
 
 
+def uses_ray(backend: Backend) -> bool:
+    """Whether the backend runs on Ray (its capability table honours resources.ray_address)."""
+    from rlbridge.contract.backend import Support
+
+    return backend.capability_table()["resources.ray_address"].support is not Support.REJECTED
+
+
 def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared:
     """Every check that can fail before anything is written or started, then the plan."""
     pm = plugins or get_plugin_manager()
@@ -67,6 +74,8 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     register_local_plugins(pm, config.plugins)  # before any lookup: they may provide the backend too
     export_local_plugins(config.plugins)  # for the engine processes, which inherit this environment
     backend = pm.backend(config.backend)
+    if config.resources.ray_address is None and os.environ.get("RAY_ADDRESS") and uses_ray(backend):
+        config.resources.ray_address = os.environ["RAY_ADDRESS"]  # Ray's own convention, made explicit in the plan
     if config.engine_version and not backend.version_supported(config.engine_version.split("-")[0]):
         raise ConfigError(
             f"engine_version: {backend.distribution} {config.engine_version} is outside the range backend "

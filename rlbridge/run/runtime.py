@@ -37,6 +37,7 @@ class RunContext:
         self.steps_done = 0
         self.history: list[dict[str, float]] = []
         self.checkpoints: list[dict[str, Any]] = []
+        self.evals: list[dict[str, float]] = []  # evaluations on data.eval (emit_eval)
         self.started = time.time()
         self.engine_version: str | None = None  # reported by an engine process in another environment
         self._metrics_fh = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")

@@ -77,7 +77,16 @@ def _follow(address: str, working_dir: str, entrypoint: str, record: Path) -> in
 
     client = JobSubmissionClient(address)
     passed = {k: v for k, v in os.environ.items() if k in ("RLBRIDGE_CACHE_DIR", "HF_HUB_OFFLINE", "PYTHONPATH")}
-    job_id = client.submit_job(entrypoint=entrypoint, runtime_env={"working_dir": working_dir, "env_vars": passed})
+    deadline = time.time() + 300
+    while True:  # a cluster that just started answers 504 until its node's job agent is up
+        try:
+            job_id = client.submit_job(entrypoint=entrypoint, runtime_env={"working_dir": working_dir, "env_vars": passed})
+            break
+        except RuntimeError as exc:
+            if "504" not in str(exc) or time.time() > deadline:
+                raise
+            print("the cluster's job agent is not up yet; retrying", flush=True)
+            time.sleep(5)
     started = time.time()
     (record / "job.json").write_text(json.dumps({"job_id": job_id, "address": address, "entrypoint": entrypoint}, indent=2))
     print(f"job {job_id} submitted; following its logs", flush=True)
