@@ -141,6 +141,12 @@ def build_tiny_model(target: Path, hidden: int = 64, layers: int = 2, heads: int
         model = Qwen2ForCausalLM(cfg).to(torch.float32)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
+    return save_model_dir(model, tok, target, spec)
+
+
+def save_model_dir(model, tok, target: Path, spec: dict) -> str:
+    """Write a built model and its tokenizer to `target` atomically (a temporary sibling, then one
+    rename), with the spec it was built from; a crash never leaves a half-written model behind."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -204,20 +210,7 @@ def qwen25_05b_shape(target: Path) -> str:
         model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        _portable_tokenizer_config(tmp)
-        (tmp / "rlbridge_builder.json").write_text(json.dumps(spec))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)
+    return save_model_dir(model, tok, target, spec)
 
 
 @hookimpl

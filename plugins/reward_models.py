@@ -11,10 +11,7 @@ digit_match reward function. Training is seeded and deterministic on CPU.
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
 
 BUILDER_VERSION = 1
@@ -41,7 +38,7 @@ def tiny_reward(target: Path) -> str:
     import torch
     from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
-    from rlbridge_plugins.models import _portable_tokenizer_config, build_tokenizer
+    from rlbridge_plugins.models import build_tokenizer, save_model_dir
 
     tok = build_tokenizer()
     cfg = Qwen2Config(vocab_size=len(tok), hidden_size=SPEC["hidden"], intermediate_size=128,
@@ -64,17 +61,4 @@ def tiny_reward(target: Path) -> str:
             loss.backward()
             optim.step()
     model.eval()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        _portable_tokenizer_config(tmp)
-        (tmp / "rlbridge_builder.json").write_text(json.dumps(SPEC))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)
+    return save_model_dir(model, tok, target, SPEC)
