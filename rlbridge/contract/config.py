@@ -86,8 +86,9 @@ class AlgorithmConfig(StrictModel):
                 "the lower one (DAPO clip-higher); raise clip_high or leave it unset"
             )
         if self.name == "dr_grpo":
-            default = type(self).model_fields["loss_aggregation"].default  # (not "was it set": a dumped config must load)
-            if self.loss_aggregation not in (default, "seq_mean_token_sum_norm"):
+            if "loss_aggregation" not in self.model_fields_set:  # dr_grpo's own, written out (a dumped config loads again)
+                object.__setattr__(self, "loss_aggregation", "seq_mean_token_sum_norm")
+            elif self.loss_aggregation != "seq_mean_token_sum_norm":
                 raise ValueError(
                     f"loss_aggregation: dr_grpo is defined by seq_mean_token_sum_norm, not {self.loss_aggregation}; "
                     "leave loss_aggregation unset or use name: grpo"
