@@ -114,7 +114,7 @@ def test_writes_outside_scratch_fail_and_scratch_is_private(tmp_path):
     host_file = tmp_path / "host.txt"
     result, took = run(f"""
         import os
-        for path in ["/etc/rlb-escape", "/usr/rlb-escape", "/rlb-escape", "{host_file}", "/work/rlb-escape",
+        for path in ["/etc/rlb-escape", "/usr/rlb-escape", "/rlb-escape", "{host_file}", "/opt/rlb-escape",
                      "/proc/rlb-escape", "/dev/rlb-escape"]:
             try:
                 with open(path, "w") as fh:
@@ -136,6 +136,7 @@ def test_host_secrets_and_environment_are_out_of_reach(tmp_path, monkeypatch):
     secret = tmp_path / "secret.txt"
     secret.write_text("TOPSECRET-FILE")
     home_secret = Path("/root/.rlbridge-sandbox-test-secret")
+    repo_file = Path(__file__).resolve().parents[1] / "pyproject.toml"  # the checkout on the host
     home_secret.write_text("TOPSECRET-HOME")
     monkeypatch.setenv("RLB_TEST_TOKEN", "TOPSECRET-ENV")
     try:
@@ -143,7 +144,7 @@ def test_host_secrets_and_environment_are_out_of_reach(tmp_path, monkeypatch):
             import os, glob
             print(sorted(os.environ))
             for path in ["{secret}", "{home_secret}", "/etc/shadow", "/proc/1/environ", "/proc/self/environ",
-                         "/work/main/pyproject.toml", "/root/.bash_history"]:
+                         "{repo_file}", "/root/.bash_history"]:
                 try:
                     print("READ", path, open(path, "rb").read()[:200])
                 except OSError as exc:
