@@ -46,7 +46,11 @@ def run(code: str, **limits):
     started = time.monotonic()
     result = run_python({"main.py": textwrap.dedent(code)}, limits=Limits(**limits))
     took = time.monotonic() - started
-    time.sleep(0.05)
+    # the kernel reaps a dead PID namespace's processes asynchronously: give it a moment (a fork
+    # bomb's hundreds on a loaded machine), never more than 2 s
+    deadline = time.monotonic() + 2.0
+    while processes_of(result.uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert processes_of(result.uid) == [], "a sandboxed process outlived the call"
     return result, took
 
