@@ -126,14 +126,14 @@ def test_writes_outside_scratch_fail_and_scratch_is_private(tmp_path):
                 print("WROTE", path)
             except OSError as exc:
                 print("blocked", type(exc).__name__)
-        with open("/tmp/work/mine.txt", "w") as fh:
+        with open("/tmp/scratch/mine.txt", "w") as fh:
             fh.write("scratch is writable")
         print("scratch ok", os.getcwd())
     """)
     assert "WROTE" not in result.stdout and result.stdout.count("blocked") == 7, result
-    assert "scratch ok /tmp/work" in result.stdout
+    assert "scratch ok /tmp/scratch" in result.stdout
     assert not host_file.exists() and not Path("/etc/rlb-escape").exists() and not Path("/rlb-escape").exists()
-    assert not Path("/tmp/work/mine.txt").exists()  # the scratch tmpfs went away with the namespace
+    assert not Path("/tmp/scratch/mine.txt").exists()  # the scratch tmpfs went away with the namespace
 
 
 def test_host_secrets_and_environment_are_out_of_reach(tmp_path, monkeypatch):

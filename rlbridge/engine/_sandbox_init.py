@@ -113,7 +113,7 @@ def main():
     try:
         build_root(job)
         uid = job["uid"]
-        work = "/tmp/work"
+        work = "/tmp/scratch"
         os.mkdir(work, 0o700)
         for name, content in job["files"].items():
             path = os.path.join(work, name)

@@ -124,7 +124,7 @@ def run_python(
         "main": main,
         "site": site_packages,
         "sys_path": [p for p in sys.path[1:] if p.startswith(sys.base_prefix) and "site-packages" not in p],
-        "env": {"PATH": "/usr/bin:/bin", "HOME": "/tmp/work", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"},
+        "env": {"PATH": "/usr/bin:/bin", "HOME": "/tmp/scratch", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"},
         "ro_paths": [*SYSTEM_PATHS, *python_paths()],
         "scratch_mb": max(1, 2 * limits.fsize_mb),
         "limits": asdict(limits),
