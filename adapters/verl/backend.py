@@ -18,7 +18,7 @@ from typing import Any
 from packaging.version import Version
 
 from rlbridge.contract.backend import (
-    Backend, Capability, approximated, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, rejected, resolved_dtype,
+    Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, rejected, resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.engine.engine_io import PASSTHROUGH_CHAT_TEMPLATE
@@ -347,7 +347,7 @@ class VerlBackend(Backend):
             })
             if tools:
                 o["actor_rollout_ref.rollout.multi_turn.tool_config_path"] = f"<run_dir>/{TOOL_CONFIG_FILE}"
-        passthrough = _flatten(config.backend_options.get("verl", {}))
+        passthrough = flatten(config.backend_options.get("verl", {}))
         for key in passthrough:  # knob-owned keys are refused before (Backend.check_backend_options); the rest of o too
             bare = key.lstrip("+")
             owned = {k for k in (bare, f"+{bare}") if k in o and k not in ADAPTER_DEFAULTS}
@@ -406,7 +406,7 @@ class VerlBackend(Backend):
         return settings
 
     def option_keys(self, options: dict[str, Any]) -> dict[str, Any]:
-        return {key.lstrip("+"): value for key, value in _flatten(options).items()}
+        return {key.lstrip("+"): value for key, value in flatten(options).items()}
 
     def render_native(self, plan) -> str:
         lines = [f"# verl {plan.native['verl_version']} main_ppo overrides (<run_dir>, <model_dir> and 'auto' are filled in at launch)"]
@@ -436,15 +436,6 @@ class VerlBackend(Backend):
         run_verl(plan, ctx)
 
 
-def _flatten(options: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """backend_options.verl as dotted Hydra keys, whether written nested or dotted."""
-    flat: dict[str, Any] = {}
-    for key, value in options.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def format_value(value: Any) -> str:

@@ -18,7 +18,8 @@ import yaml
 
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.run.recipe import Recipe, Setting, find_command, flatten, read_mapping
+from rlbridge.contract.backend import flatten
+from rlbridge.run.recipe import Recipe, Setting, find_command, read_mapping
 from rlbridge_adapters.verl.package import DEFAULT_VERSION
 
 MARKERS = ("verl.trainer.main_ppo",)

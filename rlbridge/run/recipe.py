@@ -292,17 +292,6 @@ def _flat_keys(data: Any, prefix: str = "") -> list[str]:
     return out
 
 
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings as dotted keys (non-empty mappings only; lists and empty mappings are values)."""
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def same(a: Any, b: Any) -> bool:
     """Native values compared as the engine would read them (1 == 1.0, (a, b) == [a, b])."""
     if isinstance(a, bool) or isinstance(b, bool):
