@@ -1,58 +1,105 @@
-"""rlbridge's overhead over TRL: the quickstart through `rlbridge train` and the same job written
-directly against TRL (direct_trl_quickstart.py), same seed, alternating, in one run.
+"""rlbridge's overhead over the native engine: the quickstart through `rlbridge train` and through the
+engine's own entry point (bench arms `ENGINE` and `native:ENGINE`, see docs/benchmarks.md), same seed,
+in pairs whose order alternates (rlbridge first in odd pairs, native first in even ones).
 
-Prints the wall-time ratio (median over pairs, whole process each) and whether the reward curves
-are identical. Usage: python benchmarks/overhead.py [--pairs 3]
+Each run is measured from outside by rlbridge.run.bench.run_one (the whole process, start to exit; the
+arrival time of every step). Per run:
+  per-step time = (arrival of the last step - arrival of step 2) / (steps - 2)   (steady state)
+  fixed time    = wall - steps x per-step time                                   (start-up + teardown)
+and per pair the rlbridge/native ratios of wall and per-step time, the extra fixed seconds, and whether
+the reward curves are identical. The 1-minute load average is recorded before every run (on a shared
+machine the numbers are only as good as the load is steady).
+
+Usage: python benchmarks/overhead.py [--engine trl|verl|openrlhf] [--pairs 3] [--steps 20]
+         [--lock FILE ...] [--out DIR]
 """
+
+from __future__ import annotations
 
 import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+VERSIONS = {"trl": None, "verl": "0.9.1", "openrlhf": "0.11.2"}
 
 
-def timed(cmd, env):
-    start = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
-    elapsed = time.perf_counter() - start
-    if res.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{res.stderr[-3000:]}")
-    return elapsed, res.stdout
+def per_run(result: dict, steps: int) -> dict:
+    arrivals = {int(k): v for k, v in result["step_arrival_s"].items()}
+    last = max(arrivals)
+    per_step = (arrivals[last] - arrivals[2]) / (last - 2) if last > 2 else None
+    rewards = [row.get("reward/mean") for row in result["history"]]
+    engine_step = statistics.median([r["timing/step_s"] for r in result["history"][1:] if "timing/step_s" in r] or [0]) or None
+    return {
+        "wall_s": result["wall_s"], "per_step_s": per_step, "fixed_s": result["wall_s"] - steps * per_step if per_step else None,
+        "engine_step_s": engine_step, "first_step_arrival_s": arrivals.get(1), "rewards": rewards,
+        "peak_tree_rss_mb": result["peak_tree_rss_mb"], "status": result["status"],
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--engine", choices=sorted(VERSIONS), default="trl")
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--lock", action="append", default=[], help="flock slot file(s) held during each run")
+    parser.add_argument("--out", type=Path, default=None, help="keep the runs and overhead.json here")
     opts = parser.parse_args()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    from rlbridge.run.loading import load_config
-    from rlbridge.contract.models import materialize_model
+    if opts.steps < 4:
+        sys.exit("--steps: at least 4 (per-step time is taken from step 2 on)")
+    from rlbridge.run.bench import build_jobs, load_spec, run_one
 
-    model_dir = materialize_model(load_config(REPO / "configs" / "quickstart.yaml"))
-    ratios, curves_equal = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for pair in range(opts.pairs):
-            run_dir = Path(tmp) / f"rlbridge-{pair}"
-            t_rlb, _ = timed(
-                [sys.executable, "-m", "rlbridge", "train", "configs/quickstart.yaml", "--no-progress",
-                 "--set", f"output_dir={run_dir}"], env)
-            t_trl, out = timed([sys.executable, str(REPO / "benchmarks" / "direct_trl_quickstart.py"), model_dir,
-                                str(Path(tmp) / f"direct-{pair}")], env)
-            rlb = [json.loads(l)["reward/mean"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-            trl = [json.loads(l)["reward"] for l in out.splitlines() if l.startswith("{")]
-            curves_equal.append(rlb == trl)
-            ratios.append(t_rlb / t_trl)
-            print(f"pair {pair + 1}: rlbridge {t_rlb:.1f} s, direct TRL {t_trl:.1f} s, ratio {t_rlb / t_trl:.3f}, "
-                  f"identical rewards: {rlb == trl} (final {rlb[-1]:.3f} vs {trl[-1]:.3f})", flush=True)
-    print(f"median wall-time ratio rlbridge/TRL: {statistics.median(ratios):.3f} over {opts.pairs} pairs "
-          f"(target <= 1.02); reward curves identical in every pair: {all(curves_equal)}")
+    arm = opts.engine + (f"@{VERSIONS[opts.engine]}" if VERSIONS[opts.engine] else "")
+    out = opts.out or Path(tempfile.mkdtemp(prefix="rlb-overhead-"))
+    out.mkdir(parents=True, exist_ok=True)
+    spec_path = out / "overhead.yaml"
+    spec_path.write_text(json.dumps({
+        "config": str(REPO / "configs" / "quickstart.yaml"), "set": [f"training.steps={opts.steps}"],
+        "arms": [arm, f"native:{arm}"], "seeds": list(range(opts.pairs)),
+    }))
+    spec, path = load_spec(spec_path)
+    jobs, _ = build_jobs(spec, path)
+    pairs = []
+    for i in range(opts.pairs):
+        pair = [j for j in jobs if j.seed == i]
+        order = pair if i % 2 == 0 else pair[::-1]
+        runs = {}
+        for job in order:
+            load = os.getloadavg()[0]
+            result = run_one(job, out / "runs" / job.dirname, [Path(p) for p in opts.lock] or None)
+            if result["status"] != "completed":
+                sys.exit(f"{job.arm} seed {job.seed} failed: see {out / 'runs' / job.dirname / 'output.log'}")
+            runs[job.kind] = {**per_run(result, opts.steps), "load_avg_1m_before": load}
+        r, n = runs["rlbridge"], runs["native"]
+        row = {
+            "pair": i + 1, "first": order[0].kind, "rlbridge": r, "native": n,
+            "wall_ratio": r["wall_s"] / n["wall_s"], "per_step_ratio": r["per_step_s"] / n["per_step_s"],
+            "fixed_extra_s": r["fixed_s"] - n["fixed_s"], "rewards_identical": r["rewards"] == n["rewards"],
+        }
+        pairs.append(row)
+        print(f"pair {i + 1} ({order[0].kind} first; load {r['load_avg_1m_before']:.1f}/{n['load_avg_1m_before']:.1f}): "
+              f"wall {r['wall_s']:.1f} / {n['wall_s']:.1f} s = {row['wall_ratio']:.3f}; per step "
+              f"{r['per_step_s']:.3f} / {n['per_step_s']:.3f} s = {row['per_step_ratio']:.3f}; fixed "
+              f"{r['fixed_s']:.1f} / {n['fixed_s']:.1f} s (+{row['fixed_extra_s']:.2f} s); "
+              f"identical rewards: {row['rewards_identical']}", flush=True)
+    summary = {
+        "engine": arm, "steps": opts.steps, "pairs": pairs,
+        "median_wall_ratio": statistics.median(p["wall_ratio"] for p in pairs),
+        "median_per_step_ratio": statistics.median(p["per_step_ratio"] for p in pairs),
+        "median_fixed_extra_s": statistics.median(p["fixed_extra_s"] for p in pairs),
+        "rewards_identical_all": all(p["rewards_identical"] for p in pairs),
+        "load_avg_1m": [p[k]["load_avg_1m_before"] for p in pairs for k in ("rlbridge", "native")],
+    }
+    (out / "overhead.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"{arm}: median over {opts.pairs} pairs: wall ratio rlbridge/native {summary['median_wall_ratio']:.3f}, "
+          f"per-step ratio {summary['median_per_step_ratio']:.3f} (target <= 1.02), extra fixed time "
+          f"{summary['median_fixed_extra_s']:.2f} s (target <= 0.5 s); identical rewards in every pair: "
+          f"{summary['rewards_identical_all']}; load averages {min(summary['load_avg_1m']):.1f}-{max(summary['load_avg_1m']):.1f}; "
+          f"{out / 'overhead.json'}")
 
 
 if __name__ == "__main__":

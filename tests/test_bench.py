@@ -134,3 +134,76 @@ def test_trl_phase_timers(tmp_path):
         assert "timing/old_logprob_s" not in row and "timing/weight_sync_s" not in row
         phases = row["timing/generate_s"] + row["timing/reward_s"] + row["timing/ref_s"]
         assert phases <= row["timing/step_s"]
+
+
+def test_lock_slots(tmp_path):
+    """--lock FILE repeated: each run takes the first free slot, waits while every slot is held, and
+    holds none between runs (the machine's other jobs take the slots through the same files)."""
+    import fcntl
+    import threading
+    import time
+
+    from rlbridge.run.bench import _locked
+
+    slots = [tmp_path / "slot1.lock", tmp_path / "slot2.lock"]
+    other = open(slots[0], "a")
+    fcntl.flock(other, fcntl.LOCK_EX)  # another job holds slot 1
+    probe = open(slots[1], "a")
+    with _locked(slots, poll_s=0.05) as waited:
+        assert waited < 1.0
+        with pytest.raises(BlockingIOError):  # the run holds slot 2
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released after the run
+    # both held: the run waits until one frees
+    threading.Timer(0.4, lambda: fcntl.flock(other, fcntl.LOCK_UN)).start()
+    start = time.perf_counter()
+    with _locked(slots, poll_s=0.05) as waited:
+        assert time.perf_counter() - start >= 0.35 and waited >= 0.35
+    fcntl.flock(probe, fcntl.LOCK_UN)
+
+
+def _reward_file(text: str, name: str):
+    namespace: dict = {}
+    exec(compile(text, name, "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("completion,eos", [("7777777", False), ("77a7", True), ("", True), ("1234", False)])
+def test_native_reward_files_are_the_task_reward(completion, eos):
+    """The native verl and OpenRLHF arms score with a reward file in the engine's own convention; it must
+    be the quickstart's digit_match (plugins/rewards.py) on the byte-level tiny-digits tokenizer. verl's
+    compute_score never sees the end-of-sequence token (verl decodes without special tokens), so there the
+    denominator differs by that one token (docs/benchmarks.md says so)."""
+    from plugins.rewards import digit_match
+    from rlbridge.contract.rewards import RewardInput
+    from rlbridge_adapters.openrlhf.native import REWARD_FILES as ORL
+    from rlbridge_adapters.verl.native import REWARD_FILES as VERL
+
+    ids = list(range(len(completion) + (1 if eos else 0)))
+    expected = digit_match()([RewardInput("7777", completion, ids, "7")])[0]
+    prompt = "<|im_start|>user\n7777<|im_end|>\n<|im_start|>assistant\n"
+    query = prompt + completion + ("<|im_end|>" if eos else "")
+    got = _reward_file(ORL["digit_match"], "reward_func.py")["reward_func"]([query], [prompt], ["7"])
+    assert got["rewards"].tolist() == pytest.approx([expected])
+    verl = _reward_file(VERL["digit_match"], "reward_fn.py")["compute_score"]("rlbridge", completion, "7")
+    if not eos:
+        assert verl == pytest.approx(expected)
+    else:
+        assert verl == pytest.approx(min(completion.count("7"), max(len(completion), 1)) / max(len(completion), 1))
+
+
+def test_native_verl_log_to_canonical(tmp_path):
+    """verl's own `file` logger lines (one per step, validation lines too) -> canonical metrics.jsonl."""
+    from rlbridge_adapters.verl.native import canonical
+
+    raw = tmp_path / "verl.jsonl"
+    raw.write_text("\n".join(json.dumps(row) for row in [
+        {"step": 1, "data": {"critic/score/mean": 0.25, "timing_s/step": 2.5, "timing_s/gen": 1.5, "actor/pg_loss": -0.1}},
+        {"step": 2, "data": {"val-core/rlbridge/reward/mean@1": 0.5}},
+        {"step": 2, "data": {"critic/score/mean": 0.5, "timing_s/step": 2.0, "actor/pg_loss": 0.2, "note": "text"}},
+    ]) + "\n")
+    canonical(raw, tmp_path / "metrics.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["reward/mean"] == 0.25 and rows[0]["timing/step_s"] == 2.5 and rows[0]["timing/generate_s"] == 1.5
+    assert rows[1]["loss/policy"] == 0.2

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -33,7 +34,11 @@ from rlbridge.run.loading import format_validation_error, load_config
 
 # Keys that differ per run by construction, never a difference between arms.
 PER_RUN_KEYS = ("run_name", "output_dir", "checkpoint.dir", "training.seed")
-NATIVE_SCRIPTS = {"trl": "rlbridge.engine.native_trl"}
+# The native arm of each backend: TRL's is a plain script run here; the others' modules live in the
+# adapter and run in the engine environment: `prepare JOB RUN_DIR` (outside the timed command) writes
+# native_cmd.json, the engine's own entry point to time, and `canonical RAW OUT` maps its per-step log.
+NATIVE_SCRIPTS = {"trl": "rlbridge.engine.native_trl", "verl": "rlbridge_adapters.verl.native",
+                  "openrlhf": "rlbridge_adapters.openrlhf.native"}
 
 
 class ArmSpec(BaseModel):
@@ -259,7 +264,7 @@ def build_jobs(spec: BenchSpec, spec_path: Path, plugins=None) -> tuple[list[Run
                 engine = engine_label(prepared.config, prepared.backend)
             except RLBridgeError as exc:
                 raise type(exc)(f"arm '{label}': {exc}") from exc
-            if arm.kind == "native" and not engine.startswith("here:"):
+            if arm.kind == "native" and config.backend == "trl" and not engine.startswith("here:"):
                 raise ConfigError(f"arm '{label}': kind native runs the engine installed here; {engine} is an engine environment")
             key = run_key(prepared.config, engine, arm.kind)
             jobs.append(
@@ -287,19 +292,37 @@ def _tree_rss(proc) -> int:
 
 
 @contextlib.contextmanager
-def _locked(lock: Path | None):
-    if lock is None:
+def _locked(locks: list[Path] | None, poll_s: float = 2.0):
+    """Hold an exclusive flock on one of `locks` (the first that is free) for the duration; yields the wait (s).
+
+    Several lock files are several slots: a machine that fits two engine runs at once is shared through
+    two files, and each run of the bench takes whichever slot frees first (between runs it holds none).
+    """
+    if not locks:
         yield 0.0
         return
     import fcntl
 
     started = time.perf_counter()
-    with open(lock, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield time.perf_counter() - started
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    handles = [open(path, "a") for path in locks]
+    held = None
+    try:
+        while held is None:
+            for fh in handles:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | (fcntl.LOCK_NB if len(handles) > 1 else 0))
+                except BlockingIOError:
+                    continue
+                held = fh
+                break
+            else:
+                time.sleep(poll_s)
+        yield time.perf_counter() - started
+    finally:
+        if held is not None:
+            fcntl.flock(held, fcntl.LOCK_UN)
+        for fh in handles:
+            fh.close()
 
 
 class _StepTail:
@@ -317,7 +340,7 @@ class _StepTail:
                 fh.seek(self.offset)
                 chunk = fh.read()
                 self.offset = fh.tell()
-        except FileNotFoundError:
+        except OSError:  # not written yet (or a directory: an engine log read after the run)
             return
         self.buffer += chunk
         *lines, self.buffer = self.buffer.split("\n")
@@ -327,7 +350,20 @@ class _StepTail:
                     self.arrivals.append((int(json.loads(line)["step"]), now))
 
 
-def command_for(job: RunJob, run_dir: Path) -> tuple[list[str], Path]:
+@dataclass
+class RunCommand:
+    """What run_one times: the command, the per-step JSONL it writes (its lines' arrival is stamped),
+    extra environment, and for engine-native arms the mapping of that log to canonical names."""
+
+    argv: list[str]
+    metrics: Path
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    canonical: list[str] | None = None  # argv that writes <run>/metrics.jsonl from `metrics` (not timed)
+    cleanup: list[Path] = field(default_factory=list)
+
+
+def command_for(job: RunJob, run_dir: Path) -> RunCommand:
     """The command of one run, and the metrics.jsonl it writes."""
     out = run_dir / "run"
     if job.kind == "native":
@@ -337,26 +373,46 @@ def command_for(job: RunJob, run_dir: Path) -> tuple[list[str], Path]:
 
         config = resolve(job.config)
         plan = json.loads(json.dumps(job.plan))
+        rows = load_rows(config.data.train, config, "data.train")
+        if job.config.backend != "trl":  # the engine's own entry point, prepared in its environment
+            from rlbridge.contract.registry import get_plugin_manager
+            from rlbridge.run.runner import choose_engine_python
+
+            python = choose_engine_python(config, get_plugin_manager().backend(config.backend)) or Path(sys.executable)
+            module = NATIVE_SCRIPTS[job.config.backend]
+            native_job = {"plan": plan, "model_dir": materialize_model(config), "rows": rows,
+                          "batch_size": config.training.batch_size, "steps": config.training.steps,
+                          "use_chat_template": config.model.use_chat_template, "max_new_tokens": config.rollout.max_new_tokens}
+            (run_dir / "native_job.json").write_text(json.dumps(native_job))
+            prep = subprocess.run([str(python), "-m", module, "prepare", str(run_dir / "native_job.json"), str(out)],
+                                  capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            if prep.returncode != 0:
+                raise RLBridgeError(f"arm '{job.arm}': preparing the native run failed: {prep.stderr.strip()[-1500:]}")
+            native = json.loads((out / "native_cmd.json").read_text())
+            return RunCommand(native["argv"], Path(native["metrics"]), native["env"], Path(native["cwd"]),
+                              [str(python), "-m", module, "canonical", native["metrics"], str(out / "metrics.jsonl")],
+                              [Path(native["ray_temp_dir"])] if native.get("ray_temp_dir") else [])
         plan["native"]["args"]["output_dir"] = str((out / "trainer").absolute())
         native_job = {
             "plan": plan,
             "model_dir": materialize_model(config),
-            "rows": load_rows(config.data.train, config, "data.train"),
+            "rows": rows,
             "reward": [r.model_dump(mode="json") for r in config.reward],
         }
         (run_dir / "native_job.json").write_text(json.dumps(native_job))
         cmd = [sys.executable, "-m", NATIVE_SCRIPTS[job.config.backend], str(run_dir / "native_job.json"), str(out)]
-        return cmd, out / "metrics.jsonl"
+        return RunCommand(cmd, out / "metrics.jsonl")
     config = job.config.model_copy(deep=True)
     config.output_dir = str(out.absolute())
     config.run_name = f"{job.arm} seed {job.seed}"
     # what the user set (the spec's and the arm's overrides included), so that defaults are left to
     # the config's own validation exactly as in `rlbridge train CONFIG --set ...`
     (run_dir / "config.in.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False))
-    return [sys.executable, "-m", "rlbridge", "train", str(run_dir / "config.in.yaml"), "--no-progress"], out / "metrics.jsonl"
+    return RunCommand([sys.executable, "-m", "rlbridge", "train", str(run_dir / "config.in.yaml"), "--no-progress"],
+                      out / "metrics.jsonl")
 
 
-def run_one(job: RunJob, run_dir: Path, lock: Path | None = None, on_step=None, poll_s: float = 0.05) -> dict[str, Any]:
+def run_one(job: RunJob, run_dir: Path, lock: list[Path] | None = None, on_step=None, poll_s: float = 0.05) -> dict[str, Any]:
     """Run one job in a fresh process and measure it from outside; returns run.json's content."""
     try:
         import psutil
@@ -364,16 +420,20 @@ def run_one(job: RunJob, run_dir: Path, lock: Path | None = None, on_step=None, 
         raise RLBridgeError("rlbridge bench needs psutil and scipy: pip install 'rlbridge[bench]'") from exc
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    cmd, metrics_path = command_for(job, run_dir)
+    command = command_for(job, run_dir)
+    cmd, metrics_path = command.argv, command.metrics
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    if metrics_path.is_dir():
+        shutil.rmtree(metrics_path)
     metrics_path.unlink(missing_ok=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    (run_dir / "run" / "metrics.jsonl").unlink(missing_ok=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **command.env}
     tail = _StepTail(metrics_path)
     peak = 0
     with _locked(lock) as waited, open(run_dir / "output.log", "w") as log:
         started = time.perf_counter()
         started_at = time.time()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=command.cwd)
         ps = psutil.Process(proc.pid)
         last_mem = 0.0
         try:
@@ -393,7 +453,21 @@ def run_one(job: RunJob, run_dir: Path, lock: Path | None = None, on_step=None, 
             raise
         wall = time.perf_counter() - started
         tail.poll(wall)
+        if command.canonical is not None:  # an engine's native run: what it left behind goes (the slot is still held)
+            from rlbridge.run.launch import stop_process_group
+
+            stop_process_group(proc)
+    if command.canonical is not None:  # then its log is mapped to canonical names
+        for path in command.cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+        metrics_path = run_dir / "run" / "metrics.jsonl"
+        if command.metrics.exists():
+            subprocess.run(command.canonical, check=False, capture_output=True)
     history = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()] if metrics_path.exists() else []
+    if command.canonical is not None and not tail.arrivals:  # a log read after the run: its own wall-clock stamps
+        tail.arrivals = [(int(row["step"]), row["_wall_time"] - started_at) for row in history if "_wall_time" in row]
+    for row in history:
+        row.pop("_wall_time", None)
     result: dict[str, Any] = {
         "arm": job.arm,
         "kind": job.kind,
@@ -451,7 +525,7 @@ def describe(jobs: list[RunJob], diffs: dict[str, dict[str, Any]]) -> str:
 def run_bench(
     spec_path: str | Path,
     output: str | Path | None = None,
-    lock: str | Path | None = None,
+    lock: str | Path | list[str | Path] | None = None,
     progress: bool = True,
     echo=print,
     dry_run: bool = False,
@@ -488,13 +562,14 @@ def run_bench(
 
         for path in sorted({job.config.model.path for job in todo}):
             materialize_model(next(job.config for job in todo if job.config.model.path == path))
+    locks = [Path(p) for p in ([lock] if isinstance(lock, (str, Path)) else (lock or []))]
     bar = _BenchProgress(len(jobs), len(results)) if progress else None
     failed = []
     with bar if bar is not None else contextlib.nullcontext():
         for job in todo:
             if bar is not None:
                 bar.start_run(f"{job.arm} seed {job.seed}", job.config.training.steps)
-            result = run_one(job, out / "runs" / job.dirname, Path(lock) if lock else None,
+            result = run_one(job, out / "runs" / job.dirname, locks,
                              on_step=bar.step if bar is not None else None)
             if result["status"] != "completed":
                 failed.append(job)
