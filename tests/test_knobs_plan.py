@@ -244,6 +244,26 @@ def test_trl_knobs(tmp_path):
     assert tis["vllm_importance_sampling_clip_max"] == 4.0
 
 
+def test_trl_constant_schedule_warms_up(tmp_path):
+    """transformers' 'constant' scheduler ignores warmup_steps; with training.warmup_steps the plan asks for
+    'constant_with_warmup', so the learning rate rises as on verl and OpenRLHF (built with transformers' own
+    get_scheduler from the planned arguments)."""
+    import torch
+    from transformers import get_scheduler
+
+    args = _trl(tmp_path, "training.lr_schedule=constant", "training.warmup_steps=4", "training.steps=10")["args"]
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = get_scheduler(args["lr_scheduler_type"], optimizer, num_warmup_steps=args["warmup_steps"],
+                              num_training_steps=args["max_steps"])
+    lrs = []
+    for _ in range(args["warmup_steps"] + 2):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[0] == 0.0 and lrs[-1] == 1.0 and lrs == sorted(lrs), lrs
+    assert _trl(tmp_path, "training.lr_schedule=constant")["args"]["lr_scheduler_type"] == "constant"
+
+
 @pytest.mark.parametrize("overrides,fragment", [
     (["algorithm.kl_coef=0.1", "algorithm.kl_estimator=k1"], "k3 estimate in the loss"),
     (["algorithm.name=rloo", "algorithm.entropy_coef=0.1"], "RLOOTrainer has no entropy bonus"),

@@ -247,7 +247,7 @@ EFFECTS: dict[str, Effect] = {
         "openrlhf": {"actor.lr_scheduler": "cosine"},
     }),
     "training.warmup_steps": Effect(3, {
-        "trl": {"warmup_steps": 3},
+        "trl": {"warmup_steps": 3, "lr_scheduler_type": "constant_with_warmup"},  # transformers' "constant" has no warmup
         "verl": {"actor_rollout_ref.actor.optim.lr_warmup_steps": 3},
         "openrlhf": {"actor.lr_warmup_ratio": 3 / 150},
     }),
