@@ -21,7 +21,9 @@ def colocate(config) -> dict:
 
 
 def split(config) -> dict:
-    """Rollout gets `rollout_gpus` of its own devices; actor and reference share the rest."""
+    """Rollout gets `rollout_gpus` of its own devices; actor and reference share the rest. On CPU
+    (gpus_per_node 0) the devices are logical GPUs of the run's Ray cluster: one training device per
+    node, and `rollout_gpus` more for the rollout."""
     unknown = set(config.placement.args) - {"rollout_gpus"}
     if unknown:
         raise ConfigError(f"placement.args: 'split' takes only rollout_gpus (unknown: {sorted(unknown)})")
@@ -29,6 +31,8 @@ def split(config) -> dict:
     rollout = config.placement.args.get("rollout_gpus")
     if not isinstance(rollout, int) or rollout < 1:
         raise ConfigError("placement.args.rollout_gpus: 'split' needs a positive number of rollout GPUs")
+    if total == 0:  # CPU: logical GPUs of the run's Ray cluster, one training device per node plus the rollout's own
+        return {"actor": config.resources.nodes, "rollout": rollout, "reference": config.resources.nodes, "shared": False}
     if rollout >= total:
         raise ConfigError(
             f"placement.args.rollout_gpus: {rollout} leaves no GPU for training out of {total}; "

@@ -173,6 +173,9 @@ class OpenRLHFBackend(Backend):
     distribution = DISTRIBUTION
     supported_versions = SUPPORTED_VERSIONS
     scores_in_engine_workers = True  # rewards are scored in Ray workers
+    # OpenRLHF's Ray actor classes (LLMRayActor: the vLLM engine before 0.10); placement read-back
+    actor_roles = {"PolicyModelActor": ("actor",), "ReferenceModelActor": ("reference",), "CriticModelActor": ("critic",),
+                   "RewardModelActor": ("reward",), "RolloutRayActor": ("rollout",), "LLMRayActor": ("rollout",)}
     default_version = DEFAULT_VERSION
     description = "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), ppo (gae); vLLM rollout"
 
@@ -239,8 +242,10 @@ class OpenRLHFBackend(Backend):
             honoured("resources.gpus_per_node", ("actor.num_gpus_per_node", "vllm.num_engines", "train.colocate_all"),
                      note="0: logical GPUs of a private Ray cluster"),
             honoured("resources.cpus_per_node", "launch.ray.num_cpus", note="ray.init(num_cpus)"),
-            honoured("placement.policy", ("train.colocate_all", "actor.num_gpus_per_node", "vllm.num_engines"),
-                     note="colocate: --train.colocate_all on GPUs; split: the policy's actor and rollout GPUs"),
+            approximated("placement.policy", ("train.colocate_all", "actor.num_gpus_per_node", "vllm.num_engines"),
+                         "colocate on CPU: the vLLM engine gets a logical GPU of its own next to the actor's (OpenRLHF's "
+                         "colocated weight sync is CUDA IPC); the run's placement read-back reports it",
+                         when=lambda c: c.placement.policy == "colocate" and gpus_per_node(c) == 0),
             honoured("placement.args", ("actor.num_gpus_per_node", "vllm.num_engines"), note="split: rollout_gpus"),
             honoured("checkpoint.dir", "ckpt.path"),
             honoured("checkpoint.interval", "ckpt.save_steps"),
@@ -261,7 +266,8 @@ class OpenRLHFBackend(Backend):
         dtype = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16"}.get(config.model.dtype, "bf16")
         prompt_cap = ro.max_prompt_tokens or DEFAULT_PROMPT_TOKENS
         colocate = config.placement.policy == "colocate"
-        actor_gpus = devices if colocate else max(gpus * config.resources.nodes - rollout_devices(config), 1)
+        # on CPU (gpus 0) one logical training GPU per node, whatever the policy (its layout says the same)
+        actor_gpus = devices if colocate or gpus == 0 else max(gpus * config.resources.nodes - rollout_devices(config), 1)
         flags: dict[str, Any] = {
             "actor.model_name_or_path": "<model_dir>",
             "data.prompt_dataset": "<run_dir>/data/train.jsonl",

@@ -7,6 +7,7 @@ from rlbridge.engine.engine_io import write_event
 from rlbridge.contract.metrics import numbers
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import apply_from_environment
+from rlbridge.engine.placement import report_when_actor
 
 NATIVE_ENV = "RLBRIDGE_OPENRLHF_NATIVE"
 PATCH_REPORT_ENV = "RLBRIDGE_OPENRLHF_PATCH_REPORT"
@@ -22,6 +23,7 @@ def install() -> None:
 
     apply_from_environment(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV)
     when_imported("openrlhf.utils.logging_utils", _instrument_logger)
+    report_when_actor()  # where Ray placed this process, once it is an actor (rlbridge.engine.placement)
     # after the patches' hooks (registered above), so that it wraps the CPU weight receiver too
     when_imported("openrlhf.trainer.ray.vllm_worker_wrap", _instrument_weight_sync)
 

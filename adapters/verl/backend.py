@@ -109,7 +109,9 @@ def _check_lr_schedule(config: RunConfig) -> str | None:
 
 def _check_placement(config: RunConfig) -> str | None:
     if config.placement.policy != "colocate":
-        return "the rlbridge verl adapter drives verl's hybrid (colocated) engine only; use placement.policy: colocate"
+        return ("verl's PPO trainer runs the hybrid engine only (RayPPOTrainer asserts actor_rollout_ref.hybrid_engine: "
+                "actor, rollout and reference share every GPU); its split-rollout trainers are separate recipes rlbridge "
+                "does not drive. Use placement.policy: colocate, or backend: openrlhf for split")
     return None
 
 
@@ -134,6 +136,8 @@ class VerlBackend(Backend):
     distribution = DISTRIBUTION
     supported_versions = SUPPORTED_VERSIONS
     scores_in_engine_workers = True  # rewards are scored in Ray workers
+    # verl's hybrid engine fuses actor, rollout and reference (and a colocated critic) into WorkerDict actors
+    actor_roles = {"WorkerDict": ("actor", "rollout", "reference")}
     default_version = DEFAULT_VERSION
     description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
 

@@ -192,6 +192,9 @@ class Plan:
     native: dict[str, Any]
     approximations: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    layout: dict[str, Any] = field(default_factory=dict)
+    """The placement policy's layout (role -> devices, `shared`): what the engine is asked to realise,
+    compared after a Ray run with where its actors were (summary.json `placement`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -240,6 +243,10 @@ class Backend(ABC):
     default_version: ClassVar[str | None] = None
     """The version a plan targets when the engine is not installed where the plan is made (the
     default of its engine environment recipe). None: plans do not depend on the version."""
+    actor_roles: ClassVar[dict[str, tuple[str, ...]]] = {}
+    """Ray actor class name (or fnmatch pattern) -> the canonical roles its processes hold (actor,
+    rollout, reference, critic, reward): how rlbridge reads back where a Ray engine placed each role
+    and compares it with the placement policy's layout (rlbridge.run.placement). Empty: not checked."""
 
     # --- versions ---
     @classmethod

@@ -219,6 +219,9 @@ def ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resou
     tmp = Path(tempfile.mkdtemp(prefix="rlb-ray-"))  # short: Ray's socket paths have a length limit
     if address:  # someone else's cluster (resources.ray_address): join it, never start or stop it
         init: dict[str, Any] = {"address": address, "runtime_env": {"env_vars": env}}
+        # inside a Ray job (rlbridge submit) the job's runtime env already sets some of these variables:
+        # the run's own values win instead of ray.init refusing the overlap
+        os.environ.setdefault("RAY_OVERRIDE_JOB_RUNTIME_ENV", "1")
     else:
         init = {
             "address": "local",
@@ -246,6 +249,10 @@ def ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resou
         raise
     finally:
         try:
+            if run_dir is not None:  # where the engine placed its actors, read while the cluster is up
+                from rlbridge.engine.placement import snapshot
+
+                snapshot(run_dir, env.get(EVENTS_ENV))
             ray.shutdown()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

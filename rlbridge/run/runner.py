@@ -119,6 +119,7 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
                 f"backend_options.{engine}: no backend named '{engine}'; available: {', '.join(sorted(pm.items['backend']))}"
             )
     plan = backend.plan(config)
+    plan.layout = dict(layout) if isinstance(layout, dict) else {}
     return Prepared(config, backend, plan)
 
 
@@ -138,6 +139,7 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     run_dir.mkdir(parents=True, exist_ok=True)
     previous = runstate.previous_run(run_dir)  # a run killed here before (raises if one still runs)
     shutil.rmtree(run_dir / "patches", ignore_errors=True)  # per-process patch reports of this run only
+    (run_dir / "placement.json").unlink(missing_ok=True)  # where this run's actors were (rlbridge.run.placement)
     if not config.checkpoint.resume:
         for stale in ("metrics.jsonl", "eval_metrics.jsonl", "native_metrics.jsonl", "samples.jsonl"):
             (run_dir / stale).unlink(missing_ok=True)
@@ -208,6 +210,7 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
         raise
     ctx.close()
     _restore_env(PATCH_DIR_ENV, saved_patch_dir)
+    _check_placement(config, backend, plan.layout, run_dir, summary, ctx)
     runstate.finish(run_dir, state, "completed")
     summary["engine_version"] = ctx.engine_version or summary["engine_version"]
     summary.update(status="completed", wall_s=time.time() - started)
@@ -253,6 +256,23 @@ def choose_engine_python(config: RunConfig, backend: Backend) -> Path | None:
     from rlbridge.run.launch import python_of
 
     return python_of(mode)
+
+
+def _check_placement(config: RunConfig, backend: Backend, layout: dict[str, Any], run_dir: Path, summary: dict[str, Any], ctx) -> None:
+    """Where the engine's Ray actors were, against the placement policy's layout: into the summary, and
+    each mismatch as a warning (rlbridge.run.placement)."""
+    from rlbridge.run.placement import read_back
+
+    try:
+        check = read_back(run_dir, layout, backend.actor_roles, config.resources.nodes)
+    except Exception as exc:  # reading placement back never fails a run that trained
+        ctx.warn(f"placement read-back failed: {type(exc).__name__}: {exc}")
+        return
+    if check is None:
+        return
+    summary["placement"] = {"policy": config.placement.policy, **check}
+    for mismatch in check["mismatches"]:
+        ctx.warn(f"placement '{config.placement.policy}' not realised as asked: {mismatch}")
 
 
 def _launch(backend: Backend, plan: Plan, ctx, engine_python: Path | None) -> None:
