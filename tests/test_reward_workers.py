@@ -348,3 +348,18 @@ def test_extra_metrics_of_a_chunked_call_are_averaged_over_its_samples():
     with scorer(with_metrics, batch_size=4) as s:
         s.score(inputs)
         assert abs(s.last_metrics["with_metrics"]["share"] - 1 / 6) < 1e-9
+
+
+def test_background_start_and_first_call_share_one_pool():
+    """start_in_background (the TRL adapter starts the pool while TRL loads the model) and a first call
+    that comes before the workers are up wait for the same pool: never a second one."""
+    import psutil
+
+    with scorer(pid) as s:
+        s.start_in_background()
+        pids = set(s.score_plugin("pid", rows(8)))  # usually while the background start is still spawning
+        s.start_in_background()  # a no-op once the pool exists
+        assert os.getpid() not in pids
+        workers = [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE
+                   and "spawn_main" in " ".join(p.cmdline())]  # not multiprocessing's resource tracker
+        assert len(workers) == 2, [p.cmdline() for p in workers]  # num_workers of one pool

@@ -280,6 +280,7 @@ def run_trl(plan, ctx) -> None:
         specs_with_factories([s.model_dump(mode="json") for s in config.reward], ctx.plugins),
         config.rollout_workers, rewards=bound, fault_log=ctx.run_dir / "reward_faults.jsonl",
     )
+    scorer.start_in_background()  # the reward workers start while TRL loads the model and builds the trainer
     rewards = [trl_reward(b, native["data"]["answer_key"], tok, collector, scorer) for b in bound]
     for i, spec in enumerate(config.reward):  # reward models go through TRL's own model-reward path
         if spec.model:

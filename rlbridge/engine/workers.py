@@ -277,6 +277,7 @@ class RewardScorer:
         self.fault_log = Path(fault_log) if fault_log else (Path(os.environ[FAULT_LOG_ENV]) if os.environ.get(FAULT_LOG_ENV) else None)
         self.on_fault = on_fault
         self._lock = threading.Lock()
+        self._pool_lock = threading.Lock()
         self._pool = None
         self._semaphores: dict[str, threading.Semaphore] = {}
         self._batch: list[dict[str, Any]] = []
@@ -287,7 +288,20 @@ class RewardScorer:
 
     # -- lifecycle
 
+    def start_in_background(self) -> None:
+        """Start the worker pool (spawn + imports + building the rewards) in a thread, so that it
+        overlaps the engine's own start-up instead of delaying the first reward call. A no-op inline
+        or when no reward is scored in the pool (inline-only plugins, reward models)."""
+        pooled = [s for s in self.specs if not s.get("model") and s["name"] not in self._inline_only]
+        if self.settings.mode == "inline" or self._pool is not None or not pooled:
+            return
+        threading.Thread(target=self._get_pool, name="rlbridge-reward-pool-start", daemon=True).start()
+
     def _get_pool(self):
+        with self._pool_lock:  # the background start and the first call never start two pools
+            return self._start_pool()
+
+    def _start_pool(self):
         if self._pool is None:
             import multiprocessing
 
