@@ -17,6 +17,7 @@ from typing import Any
 
 from rlbridge.contract.data import load_rows
 from rlbridge.contract.local_plugins import PLUGINS_ENV
+from rlbridge.engine.checkpoints import read_step
 from rlbridge.engine.patch_report import PATCH_DIR_ENV
 from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, ray_cluster, run_and_model_dirs
 from rlbridge.errors import RLBridgeError
@@ -27,6 +28,7 @@ from rlbridge_adapters.openrlhf.boot import NATIVE_ENV, PATCH_REPORT_ENV
 from rlbridge_adapters.openrlhf.metrics import eval_to_canonical, is_step, to_canonical
 from rlbridge_adapters.openrlhf.reward import MODEL_ENV
 from rlbridge_adapters.openrlhf.validate import validate_argv
+from rlbridge_adapters.openrlhf.resume import checkpoint_complete, resume_point
 from rlbridge_adapters.openrlhf.prompts import chat_renderer, drop_overlong, longest_prompt, to_openrlhf_rows
 
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
@@ -67,6 +69,9 @@ def run_openrlhf(plan, ctx) -> None:
         prompts = [r[data["prompt_key"]] for r in train_rows]
         argv[argv.index(MAX_LEN_AUTO)] = str(longest_prompt(prompts, model_dir, chat, template_kwargs) + config.rollout.max_new_tokens)
     argv = [str(Path(a).resolve()) if i and argv[i - 1] in ("--ckpt.path", "--ckpt_path") else a for i, a in enumerate(argv)]
+    if "--ckpt.load_enable" in argv:  # checkpoint.resume: true, verified here
+        ckpt = Path(next(argv[i + 1] for i, a in enumerate(argv) if a in ("--ckpt.path", "--ckpt_path")))
+        print(f"rlbridge: resuming from global_step{resume_point(ckpt)}, the newest complete checkpoint", flush=True)
     validate_argv({**native, "args": argv})
     (run_dir / "openrlhf_args.txt").write_text(" ".join(argv) + "\n")
 
@@ -97,7 +102,8 @@ def run_openrlhf(plan, ctx) -> None:
     ckpt_flag = next(i for i, a in enumerate(argv) if a in ("--ckpt.path", "--ckpt_path"))
     # OpenRLHF saves the actor's DeepSpeed checkpoints as <ckpt path>/_actor/global_step<N>
     follower = EventFollower(events, ctx, to_canonical, is_step, checkpoint_dir=str(Path(argv[ckpt_flag + 1]) / "_actor"),
-                             checkpoint_glob="global_step*", to_eval=eval_to_canonical)
+                             checkpoint_glob="global_step*", to_eval=eval_to_canonical,
+                             checkpoint_complete=lambda p: checkpoint_complete(p, read_step(p.parent / "latest")))
     saved_argv = sys.argv
     # every OpenRLHF actor asks for GPUs: on CPU they are the cluster's logical GPUs
     with following(follower), ray_cluster(native["ray"]["num_cpus"], env, native["ray"]["logical_gpus"], run_dir=run_dir,

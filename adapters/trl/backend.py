@@ -124,6 +124,7 @@ class TRLBackend(Backend):
     distribution = DISTRIBUTION
     supported_versions = SUPPORTED_VERSIONS
     description = "Hugging Face TRL: GRPOTrainer (grpo, dr_grpo) and RLOOTrainer (rloo), HF generate or colocated vLLM"
+    resume_reproduces_metrics = True  # TRL's checkpoints hold every RNG state; HF generate on CPU is deterministic
 
     def capabilities(self) -> list[Capability]:
         vllm_util = _only_for_vllm("gpu_memory_utilization", 0.3)

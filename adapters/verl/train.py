@@ -15,6 +15,8 @@ from typing import Any
 
 from rlbridge.contract.data import load_rows
 from rlbridge.contract.local_plugins import PLUGINS_ENV
+from rlbridge.engine.checkpoints import step_dirs, tensors_complete
+from rlbridge.errors import ConfigError
 from rlbridge.engine.patch_report import PATCH_DIR_ENV
 from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, ray_cluster, run_and_model_dirs
 from rlbridge_adapters.verl.backend import AGENT_LOOP_FILE, AGENT_NAME, TOOL_CONFIG_FILE
@@ -74,6 +76,25 @@ def write_agent_loop_files(native: dict[str, Any], run_dir: Path) -> None:
         (run_dir / TOOL_CONFIG_FILE).write_text(json.dumps({"tools": tools}, indent=2))
 
 
+def checkpoint_complete(path: Path) -> bool:
+    """verl saves a step's actor (and critic) shards, then the data loader's state (data.pt), then
+    the tracker file: a global_step_N whose data.pt and every tensor file are whole was saved to the end."""
+    return tensors_complete(path, ["data.pt", "actor/*"])
+
+
+def resume_point(directory: Path) -> Path:
+    """The newest complete global_step_N in `directory`. Chosen here and passed to verl as
+    resume_from_path instead of verl's own choice (its tracker file, written with a plain write, which a
+    kill can leave empty, and which names a step without checking its files)."""
+    found = step_dirs(directory, "global_step_")
+    for step in sorted(found, reverse=True):
+        if checkpoint_complete(found[step]):
+            return found[step]
+    incomplete = f" (only incomplete ones: {', '.join(found[s].name for s in sorted(found))})" if found else ""
+    raise ConfigError(f"checkpoint.resume: no complete global_step_* checkpoint in {directory} to resume from{incomplete}; "
+                      "run without --resume (or checkpoint.resume: false) to start over")
+
+
 def run_verl(plan, ctx) -> None:
     native = plan.native
     config = ctx.config
@@ -97,6 +118,10 @@ def run_verl(plan, ctx) -> None:
     boot.install()  # this process too: it imports verl to compose the config and runs the driver
     prompt_cap = longest_prompt(train_rows + val_rows, model_dir)
     native["overrides"]["trainer.default_local_dir"] = str(Path(native["overrides"]["trainer.default_local_dir"]).resolve())
+    if native["overrides"].get("trainer.resume_mode") == "auto":  # checkpoint.resume: true, verified here
+        point = resume_point(Path(native["overrides"]["trainer.default_local_dir"]))
+        native["overrides"].update({"trainer.resume_mode": "resume_path", "trainer.resume_from_path": str(point)})
+        print(f"rlbridge: resuming from {point}, the newest complete checkpoint", flush=True)
     overrides = overrides_for(native, str(run_dir), model_dir, max_prompt_length=prompt_cap)
     cfg = compose(overrides)
     check_config(cfg)
@@ -123,6 +148,7 @@ def run_verl(plan, ctx) -> None:
     follower = EventFollower(
         events, ctx, to_canonical, is_step=lambda native: any(k.startswith(("actor/", "critic/", "timing_s/")) for k in native),
         checkpoint_dir=cfg.trainer.default_local_dir, checkpoint_glob="global_step_*", to_eval=eval_to_canonical,
+        checkpoint_complete=checkpoint_complete,
     )
     # verl's resource pools always ask for GPUs; verl 0.5 bundles also ask for a resource named 'cpu'
     resources = {"cpu": ray_native["num_cpus"]} if ray_native["cpu_resource"] else None

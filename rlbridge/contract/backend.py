@@ -240,6 +240,11 @@ class Backend(ABC):
     scores_in_engine_workers: ClassVar[bool] = False
     """True when the engine calls reward and environment plugins in its own worker processes (Ray
     actors), not in the process that runs `run()`; the conformance suite checks it."""
+    resume_reproduces_metrics: ClassVar[bool] = False
+    """True when a run resumed from a checkpoint reproduces, step for step, the metrics of a run that
+    was never interrupted (every RNG state is in the checkpoint and the rollout is deterministic on
+    CPU). The conformance suite's kill-and-resume test then compares them; otherwise it checks step
+    numbering, data order, the learning-rate schedule and that the reward curve goes on."""
     default_version: ClassVar[str | None] = None
     """The version a plan targets when the engine is not installed where the plan is made (the
     default of its engine environment recipe). None: plans do not depend on the version."""

@@ -78,8 +78,12 @@ class EventFollower(threading.Thread):
         checkpoint_dir: str | None = None,
         checkpoint_glob: str = "global_step*",
         to_eval: Callable[[dict], dict] | None = None,
+        checkpoint_complete: Callable[[Path], bool] | None = None,
     ) -> None:
         super().__init__(daemon=True)
+        # whether a checkpoint directory is saved to the end (rlbridge.engine.checkpoints): only complete
+        # ones are reported, as the checkpoint hook promises, not one the engine is still writing
+        self.checkpoint_complete = checkpoint_complete or (lambda path: True)
         self.to_eval = to_eval  # native metrics -> canonical eval/... ones (data.eval), for ctx.emit_eval
         self.path = Path(path)
         self.ctx = ctx
@@ -94,9 +98,11 @@ class EventFollower(threading.Thread):
         self.batch_totals: list[float] = []
         self.reward_errors: list[str] = []
         self.fault_counts: dict[str, int] = {}  # reward faults of the step (rlbridge.engine.workers)
-        # checkpoints already there (a resumed run's) were reported by the run that saved them
+        # complete checkpoints already there (a resumed run's) were reported by the run that saved them;
+        # an incomplete one left by a killed run is reported once this run has saved it again
         self.seen_checkpoints: set[str] = (
-            {p.name for p in self.checkpoint_dir.glob(checkpoint_glob)} if self.checkpoint_dir and self.checkpoint_dir.exists() else set()
+            {p.name for p in self.checkpoint_dir.glob(checkpoint_glob) if self.checkpoint_complete(p)}
+            if self.checkpoint_dir and self.checkpoint_dir.exists() else set()
         )
         self.peak_mb = 0.0
         self.weight_sync: dict[str, int] = {}  # bytes and tensors sent to the rollout engine since the last step
@@ -181,7 +187,7 @@ class EventFollower(threading.Thread):
         if self.checkpoint_dir is None or not self.checkpoint_dir.exists():
             return
         for path in sorted(self.checkpoint_dir.glob(self.checkpoint_glob)):
-            if path.name not in self.seen_checkpoints:
+            if path.name not in self.seen_checkpoints and self.checkpoint_complete(path):
                 self.seen_checkpoints.add(path.name)
                 digits = "".join(c for c in path.name if c.isdigit())
                 self.ctx.checkpoint_saved(int(digits or 0), str(path))

@@ -310,3 +310,135 @@ def test_a_killed_engine_worker_fails_the_run_naming_it_and_leaves_no_process(ba
         time.sleep(0.5)
     left = {p for p in set(descendants()) - before if _alive(p)}
     assert not left, f"processes of the run still running: {left}"
+
+
+def _processes_of(run_dir) -> set[int]:
+    """Live processes that belong to the run in `run_dir`: each engine process has the run directory
+    in its environment (the events file and the rest), and Ray workers inherit it from the raylet."""
+    from rlbridge.engine.lifeline import _alive
+
+    needle = str(run_dir).encode()
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    if needle in fh.read():
+                        found.add(int(entry))
+            except OSError:
+                continue
+    return {p for p in found if _alive(p)}
+
+
+KILL_STEPS = 4  # checkpoints at 2 and 4; killed once step 3 is recorded, while step 4 runs
+# what must be identical between an uninterrupted run and a killed-then-resumed one where the
+# backend declares resume_reproduces_metrics (timings may differ)
+REPRODUCED = ("reward/mean", "reward/std", "loss/policy", "grad_norm", "entropy", "lr", "response_length/mean")
+
+
+@pytest.mark.engine
+@pytest.mark.matrix_only  # make compat only on Ray engines (several minutes); TRL's runs in the plain test phase
+def test_sigkill_of_the_whole_run_mid_training_then_resume_continues(backend, tmp_path):
+    """`rlbridge train` and every process of its run (engine, Ray cluster, workers, vLLM) get SIGKILL
+    while step 3 of 4 trains, as on a node failure: nothing is left running and nobody marks the
+    run. `rlbridge train CONFIG --resume` then names the previous run as killed, continues from the
+    last complete checkpoint (step 2) and ends at step 4: each step once, steps 1-2 kept as the
+    killed run wrote them, steps 3-4 trained again on the same prompts in the same order, the
+    learning-rate schedule where it was, and a finite reward at every step. Where the backend
+    declares resume_reproduces_metrics (TRL on CPU), the metrics equal an uninterrupted run's."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from rlbridge.engine.lifeline import _alive, descendants
+
+    if not backend.installed_version():
+        pytest.skip(f"{backend.name} is not installed here")
+    data = tmp_path / "prompts.jsonl"  # 16 distinct prompts: a batch of 2 is never a batch seen before
+    data.write_text("".join(json.dumps({"prompt": str(i % 10) * (4 if i < 10 else 3), "answer": str(i % 10)}) + "\n"
+                            for i in range(16)))
+    overrides = [
+        f"backend={backend.name}", f"training.steps={KILL_STEPS}", "training.batch_size=2", "algorithm.group_size=4",
+        "rollout.max_new_tokens=8", "checkpoint.interval=2", "training.lr_schedule=cosine", "resources.gpus_per_node=auto",
+        f"data.train={{type: jsonl, path: {data}}}", "telemetry.samples_per_step=16",
+        f"engine_env={sys.prefix}",  # the engine in its own process tree, as from a user's shell
+    ]
+    config = load_config(QUICKSTART, overrides)
+    unmet = requirement_unmet(backend, config, "checkpoint.interval", "checkpoint.resume", "training.lr_schedule")
+    if unmet:
+        pytest.skip(f"{backend.name} declares it cannot do this: {unmet}")
+
+    def start(run, *extra):
+        args = [a for o in overrides for a in ("--set", o)]
+        return subprocess.Popen(
+            [sys.executable, "-m", "rlbridge", "train", str(QUICKSTART), "--no-progress", *args,
+             "--set", f"output_dir={run}", *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+
+    def rows(run, name="metrics.jsonl"):
+        path = run / name
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+    def prompts(run):
+        by_step: dict[int, list[str]] = {}
+        for row in rows(run, "samples.jsonl"):
+            by_step.setdefault(row["step"], []).append(row["prompt"])
+        return {step: sorted(set(p)) for step, p in by_step.items()}
+
+    run = tmp_path / "killed"
+    proc = start(run)
+    deadline = time.time() + 900
+    while time.time() < deadline and proc.poll() is None and len(rows(run)) < 3:
+        time.sleep(0.05)
+    if proc.poll() is not None:
+        pytest.fail(f"the run ended (exit {proc.returncode}) before it could be killed: {proc.stdout.read()[-3000:]}")
+    assert len(rows(run)) == 3, f"step 3 not reached in 900 s: {rows(run)}"
+    # the whole tree, at once: the user's process, its descendants, every process of the run
+    tree = {proc.pid, *descendants(proc.pid), *_processes_of(run)}
+    for _ in range(2):  # a second pass for what was forked while the first one ran
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.3)
+        tree |= _processes_of(run)
+    proc.wait()
+    killed_at = time.time()
+    while time.time() - killed_at < 15 and any(_alive(p) for p in tree | _processes_of(run)):
+        time.sleep(0.2)
+    left = {p for p in tree | _processes_of(run) if _alive(p)}
+    assert not left, f"processes of the killed run still running: {left}"
+    killed_rows, killed_prompts = rows(run), prompts(run)
+    assert [r["step"] for r in killed_rows] == [1, 2, 3]
+    assert not (run / "summary.json").exists()
+
+    resumed = start(run, "--resume")
+    out, _ = resumed.communicate(timeout=1200)
+    assert resumed.returncode == 0, out[-4000:]
+    assert "was killed" in out, out[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["previous_run"]["status"] == "killed", summary
+    final = rows(run)
+    assert [r["step"] for r in final] == list(range(1, KILL_STEPS + 1)), final  # each step once, none lost
+    assert final[:2] == killed_rows[:2], "steps 1-2 (before the checkpoint) must be kept as the killed run wrote them"
+    assert final[2]["timing/step_s"] != killed_rows[2]["timing/step_s"], "step 3 must be trained again after the checkpoint"
+    # data order: the resumed run trains step 3 on the prompts the killed run drew for step 3 (the
+    # data loader's state came back); a data loader started over would draw step 1's again
+    final_prompts = prompts(run)
+    assert killed_prompts[3] != killed_prompts[1], killed_prompts
+    assert final_prompts[3] == killed_prompts[3], (final_prompts, killed_prompts)
+    assert not set(final_prompts[4]) & (set(final_prompts[1]) | set(final_prompts[2]) | set(final_prompts[3])), final_prompts
+    # the schedule went on from step 2 (cosine: step 3's rate is below step 1's), and so did the curve
+    assert final[2]["lr"] == pytest.approx(killed_rows[2]["lr"], rel=1e-6) and final[2]["lr"] < final[0]["lr"], final
+    assert all(isinstance(r.get("reward/mean"), (int, float)) and math.isfinite(r["reward/mean"]) for r in final), final
+    assert not _processes_of(run), "processes of the resumed run still running after it ended"
+    if backend.resume_reproduces_metrics:
+        reference = tmp_path / "uninterrupted"
+        ref = start(reference)
+        out, _ = ref.communicate(timeout=1200)
+        assert ref.returncode == 0, out[-3000:]
+        for got, want in zip(final, rows(reference), strict=True):
+            for key in REPRODUCED:
+                assert got.get(key) == want.get(key), (got["step"], key, got.get(key), want.get(key))
