@@ -113,6 +113,10 @@ def plan(
         print(json.dumps(prepared.plan.to_dict(), indent=2))
         return
     print(f"# backend: {prepared.plan.backend} ({prepared.plan.engine_requirement})")
+    if prepared.plan.layout:  # the placement policy's layout (rlbridge.run.placement reads it back after a Ray run)
+        roles = ", ".join(f"{role} {n}" for role, n in prepared.plan.layout.items() if role != "shared")
+        print(f"# placement: {prepared.config.placement.policy}: {roles} device(s)"
+              + (", shared" if prepared.plan.layout.get("shared") else ", separate"))
     for note in prepared.plan.approximations:
         print(f"# approximated: {note}")
     print(prepared.backend.render_native(prepared.plan) if hasattr(prepared.backend, "render_native") else prepared.plan.to_yaml())

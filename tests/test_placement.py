@@ -79,3 +79,15 @@ def test_read_back_stores_the_check_next_to_what_was_read(tmp_path):
     assert check["mismatches"] == [] and check["roles"]["actor"]["nodes"] == ["node0", "node1"]
     assert json.loads((tmp_path / "placement.json").read_text())["check"] == check
     assert read_back(tmp_path, {}, {}) is None  # a backend without an actor table is not checked
+
+
+def test_rlbridge_plan_shows_the_layout():
+    from typer.testing import CliRunner
+
+    from rlbridge.cli import app
+
+    res = CliRunner().invoke(app, ["plan", str(QUICKSTART), "--set", "backend=openrlhf", "--set", "resources.gpus_per_node=4",
+                                   "--set", "placement.policy=split", "--set", "placement.args={rollout_gpus: 1}",
+                                   "--set", "training.batch_size=6"])
+    assert res.exit_code == 0, res.output
+    assert "# placement: split: actor 3, rollout 1, reference 3 device(s), separate" in res.output
