@@ -86,6 +86,8 @@ def test_verl_ppo_critic(tmp_path):
     # critic defaults: the policy's weights and learning rate
     d = _verl(tmp_path, "algorithm.name=ppo", "training.lr=3.0e-4")
     assert d["critic.model.path"] == "<model_dir>" and d["critic.optim.lr"] == 3.0e-4 and d["critic.cliprange_value"] == 0.5
+    budget = _verl(tmp_path, "algorithm.name=ppo", "training.max_tokens_per_device=3000")
+    assert budget["critic.use_dynamic_bsz"] is True and budget["critic.ppo_max_token_len_per_gpu"] == 3000
 
 
 def test_verl_kl_estimator_follows_the_placement(tmp_path):
@@ -391,3 +393,18 @@ def test_trl_grpo_with_a_reward_model_as_the_only_reward(tmp_path):
     assert summary["status"] == "completed" and [r["step"] for r in rows] == [1, 2]
     assert all(r["reward/tiny-reward/mean"] < 0 for r in rows)  # the model's raw scores (negative for random completions)
     assert all(r["reward/mean"] == r["reward/tiny-reward/mean"] for r in rows)
+
+
+def test_reinforce_pp_baseline_per_backend(tmp_path):
+    """REINFORCE++-baseline (group-mean baseline, batch-normalised advantages): verl's
+    reinforce_plus_plus_baseline, OpenRLHF's reinforce_baseline; TRL has no such trainer and says what is nearest."""
+    o = _verl(tmp_path, "algorithm.name=reinforce_pp_baseline", "algorithm.group_size=4")
+    assert o["algorithm.adv_estimator"] == "reinforce_plus_plus_baseline"
+    f = _flags(_orl(tmp_path, "algorithm.name=reinforce_pp_baseline", "algorithm.group_size=4")["args"])
+    assert f["algo.advantage.estimator"] == ["reinforce_baseline"] and "algo.advantage.no_std_norm" not in f
+    with pytest.raises(CapabilityError, match="scale_rewards='batch'"):
+        _trl(tmp_path, "algorithm.name=reinforce_pp_baseline")
+    with pytest.raises(CapabilityError, match="advantage_normalization"):  # the estimator always normalises over the batch
+        _verl(tmp_path, "algorithm.name=reinforce_pp_baseline", "algorithm.advantage_normalization=group")
+    with pytest.raises(ConfigError, match="group_size"):  # a group baseline needs a group
+        _verl(tmp_path, "algorithm.name=reinforce_pp_baseline", "algorithm.group_size=1")

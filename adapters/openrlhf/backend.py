@@ -21,7 +21,8 @@ from rlbridge.errors import ConfigError
 from rlbridge_adapters.openrlhf import knobs
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
-ESTIMATORS = {"grpo": "group_norm", "dr_grpo": "dr_grpo", "rloo": "rloo", "reinforce_pp": "reinforce", "ppo": "gae"}
+ESTIMATORS = {"grpo": "group_norm", "dr_grpo": "dr_grpo", "rloo": "rloo", "reinforce_pp": "reinforce",
+              "reinforce_pp_baseline": "reinforce_baseline", "ppo": "gae"}
 DOTTED_SINCE = Version("0.10.2")
 KEEP_ALL = 2**31 - 1  # --ckpt.max_num for checkpoint.keep_last: null
 DEFAULT_PROMPT_TOKENS = 1024  # what --check validates an "auto" cap with
@@ -103,7 +104,8 @@ def target_version(config: RunConfig) -> Version:
 
 def _check_adv_norm(config: RunConfig) -> str | None:
     name, norm = config.algorithm.name, config.algorithm.effective_advantage_normalization
-    allowed = {"grpo": {"group", "none"}, "dr_grpo": {"none"}, "rloo": {"none"}, "reinforce_pp": {"batch"}, "ppo": {"batch"}}.get(name)
+    allowed = {"grpo": {"group", "none"}, "dr_grpo": {"none"}, "rloo": {"none"}, "reinforce_pp": {"batch"},
+               "reinforce_pp_baseline": {"batch"}, "ppo": {"batch"}}.get(name)
     if allowed and norm not in allowed:
         return f"OpenRLHF's {ESTIMATORS[name]} scales advantages as {' or '.join(sorted(allowed))}; set that or leave it unset"
     return None
@@ -177,7 +179,7 @@ class OpenRLHFBackend(Backend):
     actor_roles = {"PolicyModelActor": ("actor",), "ReferenceModelActor": ("reference",), "CriticModelActor": ("critic",),
                    "RewardModelActor": ("reward",), "RolloutRayActor": ("rollout",), "LLMRayActor": ("rollout",)}
     default_version = DEFAULT_VERSION
-    description = "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), ppo (gae); vLLM rollout"
+    description = "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), reinforce_pp_baseline (reinforce_baseline), ppo (gae); vLLM rollout"
 
     def capabilities(self) -> list[Capability]:
         micro = ("train.micro_batch_size", "rollout.micro_batch_size")

@@ -65,6 +65,9 @@ def _check_algorithm(config: RunConfig) -> str | None:
         return "TRL removed PPOTrainer in 1.13 (trl.experimental.ppo existed only in 1.10-1.12); use backend: verl or backend: openrlhf for PPO"
     if name == "reinforce_pp":
         return "TRL has no REINFORCE++ trainer; use backend: verl (adv_estimator reinforce_plus_plus) or backend: openrlhf"
+    if name == "reinforce_pp_baseline":
+        return ("TRL has no REINFORCE++-baseline trainer; its nearest is algorithm.name: grpo with advantage_normalization: "
+                "batch (GRPOTrainer scale_rewards='batch': group-mean baseline, batch std), or use backend: verl or openrlhf")
     return None
 
 

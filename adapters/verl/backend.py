@@ -26,10 +26,12 @@ from rlbridge.errors import ConfigError
 from rlbridge_adapters.verl import knobs
 from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
-ESTIMATORS = {"grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_plus_plus", "ppo": "gae"}
+ESTIMATORS = {"grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_plus_plus",
+              "reinforce_pp_baseline": "reinforce_plus_plus_baseline", "ppo": "gae"}
 LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean", "seq_mean_token_sum_norm": "seq-mean-token-sum-norm"}
 # How each estimator scales advantages in verl, in canonical terms.
-ADV_NORMS = {"grpo": {"group", "none"}, "dr_grpo": {"none"}, "rloo": {"none"}, "reinforce_pp": {"batch"}, "ppo": {"batch"}}
+ADV_NORMS = {"grpo": {"group", "none"}, "dr_grpo": {"none"}, "rloo": {"none"}, "reinforce_pp": {"batch"},
+             "reinforce_pp_baseline": {"batch"}, "ppo": {"batch"}}
 REWARD_MANAGER = "rlbridge"
 AGENT_NAME = "rlbridge_environment"  # the name of rlbridge's agent loop in the agent-loop config (train.write_agent_loop_files)
 AGENT_LOOP_FILE = "rlbridge_agent_loops.yaml"
@@ -139,7 +141,7 @@ class VerlBackend(Backend):
     # verl's hybrid engine fuses actor, rollout and reference (and a colocated critic) into WorkerDict actors
     actor_roles = {"WorkerDict": ("actor", "rollout", "reference")}
     default_version = DEFAULT_VERSION
-    description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
+    description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
 
     def capabilities(self) -> list[Capability]:
         a, r = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."

@@ -142,7 +142,8 @@ def capabilities() -> list[Capability]:
         honoured("rollout.drop_overlong_prompts", "data.filter_overlong_prompts"),
         honoured("training.gradient_checkpointing", (f"{model}.enable_gradient_checkpointing", "critic.model.enable_gradient_checkpointing")),
         honoured("training.max_tokens_per_device",
-                 (f"{actor}.use_dynamic_bsz", f"{actor}.ppo_max_token_len_per_gpu", f"{critic}.ppo_max_token_len_per_gpu"),
+                 (f"{actor}.use_dynamic_bsz", f"{actor}.ppo_max_token_len_per_gpu", f"{critic}.use_dynamic_bsz",
+                  f"{critic}.ppo_max_token_len_per_gpu"),
                  note="the reference and rollout log-prob passes inherit the actor's token budget"),
         honoured("training.sequence_packing", (f"{model}.use_remove_padding", "critic.model.use_remove_padding")),
         honoured("training.sequence_parallel_size",
@@ -200,6 +201,7 @@ def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version
         o["critic.model.enable_gradient_checkpointing"] = tr.gradient_checkpointing
         o["critic.model.use_remove_padding"] = tr.sequence_packing
         if tr.max_tokens_per_device:
+            o["critic.use_dynamic_bsz"] = True  # verl's default follows the actor's; said, as recipes say it
             o["critic.ppo_max_token_len_per_gpu"] = tr.max_tokens_per_device
         if tr.sequence_parallel_size > 1:
             o["critic.ulysses_sequence_parallel_size"] = tr.sequence_parallel_size

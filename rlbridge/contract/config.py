@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo")
-GROUP_ALGORITHMS = ("grpo", "dr_grpo", "rloo")  # advantage from a group of samples of one prompt
+ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo")
+GROUP_ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")  # advantage from a group of samples of one prompt
 
 
 class StrictModel(BaseModel):
@@ -24,10 +24,11 @@ class StrictModel(BaseModel):
 
 
 class AlgorithmConfig(StrictModel):
-    name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo"] = "grpo"
+    name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo"] = "grpo"
     """RL algorithm. grpo: group-normalised advantages; dr_grpo: GRPO without std scaling and with
     length-unbiased aggregation; rloo: leave-one-out baseline; reinforce_pp: REINFORCE++ (batch
-    baseline); ppo: critic with GAE."""
+    baseline); reinforce_pp_baseline: REINFORCE++-baseline (the group's mean reward as baseline, then
+    advantages normalised over the batch); ppo: critic with GAE."""
     group_size: int = Field(8, ge=1)
     """Samples generated per prompt (TRL num_generations, verl rollout.n, OpenRLHF
     n_samples_per_prompt). Group-based algorithms need at least 2."""
@@ -47,13 +48,13 @@ class AlgorithmConfig(StrictModel):
     seq_mean_token_sum_norm sums per sequence and divides by a constant length (Dr. GRPO)."""
     advantage_normalization: Literal["group", "batch", "none"] | None = None
     """Divide advantages by the reward std of the group, of the whole batch, or not at all.
-    None: the algorithm's standard (grpo: group; dr_grpo and rloo: none; reinforce_pp and ppo: batch)."""
+    None: the algorithm's standard (grpo: group; dr_grpo and rloo: none; reinforce_pp, reinforce_pp_baseline and ppo: batch)."""
 
     @property
     def effective_advantage_normalization(self) -> str:
         if self.advantage_normalization is not None:
             return self.advantage_normalization
-        return {"grpo": "group", "reinforce_pp": "batch", "ppo": "batch"}.get(self.name, "none")
+        return {"grpo": "group", "reinforce_pp": "batch", "reinforce_pp_baseline": "batch", "ppo": "batch"}.get(self.name, "none")
     epochs_per_rollout: int = Field(1, ge=1)
     """Passes of policy updates over one batch of rollouts (TRL num_iterations, verl ppo_epochs)."""
     kl_estimator: Literal["k1", "k2", "k3"] | None = None
