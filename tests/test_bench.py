@@ -168,12 +168,14 @@ def _reward_file(text: str, name: str):
     return namespace
 
 
-@pytest.mark.parametrize("completion,eos", [("7777777", False), ("77a7", True), ("", True), ("1234", False)])
-def test_native_reward_files_are_the_task_reward(completion, eos):
+@pytest.mark.parametrize("completion,eos,cap", [("7777777", False, 7), ("77a7", True, 16), ("", True, 16),
+                                               ("1234", False, 4), ("777", True, 4)])
+def test_native_reward_files_are_the_task_reward(completion, eos, cap):
     """The native verl and OpenRLHF arms score with a reward file in the engine's own convention; it must
-    be the quickstart's digit_match (plugins/rewards.py) on the byte-level tiny-digits tokenizer. verl's
-    compute_score never sees the end-of-sequence token (verl decodes without special tokens), so there the
-    denominator differs by that one token (docs/benchmarks.md says so)."""
+    give the quickstart's digit_match (plugins/rewards.py) on the byte-level tiny-digits tokenizer, whose
+    denominator counts the end-of-sequence token too. A response without one fills the cap (`cap`:
+    rollout.max_new_tokens); verl decodes without special tokens, so its file infers the token from the
+    length, OpenRLHF's sees it in the decoded text."""
     from plugins.rewards import digit_match
     from rlbridge.contract.rewards import RewardInput
     from rlbridge_adapters.openrlhf.native import REWARD_FILES as ORL
@@ -185,11 +187,8 @@ def test_native_reward_files_are_the_task_reward(completion, eos):
     query = prompt + completion + ("<|im_end|>" if eos else "")
     got = _reward_file(ORL["digit_match"], "reward_func.py")["reward_func"]([query], [prompt], ["7"])
     assert got["rewards"].tolist() == pytest.approx([expected])
-    verl = _reward_file(VERL["digit_match"], "reward_fn.py")["compute_score"]("rlbridge", completion, "7")
-    if not eos:
-        assert verl == pytest.approx(expected)
-    else:
-        assert verl == pytest.approx(min(completion.count("7"), max(len(completion), 1)) / max(len(completion), 1))
+    verl = _reward_file(VERL["digit_match"].replace("{max_new_tokens}", str(cap)), "reward_fn.py")["compute_score"]
+    assert verl("rlbridge", completion, "7") == pytest.approx(expected)
 
 
 def test_native_verl_log_to_canonical(tmp_path):

@@ -28,14 +28,20 @@ from pathlib import Path
 
 PATCHES_ONLY_ENV = "RLBRIDGE_VERL_PATCHES_ONLY"
 
-# The quickstart's digit_match reward (plugins/rewards.py) as a verl user writes it: verl's reward
-# manager hands compute_score the decoded response without special tokens and no token ids, so the
-# denominator is the decoded length (rlbridge's digit_match also counts an end-of-sequence token).
+# The quickstart's digit_match reward (plugins/rewards.py) as a verl user writes it. verl's reward
+# manager hands compute_score the response decoded without special tokens and no token ids; with the
+# byte-level tiny-digits tokenizer the response's tokens are its characters, plus the end-of-sequence
+# token that ended it when it is shorter than the response cap (the only way generation stops early),
+# which digit_match counts too. {max_new_tokens} is filled in by prepare().
 REWARD_FILES = {
     "digit_match": '''\
+MAX_NEW_TOKENS = {max_new_tokens}
+
+
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    """Fraction of the response's characters (tokens, for the byte-level tiny-digits tokenizer) equal to the answer digit."""
-    return min(solution_str.count(str(ground_truth)), max(len(solution_str), 1)) / max(len(solution_str), 1)
+    """Fraction of the response's tokens equal to the answer digit."""
+    n = len(solution_str) + (1 if len(solution_str) < MAX_NEW_TOKENS else 0)
+    return min(solution_str.count(str(ground_truth)), max(n, 1)) / max(n, 1)
 ''',
 }
 
@@ -63,7 +69,7 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     write_parquet(rows, run_dir / "data" / "train.parquet")
     write_parquet(rows[: max(1, min(len(rows), job["batch_size"]))], run_dir / "data" / "val.parquet")
     reward_file = run_dir / "reward_fn.py"
-    reward_file.write_text(REWARD_FILES[rewards[0]["name"]])
+    reward_file.write_text(REWARD_FILES[rewards[0]["name"]].replace("{max_new_tokens}", str(job["max_new_tokens"])))
     (run_dir / "verl_native_plan.json").write_text(json.dumps(native))
 
     overrides = overrides_for(native, str(run_dir), model_dir, max_prompt_length=longest_prompt(rows, model_dir))
