@@ -408,3 +408,18 @@ def test_reinforce_pp_baseline_per_backend(tmp_path):
         _verl(tmp_path, "algorithm.name=reinforce_pp_baseline", "algorithm.advantage_normalization=group")
     with pytest.raises(ConfigError, match="group_size"):  # a group baseline needs a group
         _verl(tmp_path, "algorithm.name=reinforce_pp_baseline", "algorithm.group_size=1")
+
+
+def test_forward_micro_batch_size_per_backend(tmp_path):
+    """The forward-only micro batch (log-probs) apart from the training micro batch, as OpenRLHF and
+    verl recipes set it (e.g. train micro 8, rollout micro 16)."""
+    o = _verl(tmp_path, "training.micro_batch_size=4", "training.forward_micro_batch_size=16")
+    assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 4
+    assert o["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == 16
+    assert o["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] == 16
+    same = _verl(tmp_path, "training.micro_batch_size=4")
+    assert same["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] == 4  # unset: the training micro batch
+    f = _flags(_orl(tmp_path, "training.micro_batch_size=4", "training.forward_micro_batch_size=16")["args"])
+    assert f["train.micro_batch_size"] == ["4"] and f["rollout.micro_batch_size"] == ["16"]
+    with pytest.raises(CapabilityError, match="per_device_train_batch_size"):
+        _trl(tmp_path, "training.forward_micro_batch_size=16")

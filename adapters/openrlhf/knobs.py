@@ -176,6 +176,8 @@ def capabilities() -> list[Capability]:
         honoured("model.lora", ("ds.lora.rank", "ds.lora.alpha", "ds.lora.target_modules", "ds.lora.dropout")),
         honoured("rollout.drop_overlong_prompts", "launch.data.drop_over", note="rlbridge drops them from the prompt file"),
         honoured("training.gradient_checkpointing", "actor.gradient_checkpointing_enable", note="actor and critic"),
+        honoured("training.forward_micro_batch_size", "rollout.micro_batch_size",
+                 note="experience making: the actor's, reference's, critic's and reward model's forward passes"),
         honoured("training.max_tokens_per_device",
                  ("train.dynamic_batch_enable", "train.max_tokens_per_gpu", "rollout.max_tokens_per_gpu"), _check_dynamic_batch),
         honoured("training.sequence_packing", "ds.packing_samples", _check_packing),
@@ -200,6 +202,8 @@ def translate(config: RunConfig, flags: dict[str, Any], version: Version) -> int
         flags["algo.advantage.gamma"] = algo.gamma
     if algo.name == "ppo":
         flags["algo.advantage.lambd"] = algo.gae_lambda
+    if tr.forward_micro_batch_size:
+        flags["rollout.micro_batch_size"] = tr.forward_micro_batch_size
     if algo.dynamic_sampling:
         flags["algo.dynamic_filtering_enable"] = True
         flags["algo.dynamic_filtering_range"] = [0.0, 1.0]

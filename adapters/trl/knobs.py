@@ -63,6 +63,9 @@ def capabilities() -> list[Capability]:
                  note="peft.LoraConfig given to the trainer as peft_config"),
         honoured("rollout.drop_overlong_prompts", "launch.data.drop_overlong_prompts", note="rlbridge drops them when it loads the data"),
         honoured("training.gradient_checkpointing", "gradient_checkpointing"),
+        rejected("training.forward_micro_batch_size",
+                 "TRL computes the old-policy and reference log-probs in chunks of the training micro batch "
+                 "(per_device_train_batch_size); set training.micro_batch_size, or use backend: verl or openrlhf"),
         rejected("training.max_tokens_per_device",
                  "TRL batches by samples (per_device_train_batch_size); set training.micro_batch_size, or use backend: "
                  "verl or openrlhf for token-budget batching"),

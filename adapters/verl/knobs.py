@@ -141,6 +141,8 @@ def capabilities() -> list[Capability]:
                  _check_lora, note="lora.merge on CPU with vLLM (merged weights to the rollout); vLLM LoRA adapters on GPUs"),
         honoured("rollout.drop_overlong_prompts", "data.filter_overlong_prompts"),
         honoured("training.gradient_checkpointing", (f"{model}.enable_gradient_checkpointing", "critic.model.enable_gradient_checkpointing")),
+        honoured("training.forward_micro_batch_size",
+                 (f"{ref}.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")),
         honoured("training.max_tokens_per_device",
                  (f"{actor}.use_dynamic_bsz", f"{actor}.ppo_max_token_len_per_gpu", f"{critic}.use_dynamic_bsz",
                   f"{critic}.ppo_max_token_len_per_gpu"),
@@ -185,6 +187,9 @@ def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version
             o["actor_rollout_ref.model.lora.merge"] = True
     o["data.filter_overlong_prompts"] = config.rollout.drop_overlong_prompts
     o["actor_rollout_ref.model.enable_gradient_checkpointing"] = tr.gradient_checkpointing
+    if tr.forward_micro_batch_size:
+        o["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = tr.forward_micro_batch_size
+        o["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] = tr.forward_micro_batch_size
     o["actor_rollout_ref.model.use_remove_padding"] = tr.sequence_packing
     if tr.max_tokens_per_device:
         o["actor_rollout_ref.actor.use_dynamic_bsz"] = True

@@ -288,6 +288,10 @@ class TrainingConfig(StrictModel):
     Must be a multiple of group_size and divide batch_size x group_size."""
     micro_batch_size: int | None = Field(None, ge=1)
     """Samples per forward/backward pass on one device. None: the per-device share of a mini batch."""
+    forward_micro_batch_size: int | None = Field(None, ge=1)
+    """Samples per forward-only pass on one device, for the log-probs of the rollout policy and of the
+    reference (verl log_prob_micro_batch_size_per_gpu, OpenRLHF --rollout.micro_batch_size); these
+    passes keep no activations, so recipes make them larger. None: the training micro batch."""
     grad_clip: float | None = Field(1.0, gt=0.0)
     """Clip the global gradient norm to this value; None disables clipping."""
     seed: int = 0

@@ -381,6 +381,11 @@ EFFECTS: dict[str, Effect] = {
         "verl": {"data.filter_overlong_prompts": True},
         "openrlhf": {"launch.data.drop_over": 64},
     }, context=("rollout.max_prompt_tokens=64",)),
+    "training.forward_micro_batch_size": Effect(16, {
+        "verl": {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 16,
+                 "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 16},
+        "openrlhf": {"rollout.micro_batch_size": 16},
+    }),
     "training.gradient_checkpointing": Effect(True, {
         "trl": {"gradient_checkpointing": True},
         "verl": {"actor_rollout_ref.model.enable_gradient_checkpointing": True},
