@@ -206,3 +206,27 @@ def test_native_verl_log_to_canonical(tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["reward/mean"] == 0.25 and rows[0]["timing/step_s"] == 2.5 and rows[0]["timing/generate_s"] == 1.5
     assert rows[1]["loss/policy"] == 0.2
+
+
+def test_runs_keyed_by_an_older_key_are_found_by_their_config(tmp_path):
+    """Fields at their default are not part of the key (a knob added to rlbridge keeps finished runs),
+    and a run directory named with another key function's key is found by the config it ran."""
+    from rlbridge.run.bench import key_from_files
+
+    spec = write_spec(tmp_path, arms=["trl"], seeds=[3], set=["training.steps=3"])
+    (job,), _ = build_jobs(*load_spec(spec))
+    old = tmp_path / "runs" / "00-trl-seed3-0123456789ab"
+    old.mkdir(parents=True)
+    (old / "config.in.yaml").write_text(yaml.safe_dump(job.config.model_dump(mode="json", exclude_unset=True)))
+    (old / "run.json").write_text(json.dumps({"status": "completed", "engine": job.engine, "kind": "rlbridge"}))
+    assert key_from_files(old) == job.key
+    (old / "run.json").write_text(json.dumps({"status": "completed", "engine": job.engine, "kind": "native"}))
+    assert key_from_files(old) != job.key  # the kind of run is part of the key
+    from rlbridge.contract.config import RunConfig
+
+    class Newer(RunConfig):  # rlbridge with one more knob, at a default that keeps the old behaviour
+        new_knob: int = 0
+
+    resolved = resolve(job.config)
+    assert run_key(Newer.model_validate(resolved.model_dump()), job.engine, "rlbridge") == job.key
+    assert run_key(Newer.model_validate({**resolved.model_dump(), "new_knob": 1}), job.engine, "rlbridge") != job.key

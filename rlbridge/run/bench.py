@@ -221,7 +221,10 @@ def check_fairness(spec: BenchSpec, diffs: dict[str, dict[str, Any]]) -> None:
 
 
 def run_key(config: RunConfig, engine: str, kind: str) -> str:
-    data = config.model_dump(mode="json")
+    """A finished run's identity: the resolved config, where it ran, the kind of run, rlbridge's version.
+    Fields at their default value are left out, so that a knob added to rlbridge (whose default keeps
+    the old behaviour) does not orphan finished runs; a changed default comes with a new version."""
+    data = config.model_dump(mode="json", exclude_defaults=True)
     data.pop("run_name", None)
     data.pop("output_dir", None)
     data.get("checkpoint", {}).pop("dir", None)
@@ -373,6 +376,8 @@ def command_for(job: RunJob, run_dir: Path) -> RunCommand:
 
         config = resolve(job.config)
         plan = json.loads(json.dumps(job.plan))
+        # the canonical config this native run stands for (its key is computed from it, as for rlbridge runs)
+        (run_dir / "config.in.yaml").write_text(yaml.safe_dump(job.config.model_dump(mode="json", exclude_unset=True), sort_keys=False))
         rows = load_rows(config.data.train, config, "data.train")
         if job.config.backend != "trl":  # the engine's own entry point, prepared in its environment
             from rlbridge.contract.registry import get_plugin_manager
@@ -494,6 +499,18 @@ def run_one(job: RunJob, run_dir: Path, lock: list[Path] | None = None, on_step=
     return result
 
 
+def key_from_files(run_dir: Path) -> str | None:
+    """A finished run's key under this rlbridge, from the config it ran (config.in.yaml) and where and
+    how it ran (run.json); None when they do not load (e.g. a knob since removed)."""
+    from rlbridge.run.runner import resolve
+
+    try:
+        data = json.loads((run_dir / "run.json").read_text())
+        return run_key(resolve(load_config(run_dir / "config.in.yaml")), data["engine"], data["kind"])
+    except (OSError, ValueError, KeyError, RLBridgeError):
+        return None
+
+
 def load_done(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "run.json"
     if not path.exists():
@@ -545,10 +562,16 @@ def run_bench(
     todo = []
     # a finished run is found by its key, whatever its arm's name or position in the spec
     by_key = {d.name.rsplit("-", 1)[-1]: d for d in sorted((out / "runs").glob("*-*")) if (d / "run.json").exists()}
+    if any(job.key not in by_key for job in jobs):  # runs keyed by an older key function: the key of the config they ran
+        for d in list(by_key.values()):
+            key = key_from_files(d)
+            if key is not None:
+                by_key.setdefault(key, d)
     for job in jobs:
         done = load_done(by_key.get(job.key, out / "runs" / job.dirname))
         if done is not None:
             done["arm"] = job.arm  # the arm may have been renamed in the spec
+            done["key"] = job.key
             results.append(done)
         else:
             todo.append(job)
