@@ -235,11 +235,17 @@ app.add_typer(env_app, name="env")
 
 
 @env_app.command("create")
-def env_create(spec: str = typer.Argument(..., help="ENGINE or ENGINE==VERSION, e.g. trl==1.16.0")) -> None:
+def env_create(
+    spec: str = typer.Argument(..., help="ENGINE or ENGINE==VERSION, e.g. trl==1.16.0"),
+    with_: Optional[list[str]] = typer.Option(
+        None, "--with", help="Also install an rlbridge plugin extra the engine's processes need "
+        "(reasoning-gym, openenv, verifiers; repeatable), e.g. --with reasoning-gym.",
+    ),
+) -> None:
     """Create (or finish creating) the environment; idempotent and resumable."""
     from rlbridge.envs.create import create
 
-    path = create(spec, echo=lambda msg: err.print(msg, highlight=False, markup=False))
+    path = create(spec, echo=lambda msg: err.print(msg, highlight=False, markup=False), extras=tuple(with_ or ()))
     out.print(f"environment ready: {path}")
 
 

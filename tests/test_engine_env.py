@@ -148,3 +148,19 @@ def test_compat_run_creates_the_env_runs_the_suite_inside_and_writes_results(lig
     table = (results / "RESULTS.md").read_text()
     assert "| demo | 1.16.0 | **FAIL** | plans only | **FAIL** | not run: no GPU |" in table
     assert "no test of demo ran" in table
+
+
+def test_env_create_with_a_plugin_extra_installs_rlbridge_with_it(light_recipes, monkeypatch):
+    """`env create --with reasoning-gym`: the plugin extra joins engine-env in the rlbridge stage
+    (with the torch pin), and changing the extras reruns only that stage."""
+    from rlbridge.envs import create as envs
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(envs, "_run", lambda cmd, env, log, what: calls.append(cmd))
+    envs.create("demo==1.16.0", echo=lambda msg: None, cuda=False)
+    assert any(f"{envs.REPO_ROOT}[engine-env]" in cmd for cmd in calls)
+    calls.clear()
+    envs.create("demo==1.16.0", echo=lambda msg: None, cuda=False, extras=("verifiers", "reasoning-gym"))
+    assert len(calls) == 1 and calls[0][-3:] == ["-e", f"{envs.REPO_ROOT}[engine-env,reasoning-gym,verifiers]", "pluggy>=1.3"]
+    with pytest.raises(envs.EnvError, match="unknown plugin extra tensorboard"):
+        envs.create("demo==1.16.0", echo=lambda msg: None, cuda=False, extras=("tensorboard",))

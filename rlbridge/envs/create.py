@@ -121,17 +121,24 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _rlbridge_source() -> list[str]:
+def _rlbridge_source(extras: tuple[str, ...] = ()) -> list[str]:
     """How to install this rlbridge into an engine environment: the source tree if we run from
     one (editable, so the engine environment follows the checkout), else the same release, with
-    the `engine-env` extra only (pytest for the conformance suite, matplotlib for reward.png): the
-    test extra's telemetry and environment-standard libraries run in the user's process and would
-    only move the engine's pins."""
+    the `engine-env` extra (pytest for the conformance suite, matplotlib for reward.png) and only
+    the plugin extras asked for (`env create --with reasoning-gym`): the test extra's telemetry
+    libraries run in the user's process and would only move the engine's pins, while an
+    environment-standard plugin (reasoning-gym, openenv, verifiers) loads data and scores inside
+    the engine's processes on verl and OpenRLHF, so it must be importable there."""
     from rlbridge import __version__
 
+    names = ",".join(["engine-env", *extras])
     if (REPO_ROOT / "pyproject.toml").exists():
-        return ["-e", f"{REPO_ROOT}[engine-env]"]
-    return [f"rlbridge[engine-env]=={__version__}"]
+        return ["-e", f"{REPO_ROOT}[{names}]"]
+    return [f"rlbridge[{names}]=={__version__}"]
+
+
+PLUGIN_EXTRAS = ("reasoning-gym", "openenv", "verifiers")
+"""rlbridge extras that `rlbridge env create --with NAME` adds to an engine environment."""
 
 
 def _installer() -> str:
@@ -171,7 +178,13 @@ def _run(cmd: list[str], env: dict[str, str], log: Path, what: str) -> None:
         )
 
 
-def create(spec: str, echo=print, cuda: bool | None = None) -> Path:
+def create(spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, ...] = ()) -> Path:
+    """Create (or finish) the environment; `extras` are rlbridge plugin extras (PLUGIN_EXTRAS) to
+    install with rlbridge."""
+    unknown = [e for e in extras if e not in PLUGIN_EXTRAS]
+    if unknown:
+        raise EnvError(f"--with: unknown plugin extra {', '.join(unknown)}; known: {', '.join(PLUGIN_EXTRAS)}")
+    extras = tuple(sorted(set(extras)))
     recipe = recipe_for(spec, cuda)
     path = env_path(recipe.engine, recipe.label)
     installer = _installer()
@@ -189,7 +202,8 @@ def create(spec: str, echo=print, cuda: bool | None = None) -> Path:
     # entry points or dependencies, which need a reinstall
     project = REPO_ROOT / "pyproject.toml"
     project_digest = _digest(project.read_text()) if project.exists() else ""
-    stages.append(("rlbridge", [_rlbridge_source(), project_digest], [*_rlbridge_source(), recipe.torch]))
+    source = _rlbridge_source(extras)
+    stages.append(("rlbridge", [source, project_digest], [*source, recipe.torch]))
     log = path.parent / f"{path.name}.install.log"
     total = len(stages)
     for n, (stage, spec_obj, pip_args) in enumerate(stages, 1):
