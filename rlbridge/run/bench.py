@@ -279,6 +279,22 @@ def build_jobs(spec: BenchSpec, spec_path: Path, plugins=None) -> tuple[list[Run
 # --- running -------------------------------------------------------------------------------
 
 
+def _tree_cpu(proc) -> float:
+    """CPU seconds (user + system) used so far by a process, its live descendants and those they reaped."""
+    import psutil
+
+    total = 0.0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
 def _tree_rss(proc) -> int:
     """Resident memory of a process and all its descendants (bytes)."""
     import psutil
@@ -435,16 +451,25 @@ def run_one(job: RunJob, run_dir: Path, lock: list[Path] | None = None, on_step=
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **command.env}
     tail = _StepTail(metrics_path)
     peak = 0
+    import resource
+
     with _locked(lock) as waited, open(run_dir / "output.log", "w") as log:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         started_at = time.time()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=command.cwd)
         ps = psutil.Process(proc.pid)
         last_mem = 0.0
         try:
+            step_cpu: dict[int, float] = {}
             while proc.poll() is None:
                 now = time.perf_counter() - started
+                seen = len(tail.arrivals)
                 tail.poll(now)
+                if len(tail.arrivals) > seen:  # the tree's CPU time when a step arrives: per-step CPU, load or not
+                    cpu = _tree_cpu(ps)
+                    for step, _ in tail.arrivals[seen:]:
+                        step_cpu[step] = cpu
                 if now - last_mem >= 0.2:
                     peak = max(peak, _tree_rss(ps))
                     last_mem = now
@@ -457,6 +482,7 @@ def run_one(job: RunJob, run_dir: Path, lock: list[Path] | None = None, on_step=
             stop_process_group(proc)
             raise
         wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the run's process and every descendant it reaped
         tail.poll(wall)
         if command.canonical is not None:  # an engine's native run: what it left behind goes (the slot is still held)
             from rlbridge.run.launch import stop_process_group
@@ -485,8 +511,12 @@ def run_one(job: RunJob, run_dir: Path, lock: list[Path] | None = None, on_step=
         "started_at": started_at,
         "lock_wait_s": waited,
         "wall_s": wall,
+        # CPU seconds, user + system: far less sensitive than wall time to other jobs on a shared machine
+        # (complete for a process tree that reaps its children, e.g. TRL and its reward workers)
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "peak_tree_rss_mb": peak / 2**20,
         "step_arrival_s": {str(step): t for step, t in tail.arrivals},
+        "step_cpu_s": {str(step): t for step, t in step_cpu.items()},
         "history": history,
     }
     summary = metrics_path.parent / "summary.json"
