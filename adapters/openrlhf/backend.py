@@ -338,6 +338,7 @@ class OpenRLHFBackend(Backend):
         flags["ckpt.max_num"] = config.checkpoint.keep_last or KEEP_ALL
         if config.checkpoint.resume:
             flags["ckpt.load_enable"] = True
+        flags["eval.steps"] = -1  # no evaluation (OpenRLHF's default, said)
         if config.data.eval is not None:
             flags["eval.dataset"] = "<run_dir>/data/eval.jsonl"
             flags["eval.steps"] = config.data.eval_interval

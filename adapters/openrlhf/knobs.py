@@ -198,8 +198,7 @@ def translate(config: RunConfig, flags: dict[str, Any], version: Version) -> int
         flags["algo.kl.estimator"] = kl_estimator(config)
     if algo.entropy_coef > 0:
         flags["actor.entropy_coef"] = algo.entropy_coef
-    if algo.name in ("ppo", "reinforce_pp"):
-        flags["algo.advantage.gamma"] = algo.gamma
+    flags["algo.advantage.gamma"] = algo.gamma  # said for every estimator, as verl's plan does (1.0 outside ppo/reinforce_pp)
     if algo.name == "ppo":
         flags["algo.advantage.lambd"] = algo.gae_lambda
     if tr.forward_micro_batch_size:
