@@ -95,10 +95,12 @@ def test_small_trl_bench_report_is_consistent(tmp_path):
         assert len(data["histories"][run["key"]]) == 3 and sorted(map(int, run["step_arrival_s"])) == [1, 2, 3]
         n = run["numbers"]
         for key in ("auc", "reward_final", "step_s", "gen_tokens_per_s", "samples_per_s", "startup_s", "wall_s",
-                    "train_s", "peak_tree_rss_mb"):
+                    "train_s", "peak_tree_rss_mb", "cpu_s"):
             assert isinstance(n[key], float) and math.isfinite(n[key]) and n[key] >= 0, key
         assert n["steps_to_target"] == 1  # target 0.0 is reached at the first step
         assert n["wall_s"] > n["train_s"] and n["startup_s"] < n["wall_s"]
+        cpu = {int(k): v for k, v in run["step_cpu_s"].items()}  # the tree's CPU time at each step's arrival
+        assert sorted(cpu) == [1, 2, 3] and cpu[1] <= cpu[2] <= cpu[3] <= n["cpu_s"]
         # TRL's own timers: generation and reward are timed; no reference (kl_coef 0) and no weight sync (HF rollout)
         assert {"timing/generate_s", "timing/reward_s", "timing/update_s", "timing/step_s"} <= set(n["phases"])
         assert "timing/ref_s" not in n["phases"] and "timing/weight_sync_s" not in n["phases"]

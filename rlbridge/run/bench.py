@@ -311,7 +311,7 @@ def _tree_rss(proc) -> int:
 
 
 @contextlib.contextmanager
-def _locked(locks: list[Path] | None, poll_s: float = 2.0):
+def _locked(locks: list[Path] | None, poll_s: float = 7.0):
     """Hold an exclusive flock on one of `locks` (the first that is free) for the duration; yields the wait (s).
 
     Several lock files are several slots: a machine that fits two engine runs at once is shared through

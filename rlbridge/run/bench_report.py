@@ -41,6 +41,7 @@ SCALARS = [
     ("train_s", "training time (sum of step times)", "s", True),
     ("wall_s", "whole run (process start to exit)", "s", True),
     ("fixed_s", "fixed cost (wall - training time)", "s", True),
+    ("cpu_s", "CPU time of the whole process tree (user + system; complete where the tree reaps its children)", "s", True),
     ("peak_tree_rss_mb", "peak memory, whole process tree (RSS sum)", "MiB", True),
     ("steps_to_target", "steps to target reward", "", True),
     ("time_to_target_s", "time to target reward (from process start)", "s", True),
@@ -78,6 +79,7 @@ def run_numbers(result: dict[str, Any], config, reward_at: list[int], window: in
     out["train_s"] = sum(r[STEP] for r in history if STEP in r) or None
     out["wall_s"] = result.get("wall_s")
     out["fixed_s"] = out["wall_s"] - out["train_s"] if out["wall_s"] is not None and out["train_s"] else None
+    out["cpu_s"] = result.get("cpu_s")  # runs measured before bench recorded CPU time have none
     first = min(arrivals) if arrivals else None
     first_row = next((r for r in history if r.get("step") == first), {})
     out["startup_s"] = arrivals[first] - first_row.get(STEP, 0.0) if first is not None else None
@@ -245,6 +247,7 @@ def native_overhead(arms: dict[str, Any], runs: list[dict[str, Any]], jobs) -> l
                 "wall_ratio": a["wall_s"] / b["wall_s"],
                 "step_ratio": a["step_s"] / b["step_s"] if a["step_s"] and b["step_s"] else None,
                 "fixed_extra_s": (a["fixed_s"] or 0) - (b["fixed_s"] or 0),
+                "cpu_ratio": a["cpu_s"] / b["cpu_s"] if a.get("cpu_s") and b.get("cpu_s") else None,
                 "rewards_identical": ra == rb and bool(ra),
             })
         if pairs:
@@ -253,6 +256,7 @@ def native_overhead(arms: dict[str, Any], runs: list[dict[str, Any]], jobs) -> l
                 "median_wall_ratio": _median([p["wall_ratio"] for p in pairs]),
                 "median_step_ratio": _median([p["step_ratio"] for p in pairs if p["step_ratio"]]),
                 "median_fixed_extra_s": _median([p["fixed_extra_s"] for p in pairs]),
+                "median_cpu_ratio": _median([p["cpu_ratio"] for p in pairs if p["cpu_ratio"]]),
                 "rewards_identical_all": all(p["rewards_identical"] for p in pairs),
             })
     return out
@@ -324,13 +328,13 @@ def markdown(data: dict[str, Any], plots: list[str]) -> str:
         lines.append(f"\nTarget reward {data['spec']['target_reward']}: first step whose reward/mean reaches it "
                      "('-': not reached in the run).")
     lines += ["", "## Speed and memory", "",
-              "| arm | step (s) | generated tok/s | samples/s | start-up (s) | training (s) | whole run (s) | fixed (s) | peak memory (MiB) |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| arm | step (s) | generated tok/s | samples/s | start-up (s) | training (s) | whole run (s) | fixed (s) | CPU (s) | peak memory (MiB) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for n, a in arms.items():
         g = a["aggregate"]
         lines.append(f"| {n} | {_ci(g['step_s'])} | {_ci(g['gen_tokens_per_s'])} | {_ci(g['samples_per_s'])} | "
                      f"{_ci(g['startup_s'])} | {_ci(g['train_s'])} | {_ci(g['wall_s'])} | {_ci(g['fixed_s'])} | "
-                     f"{_ci(g['peak_tree_rss_mb'])} |")
+                     f"{_ci(g['cpu_s'])} | {_ci(g['peak_tree_rss_mb'])} |")
     lines += ["", "Per-step phases from each engine's own timers (median over steps >= 2, mean over seeds; "
               "'-': the engine has no such phase or does not time it):", "",
               "| arm | " + " | ".join(label for _, label in PHASES) + " | whole step |",
@@ -350,11 +354,12 @@ def markdown(data: dict[str, Any], plots: list[str]) -> str:
         lines.append(f"\nMethod: {data['statistics']['verdict']} on the per-seed values.")
     if data["native_overhead"]:
         lines += ["", "## rlbridge overhead against the native engine", "",
-                  "| rlbridge arm | native arm | pairs | wall ratio (median) | step-time ratio (median) | extra fixed cost (s) | identical rewards |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| rlbridge arm | native arm | pairs | wall ratio (median) | step-time ratio (median) | extra fixed cost (s) | CPU-time ratio (median) | identical rewards |",
+                  "|---|---|---|---|---|---|---|---|"]
         for o in data["native_overhead"]:
             lines.append(f"| {o['rlbridge_arm']} | {o['native_arm']} | {len(o['pairs'])} | {_fmt(o['median_wall_ratio'])} | "
-                         f"{_fmt(o['median_step_ratio'])} | {_fmt(o['median_fixed_extra_s'])} | {o['rewards_identical_all']} |")
+                         f"{_fmt(o['median_step_ratio'])} | {_fmt(o['median_fixed_extra_s'])} | {_fmt(o['median_cpu_ratio'])} | "
+                         f"{o['rewards_identical_all']} |")
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     lines += ["", "Definitions: " + "; ".join(f"{k}: {v}" for k, v in data["statistics"].items()) + "."]
