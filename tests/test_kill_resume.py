@@ -103,6 +103,9 @@ def test_openrlhf_points_deepspeed_at_the_newest_complete_tag(tmp_path):
     (actor / "latest").write_text("global_step4")
     _deepspeed_tag(actor, 6, optim=False)  # killed before its optimizer shards; `latest` still names 4
     assert resume_point(tmp_path) == 4 and (actor / "latest").read_text() == "global_step4"
+    # `latest` torn and step 6 without its optimizer shards (the other steps have theirs): not complete
+    (actor / "latest").write_text("")
+    assert resume_point(tmp_path) == 4 and (actor / "latest").read_text() == "global_step4"
     # killed while DeepSpeed wrote `latest` for step 6: empty; step 6 complete by its files
     _save(actor / "global_step6" / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
     (actor / "latest").write_text("")

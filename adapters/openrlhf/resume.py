@@ -14,12 +14,15 @@ from rlbridge.errors import ConfigError
 
 def checkpoint_complete(path: Path, committed: int | None) -> bool:
     """DeepSpeed writes a tag's model states (which hold OpenRLHF's step, episode and data-loader
-    state) and optimizer shards, then the `latest` pointer: a global_stepN is complete when its tensor
-    files are whole and `latest` has reached it (when `latest` is torn, when its optimizer shards are there too)."""
+    state) and its optimizer shards (`*optim_states.pt`, where the optimizer is sharded), then the
+    `latest` pointer (`committed`): a global_stepN is complete when its tensor files are whole and
+    `latest` has reached it; when `latest` is torn, when it also has its optimizer shards (if this
+    run's checkpoints have any)."""
     step = int(path.name[len("global_step"):])
     if committed is not None and step > committed:
         return False
-    return tensors_complete(path, ["*model_states.pt"] if committed is not None else ["*model_states.pt", "*optim_states.pt"])
+    sharded = committed is None and any(path.parent.glob("global_step*/*optim_states.pt"))
+    return tensors_complete(path, ["*model_states.pt", "*optim_states.pt"] if sharded else ["*model_states.pt"])
 
 
 def resume_point(ckpt: Path) -> int:
