@@ -369,7 +369,7 @@ def import_(
     from_: str = typer.Option(..., "--from", help="The recipe's engine: verl, openrlhf or trl."),
     engine_version: Optional[str] = typer.Option(None, "--engine-version", help="The engine version the recipe is for (default: the adapter's; OpenRLHF: from the flag spelling)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the canonical config here (and the report next to it, <stem>.import.txt)."),
-    reward: Optional[list[str]] = typer.Option(None, "--reward", help="Reward plugin for the config, NAME or NAME:WEIGHT (repeatable); a recipe's reward code cannot be imported."),
+    reward: Optional[list[str]] = typer.Option(None, "--reward", help="Reward plugin for the config, NAME or NAME:WEIGHT (repeatable); replaces the recipe's own rewards (its reward model or reward-function file, imported by default)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Read a verl, OpenRLHF or TRL recipe into a canonical config; report how every setting maps."""

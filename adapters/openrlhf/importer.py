@@ -190,5 +190,19 @@ class OpenRLHFRecipeImporter:
     def option(self, setting: Setting) -> tuple[str, Any]:
         return setting.key, setting.value
 
+    def rewards(self, recipe: Recipe) -> list:
+        """--reward.model_name_or_path (flat --reward_pretrain; comma-separated for several) -> {model: PATH}
+        each; --reward.remote_url naming a .py file (OpenRLHF's reward_func file) -> {native: openrlhf,
+        function: FILE.py:reward_func}, run unchanged. A remote URL stays an action (a server)."""
+        from rlbridge.run.importer import RecipeReward
+
+        out = []
+        for s in recipe.settings:
+            if s.key == "reward.model_name_or_path" and isinstance(s.value, str):
+                out += [RecipeReward({"model": path.strip()}, [s]) for path in s.value.split(",") if path.strip()]
+            elif s.key == "reward.remote_url" and isinstance(s.value, str) and s.value.endswith(".py"):
+                out.append(RecipeReward({"native": "openrlhf", "function": f"{s.value}:reward_func"}, [s]))
+        return out
+
     def defaults(self, recipe: Recipe) -> dict[str, Any]:
         return {}

@@ -41,7 +41,7 @@ SCRIPT_KEYS = {  # keys of `trl grpo --config` that are not config fields
     "dataset_train_split": "a hub dataset's split: see dataset_name",
     "dataset_test_split": "a hub dataset's split: see dataset_name",
     "reward_funcs": "the recipe's reward functions: rlbridge rewards are plugins (reward: [{name: ...}]); port them to reward plugins",
-    "reward_model_name_or_path": "a neural reward model: not a canonical reward kind yet",
+    "reward_model_name_or_path": "a neural reward model: reward: [{model: PATH}]",
     "dtype": None, "torch_dtype": None,
     # LoRA (peft; TRL scripts' ModelConfig): model.lora, read back from the plan's peft settings in view()
     "use_peft": None, "lora_r": None, "lora_alpha": None, "lora_dropout": None, "lora_target_modules": None,
@@ -241,6 +241,29 @@ class TRLRecipeImporter:
     def option(self, setting: Setting) -> tuple[str, Any]:
         return setting.key, setting.value
 
+    def rewards(self, recipe: Recipe) -> list:
+        """The recipe's reward_funcs as canonical reward entries, weighted by reward_weights: a function
+        defined in the Python file -> {native: trl, function: FILE.py:NAME}; a name from trl.rewards
+        (what `trl grpo --reward_funcs` looks up) -> {native: trl, function: trl.rewards:NAME}; a dotted
+        path -> {native: trl, function: module:NAME}; a model id or path -> {model: PATH}; and
+        reward_model_name_or_path -> {model: PATH}. Any other expression is left to the report's action."""
+        from rlbridge.run.importer import RecipeReward
+
+        funcs = next((s for s in recipe.settings if s.key in ("reward_funcs", "GRPOTrainer.reward_funcs", "RLOOTrainer.reward_funcs")), None)
+        weights = next((s for s in recipe.settings if s.key == "reward_weights"), None)
+        model = next((s for s in recipe.settings if s.key == "reward_model_name_or_path"), None)
+        found: list[tuple[dict[str, Any], Setting]] = []
+        if model is not None and isinstance(model.value, str):  # TRL's script puts the reward model first
+            found.append(({"model": model.value}, model))
+        if funcs is not None:
+            items = _reward_items(funcs, recipe)
+            if items is None:
+                return []
+            found += [(item, funcs) for item in items]
+        if weights is not None and isinstance(weights.value, list) and len(weights.value) == len(found):
+            return [RecipeReward({**spec, "weight": float(w)}, [used, weights]) for (spec, used), w in zip(found, weights.value)]
+        return [RecipeReward(spec, [used]) for spec, used in found]
+
     def defaults(self, recipe: Recipe) -> dict[str, Any]:
         """What TRL's own config class makes of the recipe: the values it leaves unset, as TRL computes them."""
         class_name = recipe.extras["config_class"]
@@ -252,21 +275,77 @@ class TRLRecipeImporter:
         kwargs = {s.key: s.value for s in recipe.settings if s.key in fields}
         kwargs.setdefault("output_dir", "/tmp/rlbridge-import")
         cls = getattr(trl, class_name)
-        for drop in ((), ("bf16", "fp16", "tf32")):  # bf16 on a CPU-only machine: TRL refuses it here, not on the GPU
+        # TRL turns bf16 on by default (bf16=None -> not fp16), which transformers refuses on a machine
+        # without a GPU: retry as use_cpu (only the device changes), then without the recipe's device flags
+        for drop, extra in (((), {}), ((), {"use_cpu": True}), (("bf16", "fp16", "tf32"), {"use_cpu": True})):
             try:
-                cfg = cls(**{k: v for k, v in kwargs.items() if k not in drop})
+                cfg = cls(**{k: v for k, v in kwargs.items() if k not in drop}, **{k: v for k, v in extra.items() if k not in kwargs})
                 break
-            except Exception:  # noqa: BLE001 - TRL's own validation of the recipe; retried without device flags
+            except Exception:  # noqa: BLE001 - TRL's own validation of the recipe; retried for this machine
                 cfg = None
         if cfg is None:
             return {}
+        injected = {k for k in ("use_cpu", "bf16", "fp16", "tf32") if k not in kwargs}  # device flags: the machine's, not the recipe's
         out = {}
         for name in fields:
+            if name in injected:
+                continue
             value = getattr(cfg, name, None)
             if isinstance(value, (int, float, str, bool, list, dict)) or value is None:
                 out[name] = value.value if hasattr(value, "value") else value
         out["config_class"] = class_name
         return out
+
+
+def _reward_items(setting: Setting, recipe: Recipe) -> list[dict[str, Any]] | None:
+    """reward_funcs (a YAML list of names, or the source text of the trainer's argument) as reward entries;
+    None when one item is not a name this reader can resolve without running anything."""
+    value = setting.value
+    defined: set[str] = set()
+    if "." in setting.key:  # GRPOTrainer(reward_funcs=...): the argument's source text
+        try:
+            node = ast.parse(value, mode="eval").body
+            tree = ast.parse(Path(recipe.source).read_text())
+        except (SyntaxError, OSError):
+            return None
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        nodes = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
+        names: list[Any] = []
+        for n in nodes:
+            if isinstance(n, ast.Name):
+                names.append(("function", n.id))
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+                names.append(n.value)
+            else:
+                return None
+    else:
+        names = value if isinstance(value, list) else [value]
+    out: list[dict[str, Any]] = []
+    for name in names:
+        if isinstance(name, tuple):
+            if name[1] not in defined:
+                return None
+            out.append({"native": "trl", "function": f"{Path(recipe.source).resolve()}:{name[1]}"})  # the file itself, wherever the config goes
+        elif not isinstance(name, str):
+            return None
+        elif name in _trl_reward_names():
+            out.append({"native": "trl", "function": f"trl.rewards:{name}"})
+        elif "/" in name or Path(name).exists() or name.startswith("builtin:"):
+            out.append({"model": name})
+        elif "." in name:
+            module, _, attr = name.rpartition(".")
+            out.append({"native": "trl", "function": f"{module}:{attr}"})
+        else:
+            return None
+    return out
+
+
+def _trl_reward_names() -> set[str]:
+    try:
+        import trl.rewards
+    except ImportError:
+        return set()
+    return {n for n in getattr(trl.rewards, "__all__", dir(trl.rewards)) if not n.startswith("_")}
 
 
 def _key(key: str) -> str:

@@ -35,6 +35,8 @@ OWNED = {
     "hydra.": "Hydra's own settings",
 }
 ACTION = {
+    "reward.custom_reward_function.": "the recipe's reward function: rlbridge rewards are plugins (reward: [{name: ...}]); "
+                                      "port compute_score to a reward plugin",
     "custom_reward_function.": "the recipe's reward function: rlbridge rewards are plugins (reward: [{name: ...}]); "
                                "port compute_score to a reward plugin",
     "reward_model.reward_manager": "rlbridge calls its reward plugins through its own reward manager",
@@ -188,6 +190,26 @@ class VerlRecipeImporter:
 
     def option(self, setting: Setting) -> tuple[str, Any]:
         return (setting.spelling or setting.key), setting.value
+
+    def rewards(self, recipe: Recipe) -> list:
+        """verl's reward model (reward_model.enable + reward_model.model.path, or 0.9's
+        reward.reward_model.enable + model_path) -> {model: PATH}; custom_reward_function.path (+ name,
+        default compute_score) -> {native: verl, function: FILE.py:NAME}, the function run unchanged."""
+        from rlbridge.run.importer import RecipeReward
+
+        by_key = {s.key: s for s in recipe.settings}
+        out = []
+        for enable, path in (("reward_model.enable", "reward_model.model.path"),
+                             ("reward.reward_model.enable", "reward.reward_model.model_path")):
+            if enable in by_key and by_key[enable].value is True and isinstance(getattr(by_key.get(path), "value", None), str):
+                out.append(RecipeReward({"model": by_key[path].value}, [by_key[enable], by_key[path]]))
+        for prefix in ("custom_reward_function.", "reward.custom_reward_function."):
+            function = by_key.get(prefix + "path")
+            if function is not None and isinstance(function.value, str) and function.value.endswith(".py"):
+                name = by_key.get(prefix + "name")
+                used = [function] + ([name] if name is not None else [])
+                out.append(RecipeReward({"native": "verl", "function": f"{function.value}:{name.value if name else 'compute_score'}"}, used))
+        return out
 
     def defaults(self, recipe: Recipe) -> dict[str, Any]:
         defaults = packaged_defaults(recipe.version) or {}

@@ -42,6 +42,7 @@ KINDS = {
     "same": "rlbridge's plan sets the same value itself",
     "option": "kept as backend_options",
     "owned": "dropped: rlbridge sets it itself",
+    "reward": "became a canonical reward entry, which rlbridge runs itself (the plan does not repeat this key)",
     "action": "not imported: needs an rlbridge plugin or knob",
     "conflict": "not reproduced: the plan sets another value",
 }
@@ -69,6 +70,19 @@ class RecipeImporter(Protocol):
 
     def defaults(self, recipe: Recipe) -> dict[str, Any]:
         """The engine's effective values of the keys the recipe leaves unset (empty when unknown)."""
+
+    def rewards(self, recipe: Recipe) -> list[RecipeReward]:
+        """The canonical reward entries the recipe's own rewards are (a reward model: {model: PATH}; a
+        reward function file: {native: ENGINE, function: FILE.py:NAME}), each with the settings it
+        consumes. Optional: an importer without it leaves rewards to --reward."""
+
+
+@dataclass
+class RecipeReward:
+    spec: dict[str, Any]
+    """A canonical reward entry (RewardSpec fields)."""
+    settings: list[Setting]
+    """The recipe settings this entry stands for (they leave the solver's targets)."""
 
 
 @dataclass
@@ -259,13 +273,23 @@ class Solver:
         self.backend, self.importer, self.recipe = backend, importer, recipe
         self.explicit_version = explicit_version
         self.rewards = rewards
+        found = getattr(importer, "rewards", lambda r: [])(recipe)
+        self.recipe_rewards: list[RecipeReward] = [r for r in found if _valid_reward(r.spec)]
+        consumed: dict[tuple[str, int | None], list[RecipeReward]] = {}
+        for r in self.recipe_rewards:
+            for s in r.settings:
+                consumed.setdefault((s.key, s.line), []).append(r)
+        self.reward_settings: list[tuple[Setting, list[RecipeReward]]] = []
+        self.unplanned_rewards = False
         self.cache: dict[str, dict[str, Any] | None] = {}
         self.entries: list[Entry] = []
         self.target: dict[str, Any] = {}
         self.lines: dict[str, Setting] = {}
         for s in recipe.settings:
             special = importer.special(s)
-            if special:
+            if (s.key, s.line) in consumed:
+                self.reward_settings.append((s, consumed[(s.key, s.line)]))
+            elif special:
                 self.entries.append(Entry(s.spelling or s.key, s.value, s.line, special[0], special[1]))
             elif s.key in self.target and not same(self.target[s.key], s.value):
                 first = self.lines[s.key]
@@ -302,14 +326,18 @@ class Solver:
         (its direct image, e.g. data.train_batch_size), then those two knobs move, ...: a knob never
         trades its direct image for keys derived from several knobs. And the engine defaults reproduced."""
         if view is None:
-            return (-1,) * 6, frozenset()
+            return (-1,) * 7, frozenset()
         hits = [k for k, v in self.target.items() if k in view and same(view[k], v)]
         # a key the plan leaves out keeps the engine's default
         defaults = frozenset(k for k, v in self.defaults.items() if (same(view[k], v) if k in view else True))
         levels = [0] * 6  # settings reproduced, by how many knobs move them: fewest first
         for k in hits:
             levels[min(max(self.knob_count.get(k, 1), 1), 6) - 1] += 1
-        return tuple(levels), defaults
+        # the engine defaults of keys one knob alone moves (TRL's num_iterations=1 is what the recipe
+        # implies for algorithm.epochs_per_rollout): right after the recipe's own direct images, so a knob
+        # never leaves the recipe's implied value to reproduce a key several knobs move
+        direct = sum(1 for k in defaults if self.knob_count.get(k, 0) == 1)
+        return (levels[0], direct, *levels[1:]), defaults
 
     @staticmethod
     def better(new: tuple[tuple[int, ...], frozenset[str]], old: tuple[tuple[int, ...], frozenset[str]]) -> bool:
@@ -326,15 +354,29 @@ class Solver:
             "backend": self.backend.name,
             "engine_version": self.recipe.version,
             "run_name": "run",
-            "reward": [_PLACEHOLDER_REWARD],
+            "reward": self.rewards or [r.spec for r in self.recipe_rewards] or [_PLACEHOLDER_REWARD],
             "resources": {"gpus_per_node": 1},
         }
 
     def run(self) -> ImportResult:
         data = self.base()
+        if self.view(data) is None and data["reward"] != [_PLACEHOLDER_REWARD]:
+            self.unplanned_rewards = True  # the recipe's rewards do not plan here (e.g. a model path not on this machine)
+            data["reward"] = [_PLACEHOLDER_REWARD]
         if self.view(data) is None:
             raise ConfigError(f"backend '{self.backend.name}' cannot plan its own default config for {self.recipe.engine} {self.recipe.version}")
         all_leaves = leaves()
+        data = self.settle(data, all_leaves)
+        for _ in range(2):  # then knobs moved jointly, and coordinate moves again from there
+            self.count_knobs(data, all_leaves)
+            data, joint = self.solve_joint(data, all_leaves)
+            if not joint:
+                break
+            data = self.settle(data, all_leaves)
+        return self.finish(data, all_leaves)
+
+    def settle(self, data: dict[str, Any], all_leaves: list[Leaf]) -> dict[str, Any]:
+        """Coordinate moves (one knob at a time) and paired moves, until none improves (4 rounds at most)."""
         for _ in range(4):
             self.count_knobs(data, all_leaves)
             changed = False
@@ -344,7 +386,7 @@ class Solver:
             data, paired = self.solve_pairs(data, all_leaves)
             if not (changed or paired):
                 break
-        return self.finish(data, all_leaves)
+        return data
 
     def count_knobs(self, data: dict[str, Any], all_leaves: list[Leaf]) -> None:
         """How many knobs move each native key (a key one knob alone moves is that knob's direct image)."""
@@ -380,6 +422,34 @@ class Solver:
                     continue
                 for leaf in partners:
                     trial, _ = self.solve_leaf(trial, leaf)
+                trial_score = self.score(self.view(trial))
+                if self.better(trial_score, best_score):
+                    best, best_score, improved = trial, trial_score, True
+        return best, improved
+
+    def solve_joint(self, data: dict[str, Any], all_leaves: list[Leaf]) -> tuple[dict[str, Any], bool]:
+        """Numeric knobs moved together, for a recipe setting no single move reproduces: each candidate
+        of one knob that moves the setting, then the other knobs that move it solved after it (TRL's
+        gradient_accumulation_steps = mini / micro needs training.batch_size and micro_batch_size at once)."""
+        view = self.view(data)
+        unmatched = {k for k, v in self.target.items() if not (k in view and same(view[k], v))}
+        if not unmatched:
+            return data, False
+        numeric = [(leaf, *self.influence(data, leaf, view)) for leaf in all_leaves if leaf.kinds & {int, float}]
+        # the knobs that move an unmatched setting, and the knobs that share a setting with them (the
+        # micro batch moves gradient_accumulation_steps; batch_size moves per_device_train_batch_size with it)
+        movers = [m for m in numeric if m[1] & unmatched]
+        shared = set().union(*(m[1] for m in movers)) if movers else set()
+        partners = [m for m in numeric if m[1] & shared]
+        best, best_score, improved = data, self.score(view), False
+        for leaf, moved, probes in partners:
+            for value in self.candidates(data, leaf, moved, probes, view)[:12]:
+                trial = set_path(data, leaf.path, value)
+                if self.view(trial) is None:
+                    continue
+                for other, _, _ in movers + partners:
+                    if other is not leaf:
+                        trial, _ = self.solve_leaf(trial, other)
                 trial_score = self.score(self.view(trial))
                 if self.better(trial_score, best_score):
                     best, best_score, improved = trial, trial_score, True
@@ -546,6 +616,9 @@ class Solver:
             refused = self.refusal(data, opt_key, opt_value)
             if refused:
                 why += f"; backend_options refuses it: {refused}"
+            within = self.recipe_conflict(data, key, x, all_leaves)
+            if within:
+                why = within + "; " + why
             self.entries.append(Entry(setting.spelling or key, x, setting.line, "conflict", why))
         if options:
             data = set_path(data, "backend_options", {self.backend.name: options})
@@ -557,11 +630,59 @@ class Solver:
                 key = self._key_of(e)
                 if not (key in final_view and same(final_view[key], self.target[key])):
                     e.kind, e.detail = "conflict", f"the final plan has {_show(final_view.get(key))}"
+        self.classify_rewards(final_view)
         order = {s.line or 0: i for i, s in enumerate(self.recipe.settings)}
         self.entries.sort(key=lambda e: (list(KINDS).index(e.kind), order.get(e.line or 0, 0)))
         matched = sum(1 for k, v in self.defaults.items() if k in final_view and same(final_view[k], v))
         defaults_seen = sum(1 for k in self.defaults if k in final_view)  # keys the plan leaves out keep the default
         return ImportResult(self.output(data), self.entries, self.recipe, self.output_notes(data), (matched, defaults_seen))
+
+    def recipe_conflict(self, data: dict[str, Any], key: str, x: Any, all_leaves: list[Leaf]) -> str | None:
+        """Why a setting is in conflict with the recipe itself, found by the plan: the knob that owns the
+        native key (the adapter's capability table) is set to reproduce it, a knob it is exclusive with
+        cleared where the config says so, and the recipe settings that then stop being reproduced are
+        named with their lines. None when no such value is found (then the conflict is a mapping gap)."""
+        owner = self.backend.owned_native_keys().get(key)
+        leaf = next((leaf for leaf in all_leaves if leaf.path == owner), None)
+        view = self.view(data)
+        if leaf is None or view is None:
+            return None
+        moved, probes = self.influence(data, leaf, view)
+        values = self.candidates(data, leaf, moved | {key}, probes, view)
+        if not isinstance(x, bool) and type(x) in leaf.kinds and not any(same(x, v) for v in values):
+            values.insert(0, x)
+        cleared = [other.path for other in all_leaves if other.nullable and other is not leaf
+                   and get_path(data, other.path) not in (None, _MISSING)]
+        for value in values:
+            trial = set_path(data, leaf.path, value)
+            trials = [(trial, "")] + [(set_path(trial, path, None), f" and {path}=null") for path in cleared]
+            for candidate, extra in trials:
+                trial_view = self.view(candidate)
+                if trial_view is None or key not in trial_view or not same(trial_view[key], x):
+                    continue
+                lost = [(k, s) for k, s in self.lines.items() if k != key and k in view and same(view[k], self.target[k])
+                        and not (k in trial_view and same(trial_view[k], self.target[k]))]
+                if not lost:
+                    continue
+                shown = "; ".join(f"line {s.line} {s.spelling or k}={_show(self.target[k])} (would become "
+                                  f"{_show(trial_view.get(k, None)) if k in trial_view else 'unset'})" for k, s in lost[:3])
+                return (f"conflicts with the recipe's own line {', '.join(str(s.line) for _, s in lost[:3])}: {leaf.path}={_show(value)}{extra} "
+                        f"reproduces it, but then the plan no longer reproduces {shown}; the import keeps those")
+        return None
+
+    def classify_rewards(self, view: dict[str, Any]) -> None:
+        """The recipe's reward settings: mapped when the plan reproduces them (OpenRLHF's own reward-model
+        flag), else 'reward' (rlbridge scores them itself); 'action' when --reward replaced them."""
+        for setting, rewards in self.reward_settings:
+            shown = ", ".join(f"reward[{self.recipe_rewards.index(r)}]={_show(r.spec)}" for r in rewards)
+            key, x = setting.key, setting.value
+            if self.rewards:
+                kind, detail = "action", f"--reward replaced the recipe's own reward ({shown})"
+            elif key in view and same(view[key], x):
+                kind, detail = "mapped", shown
+            else:
+                kind, detail = "reward", shown
+            self.entries.append(Entry(setting.spelling or key, x, setting.line, kind, detail))
 
     @staticmethod
     def knob_detail(config: RunConfig, knobs: list[str]) -> str:
@@ -596,14 +717,20 @@ class Solver:
         out.pop("run_name", None) if out.get("run_name") == "run" else None
         if not self.explicit_version:
             out.pop("engine_version", None)
-        out["reward"] = self.rewards or []
+        out["reward"] = self.rewards or [r.spec for r in self.recipe_rewards]
         ordered = {"backend": self.backend.name}
         ordered.update({k: v for k, v in out.items() if k != "backend"})
         return ordered
 
     def output_notes(self, data: dict[str, Any]) -> list[str]:
         notes = []
-        if not self.rewards:
+        if self.unplanned_rewards:
+            notes.append("reward: the recipe's own rewards do not plan on this machine (is the model path there?); "
+                         "the settings were solved with a placeholder reward")
+        if not self.rewards and any(".py:" in r.spec.get("function", "") for r in self.recipe_rewards):
+            notes.append("reward: a reward function file's path is as the recipe wrote it (relative to where the recipe was "
+                         "launched); rlbridge reads FILE.py relative to the config file, so check it there")
+        elif not self.rewards:
             notes.append("reward: the config has none yet; rlbridge rewards are plugins (`rlbridge plugins`): "
                          "add one with --reward NAME or edit reward:, see the 'action' settings above")
         if not self.explicit_version:
@@ -612,6 +739,16 @@ class Solver:
         if "train" not in data.get("data", {}):
             notes.append("data.train: the recipe names no training data rlbridge can read; the config keeps rlbridge's default generator")
         return notes
+
+
+def _valid_reward(spec: dict[str, Any]) -> bool:
+    from rlbridge.contract.config import RewardSpec
+
+    try:
+        RewardSpec.model_validate(spec)
+        return True
+    except ValidationError:
+        return False
 
 
 def _value_at(config: RunConfig, path: str) -> Any:
