@@ -331,8 +331,8 @@ def bench(
     spec: Path = typer.Argument(..., help="Bench spec YAML: base config, arms, seeds (see docs/benchmarks.md)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Bench directory (default: the spec's output_dir)."),
     lock: Optional[list[Path]] = typer.Option(
-        None, "--lock", help="Hold an exclusive flock on this file during each run (machines shared with other jobs); "
-        "repeat it for several slots: each run takes the first free one, and none is held between runs.",
+        None, "--lock", metavar="FILE", help="Hold an exclusive flock on this file during each run (machines shared with "
+        "other jobs); repeat it for several slots: each run takes the first free one, and none is held between runs.",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Resolve arms, check fairness and plans; run nothing."),
     report_only: bool = typer.Option(False, "--report-only", help="Write the report from the runs already done; run nothing."),
