@@ -232,3 +232,46 @@ def test_runs_keyed_by_an_older_key_are_found_by_their_config(tmp_path):
     resolved = resolve(job.config)
     assert run_key(Newer.model_validate(resolved.model_dump()), job.engine, "rlbridge") == job.key
     assert run_key(Newer.model_validate({**resolved.model_dump(), "new_knob": 1}), job.engine, "rlbridge") != job.key
+
+
+def _env_python(name: str) -> Path | None:
+    from rlbridge.envs.create import env_python, find_env
+
+    try:
+        return env_python(find_env(*name.split("@")))
+    except Exception:
+        return None
+
+
+@pytest.mark.engine
+@pytest.mark.matrix_only  # make compat only: an engine run each, minutes on CPU
+@pytest.mark.parametrize("arm", ["native:verl@0.9.1", "native:openrlhf@0.11.2"])
+def test_native_engine_arm_runs_the_engine_entry_point(tmp_path, arm):
+    """A native arm runs main_ppo / train_ppo_ray with the CPU-enablement patches only and the task
+    reward as the engine's own reward file; its per-step log comes back under canonical names."""
+    engine = arm.removeprefix("native:")
+    if _env_python(engine) is None:
+        pytest.skip(f"no engine environment for {engine} (rlbridge env create)")
+    spec = write_spec(tmp_path, arms=[arm], seeds=[0], set=["training.steps=2", "training.batch_size=4",
+                                                              "algorithm.group_size=4", "rollout.max_new_tokens=8"])
+    out = tmp_path / "bench"
+    res = subprocess.run([sys.executable, "-m", "rlbridge", "bench", str(spec), "-o", str(out), "--no-progress"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run_dir,) = (out / "runs").iterdir()
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "completed" and run["command"][1:3] == ["-m", {"verl": "verl.trainer.main_ppo",
+                                                                          "openrlhf": "openrlhf.cli.train_ppo_ray"}[engine.split("@")[0]]]
+    assert [r["step"] for r in run["history"]] == [1, 2] and sorted(map(int, run["step_arrival_s"])) == [1, 2]
+    for row in run["history"]:
+        assert 0.0 <= row["reward/mean"] <= 1.0 and row["timing/step_s"] > 0
+    from rlbridge.engine.patches import PatchKind
+
+    module = f"rlbridge_adapters.{engine.split('@')[0]}.patches"
+    probe = subprocess.run([str(_env_python(engine)), "-c", f"import json; from {module} import PATCHES; "
+                            "print(json.dumps({p.name: p.kind.value for p in PATCHES}))"], capture_output=True, text=True)
+    kinds = json.loads(probe.stdout.strip().splitlines()[-1])
+    applied = {e["patch"] for f in (run_dir / "run" / "patches").glob("*.json")
+               for e in json.loads(f.read_text())["patches"] if e["status"] == "applied"}
+    assert applied and all(kinds[name] == PatchKind.CPU_ENABLEMENT.value for name in applied), applied
+    assert list((run_dir / "run").glob("reward_f*.py"))  # the engine's own reward file, no rlbridge reward path
