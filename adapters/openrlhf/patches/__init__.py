@@ -238,4 +238,76 @@ def _import_fails(module: str) -> bool:
     return False
 
 
-PATCHES = [FLASH_ATTN, CUDA_CALLS, STORE_WEIGHT_SYNC, FLOAT32_VLLM, UNPACKED_LINEAR]
+# --- LoRA: vLLM gets the merged weights under the base model's names --------------------------------
+
+
+def _vllm_name(name: str) -> str:
+    """A peft parameter name as the base model (and vLLM) spells it."""
+    return name.replace("base_model.model.", "", 1).replace(".base_layer.", ".")
+
+
+def merged_lora_broadcast(original):
+    """ActorPPOTrainer.broadcast_to_vllm for a peft actor: the merged weights under the base model's names."""
+
+    @functools.wraps(original)
+    def broadcast_to_vllm(self):
+        model = self.actor.model.module
+        if not hasattr(model, "merge_adapter"):  # not a peft model
+            return original(self)
+        named_parameters = model.named_parameters
+
+        def base_named_parameters(*args, **kwargs):
+            for name, param in named_parameters(*args, **kwargs):
+                if "lora_" not in name:
+                    yield _vllm_name(name), param
+
+        model.merge_adapter()  # W += scale * B @ A in place, undone below (what TRL does for its vLLM sync)
+        model.named_parameters = base_named_parameters
+        try:
+            return original(self)
+        finally:
+            del model.named_parameters
+            model.unmerge_adapter()
+
+    broadcast_to_vllm._rlbridge = True
+    return broadcast_to_vllm
+
+
+def _merged_lora_broadcast() -> None:
+    def patch(module):
+        trainer = module.ActorPPOTrainer
+        if not getattr(trainer.broadcast_to_vllm, "_rlbridge", False):
+            trainer.broadcast_to_vllm = merged_lora_broadcast(trainer.broadcast_to_vllm)
+
+    when_imported("openrlhf.trainer.ray.ppo_actor", patch)
+
+
+def _lora(native: dict) -> bool:
+    args = list(native.get("args") or [])
+    for flag in ("--ds.lora.rank", "--lora_rank"):
+        if flag in args:
+            value = args[args.index(flag) + 1]
+            return str(value).isdigit() and int(value) > 0
+    return False
+
+
+MERGED_LORA_SYNC = Patch(
+    name="openrlhf-lora-merged-weight-sync",
+    engine="openrlhf",
+    versions=RANGE,
+    kind=PatchKind.UPSTREAM_BUG,
+    fixes="ValueError: There is no module or parameter named 'base_model' in Qwen2ForCausalLM "
+    "(vllm/model_executor/models/utils.py:412): with --ds.lora.rank, ActorPPOTrainer.broadcast_to_vllm "
+    "(trainer/ray/ppo_actor.py:409) sends the peft model's parameters as they are named, "
+    "base_model.model.<...>.base_layer.weight and the lora_A/lora_B tensors, which vLLM's load_weights rejects",
+    why="Merge the adapter into the base weights (peft merge_adapter), send the base parameters under the base "
+    "model's names and no adapter tensors, then unmerge: vLLM generates with the trained adapter, as TRL's "
+    "vLLM sync does with peft.",
+    probe=lambda: True,
+    apply=_merged_lora_broadcast,
+    when=lambda native: on_cpu(native) and _lora(native),  # measured on CPU; ZeRO-3 partitioned weights not handled
+    targets=(Target("openrlhf.trainer.ray.ppo_actor", "ActorPPOTrainer.broadcast_to_vllm", ("c4ad779d8da5",)),),
+)
+
+
+PATCHES = [FLASH_ATTN, CUDA_CALLS, STORE_WEIGHT_SYNC, FLOAT32_VLLM, UNPACKED_LINEAR, MERGED_LORA_SYNC]
