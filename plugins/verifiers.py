@@ -231,7 +231,7 @@ class VerifiersEnvironment(Environment):
     """One episode of a verifiers taskset's `Env`, played by the policy as one of its agents."""
 
     def __init__(self, taskset: str, env: str = "", agent: str | None = None, env_args: dict[str, Any] | None = None,
-                 **taskset_args) -> None:
+                 turn_timeout_s: float = 300.0, **taskset_args) -> None:
         self.vf = vf = _vf()
         config = vf.resolve_env_config({"id": env, "taskset": {"id": taskset, **taskset_args}, **(env_args or {})})
         self.env = vf.environment_class(taskset, env)(config)
@@ -244,17 +244,41 @@ class VerifiersEnvironment(Environment):
         self.taskset, self.taskset_args = taskset, taskset_args
         self.interactions: list[_Interaction] = []
         self._thread: threading.Thread | None = None
+        self._loop = self._waiting = None
+        # how long the env waits for the policy's next turn: engines end an episode at their turn
+        # cap without a call, and the env's (daemon) thread then ends the episode as terminated
+        self.turn_timeout_s = turn_timeout_s
 
     # -- the env's side, in its own thread -------------------------------------------------------
     async def _ask(self, feedback: str | None, inter: _Interaction):
         """Score the conversation so far, hand rlbridge the feedback, wait for the policy's turn."""
         score = (await _score(self.task, inter.trace))[0] if inter.trace.num_turns else 0.0
+        self._waiting = asyncio.get_running_loop().create_future()  # before the event: step() resolves it
         self._events.put(("turn", feedback, score - self._scored))
         self._scored = score
-        return await asyncio.get_running_loop().run_in_executor(None, self._actions.get)
+        try:
+            return await asyncio.wait_for(self._waiting, self.turn_timeout_s)
+        except asyncio.TimeoutError:  # the engine ended the episode without telling us (its turn cap)
+            return _DONE
+
+    def _give(self, action) -> None:
+        """Resolve the env thread's wait for the policy's turn (from rlbridge's thread)."""
+        loop, fut = self._loop, self._waiting
+        if loop is None or fut is None:
+            return
+
+        def deliver():
+            if not fut.done():
+                fut.set_result(action)
+
+        try:
+            loop.call_soon_threadsafe(deliver)
+        except RuntimeError:  # the env's loop is closed: its episode is over
+            pass
 
     async def _episode(self) -> None:
         vf = self.vf
+        self._loop = asyncio.get_running_loop()
         try:
             agents = _Agents(self)
             await self.env.setup(agents)
@@ -279,7 +303,7 @@ class VerifiersEnvironment(Environment):
             raise ConfigError("environment: the verifiers env needs rows of the verifiers data source (vf_task, vf_taskset columns)")
         self.task, self.interactions, self._scored, self.metrics = task, [], 0.0, {}
         self._events: queue.Queue = queue.Queue()
-        self._actions: queue.Queue = queue.Queue()
+        self._loop, self._waiting = None, None
         self._thread = threading.Thread(target=lambda: asyncio.run(self._episode()), daemon=True, name="verifiers-env")
         self._thread.start()
         kind, feedback, _ = self._next()
@@ -294,7 +318,7 @@ class VerifiersEnvironment(Environment):
         return kind, value, reward
 
     def step(self, action: str) -> StepResult:
-        self._actions.put(action)
+        self._give(action)
         kind, feedback, reward = self._next()
         if kind == "done":
             self._thread = None
@@ -303,7 +327,7 @@ class VerifiersEnvironment(Environment):
 
     def close(self) -> None:
         if self._thread is not None and self._thread.is_alive():
-            self._actions.put(_DONE)  # the env sees a terminated segment and finishes
+            self._give(_DONE)  # the env sees a terminated segment and finishes
         self._thread = None
 
     def __del__(self) -> None:

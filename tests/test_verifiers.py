@@ -106,3 +106,18 @@ def test_two_trl_steps_with_rewards_from_the_environment(tmp_path, example):
     assert train(config, progress=False)["status"] == "completed"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all("reward/verifiers/mean" in r for r in rows)
+
+
+def test_episode_the_engine_abandons_ends_after_the_turn_timeout():
+    """Engines end an episode at their turn cap without telling the environment: its thread must end
+    on its own (a process once hung at exit on 232 such threads)."""
+    rows_fn, _, env_cls = _plugins()
+    row = rows_fn(taskset="vf_digits", num_rows=1)[0]
+    before = threading.active_count()
+    env = env_cls(taskset="vf_digits", env_args={"turns": 5}, turn_timeout_s=0.5)
+    env.reset(row, "p")
+    env.step("x")
+    deadline = time.time() + 10
+    while threading.active_count() > before and time.time() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= before
