@@ -1,6 +1,7 @@
 """rlbridge's overhead over the native engine: the quickstart through `rlbridge train` and through the
 engine's own entry point (bench arms `ENGINE` and `native:ENGINE`, see docs/benchmarks.md), same seed,
-in pairs whose order alternates (rlbridge first in odd pairs, native first in even ones).
+in pairs whose order alternates (rlbridge first in odd pairs, native first in even ones; --first native
+swaps that).
 
 Each run is measured from outside by rlbridge.run.bench.run_one (the whole process, start to exit; the
 arrival time of every step). Per run:
@@ -13,7 +14,7 @@ TRL's does), and whether the reward curves are identical. The 1-minute load aver
 machine the numbers are only as good as the load is steady).
 
 Usage: python benchmarks/overhead.py [--engine trl|verl|openrlhf] [--pairs 3] [--steps 20]
-         [--lock FILE ...] [--out DIR]
+         [--lock FILE ...] [--out DIR] [--first rlbridge|native]
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--lock", action="append", default=[], help="flock slot file(s) held during each run")
     parser.add_argument("--out", type=Path, default=None, help="keep the runs and overhead.json here")
+    parser.add_argument("--first", choices=["rlbridge", "native"], default="rlbridge", help="which arm runs first in pair 1")
     opts = parser.parse_args()
     if opts.steps < 4:
         sys.exit("--steps: at least 4 (per-step time is taken from step 2 on)")
@@ -80,7 +82,7 @@ def main() -> None:
     pairs = []
     for i in range(opts.pairs):
         pair = [j for j in jobs if j.seed == i]
-        order = pair if i % 2 == 0 else pair[::-1]
+        order = pair if (i % 2 == 0) == (opts.first == "rlbridge") else pair[::-1]
         runs = {}
         for job in order:
             load = os.getloadavg()[0]
