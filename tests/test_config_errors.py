@@ -82,10 +82,21 @@ def test_debug_shows_traceback(tmp_path):
     assert "Traceback" in res.stderr
 
 
-@pytest.mark.parametrize("knob", ["steps: 3\n  epochs: 1"])
-def test_steps_and_epochs_exclusive(tmp_path, knob):
-    text = MINIMAL.replace("training: {steps: 2, batch_size: 2, lr: 5.0e-3}", f"training:\n  {knob}\n")
-    _fails(tmp_path, text, expect=["either 'steps' or 'epochs'"])
+def test_steps_and_epochs_together_refused_where_one_stop_condition(tmp_path):
+    """Steps and epochs together mean "whichever comes first" (verl's total_training_steps beside
+    total_epochs); TRL and OpenRLHF have one stop condition, so the pair is refused, not half-honoured."""
+    text = MINIMAL.replace("training: {steps: 2, batch_size: 2, lr: 5.0e-3}", "training:\n  steps: 3\n  epochs: 2\n")
+    for backend in ("trl", "openrlhf"):
+        _fails(tmp_path, text, "--set", f"backend={backend}",
+               expect=["training.steps (3) and training.epochs (2)", "whichever comes first", "set one of them to null"])
+
+
+def test_steps_and_epochs_together_on_verl_set_both_stop_conditions(tmp_path):
+    text = MINIMAL.replace("training: {steps: 2, batch_size: 2, lr: 5.0e-3}", "training:\n  steps: 3\n  epochs: 2\n")
+    cfg = write_config(tmp_path, text)
+    res = run_cli("plan", str(cfg), "--set", "backend=verl")
+    assert res.returncode == 0, res.stderr
+    assert "trainer.total_training_steps=3" in res.stdout and "trainer.total_epochs=2" in res.stdout, res.stdout
 
 
 @pytest.mark.parametrize("extra", [[], ["algorithm.name=dr_grpo"], ["training.epochs=2", "training.steps=null"],

@@ -65,13 +65,10 @@ def test_round_trip(engine, name):
             assert entry.detail, entry
 
 
-# verl stops at whichever of total_training_steps and total_epochs comes first; canonical training.steps
-# and training.epochs are exclusive (one stop condition), so the import keeps steps and reports the epochs
-CONFLICTS = {
-    ("verl", "lora_grpo.sh"): {"trainer.total_epochs"},
-    ("verl", "ppo_critic.sh"): {"trainer.total_epochs"},
-    ("verl", "reward_function.sh"): {"trainer.total_epochs"},
-}
+# Conflicts a fixture is expected to report, each explained by the recipe line it conflicts with. None
+# left: verl's total_training_steps beside total_epochs ("whichever comes first") is training.steps
+# beside training.epochs.
+CONFLICTS: dict[tuple[str, str], set[str]] = {}
 
 EXPECTED = {
     ("verl", "grpo_gsm8k.sh"): {"algorithm.name": "grpo", "algorithm.group_size": 8, "algorithm.kl_coef": 0.001,
@@ -158,6 +155,27 @@ def test_reported_kinds():
     options = {e.key: e.detail for e in grpo.entries if e.kind == "option"}
     assert options["actor_rollout_ref.actor.fsdp_config.param_offload"] == "backend_options.verl.actor_rollout_ref.actor.fsdp_config.param_offload"
     assert imported("openrlhf", "flat_rloo_0.9.sh").recipe.version == "0.9.10"
+
+
+def test_a_recipe_contradicting_itself_is_a_conflict_with_its_line(tmp_path):
+    """KL in the loss and KL in the reward at once: the canonical config has one KL placement, so one of
+    the two settings cannot come back; it is reported as a conflict with its line, never dropped."""
+    script = tmp_path / "kl_twice.sh"
+    script.write_text(
+        "python3 -m verl.trainer.main_ppo \\\n"
+        "    algorithm.adv_estimator=grpo data.train_batch_size=32 actor_rollout_ref.rollout.n=8 \\\n"
+        "    actor_rollout_ref.actor.use_kl_loss=True actor_rollout_ref.actor.kl_loss_coef=0.001 \\\n"
+        "    algorithm.use_kl_in_reward=True algorithm.kl_ctrl.kl_coef=0.01 \\\n"
+        "    trainer.total_training_steps=40 trainer.total_epochs=3\n"
+    )
+    result = import_recipe(str(script), "verl")
+    conflicts = {e.key: e for e in result.entries if e.kind == "conflict"}
+    assert conflicts and set(conflicts) <= {"actor_rollout_ref.actor.use_kl_loss", "actor_rollout_ref.actor.kl_loss_coef",
+                                            "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef"}, result.report()
+    assert all(e.line and e.detail for e in conflicts.values()), result.report()
+    # the two stop conditions travel together (training.steps beside training.epochs)
+    kinds = {e.key: e.kind for e in result.entries}
+    assert kinds["trainer.total_training_steps"] == kinds["trainer.total_epochs"] == "mapped", result.report()
 
 
 def test_switch_engine_plans():
@@ -251,7 +269,9 @@ def test_imported_verl_recipe_trains_on_trl(tmp_path, monkeypatch):
     data = dict(result.config)
     assert data["data"]["train"]["path"] == str(tmp_path / "train.parquet")
     for item in ("backend=trl", "resources.gpus_per_node=0", "rollout.tensor_parallel_size=1", "rollout.gpu_memory_utilization=0.3",
-                 "checkpoint.resume=false", "training.sequence_packing=false", "training.steps=3", "run_name=imported",
+                 "checkpoint.resume=false", "training.sequence_packing=false", "training.steps=3",
+                 # the recipe stops at whichever of 30 steps and 1 epoch comes first: TRL has one stop condition
+                 "training.epochs=null", "run_name=imported",
                  f"output_dir={tmp_path / 'run'}", "telemetry.progress=false"):
         apply_override(data, item)
     summary = train(validate_config(data))

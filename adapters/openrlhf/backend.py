@@ -14,7 +14,8 @@ from typing import Any
 from packaging.version import Version
 
 from rlbridge.contract.backend import (
-    Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, rejected,
+    Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, one_stop_condition,
+    rejected,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
@@ -226,7 +227,7 @@ class OpenRLHFBackend(Backend):
                          check=_check_environment, when=lambda c: c.environment is not None),
             honoured("training.steps", ("data.max_samples", "train.num_episodes", "actor.lr_warmup_ratio"),
                      note="--data.max_samples = steps x batch_size, one episode"),
-            honoured("training.epochs", ("train.num_episodes", "data.max_samples")),
+            honoured("training.epochs", ("train.num_episodes", "data.max_samples"), one_stop_condition("OpenRLHF's --data.max_samples with --train.num_episodes gives steps x epochs, not the first of the two")),
             honoured("training.lr", "actor.adam.lr"),
             honoured("training.lr_schedule", ("actor.lr_scheduler", "critic.lr_scheduler"), note="constant_with_warmup / linear / cosine"),
             honoured("training.warmup_steps", ("actor.lr_warmup_ratio", "critic.lr_warmup_ratio"), _check_warmup, note="warmup_steps / steps"),

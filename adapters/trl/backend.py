@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlbridge.contract.backend import (
-    Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, rejected, resolved_dtype,
+    Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, one_stop_condition, rejected, resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
@@ -181,7 +181,7 @@ class TRLBackend(Backend):
                          "one message at a time with the chat template, tool calls parsed in the hermes <tool_call> format",
                          check=_check_environment, when=lambda c: c.environment is not None),
             honoured("training.steps", "max_steps", note="max_steps = steps x updates per step"),
-            honoured("training.epochs", ("num_train_epochs", "max_steps")),
+            honoured("training.epochs", ("num_train_epochs", "max_steps"), one_stop_condition("TRL's max_steps overrides num_train_epochs")),
             honoured("training.lr", "learning_rate"),
             honoured("training.lr_schedule", "lr_scheduler_type"),
             honoured("training.warmup_steps", ("warmup_steps", "lr_scheduler_type"),

@@ -297,7 +297,8 @@ class VerlBackend(Backend):
             o["trainer.resume_from_path"] = config.checkpoint.resume
         if tr.steps:
             o["trainer.total_training_steps"] = tr.steps
-            o["trainer.total_epochs"] = 100000  # verl stops at total_training_steps
+            # verl stops at whichever of the two comes first; steps alone: epochs never stop it
+            o["trainer.total_epochs"] = tr.epochs or 100000
         else:
             o["trainer.total_epochs"] = tr.epochs
         schedule_key = "actor_rollout_ref.actor.optim.warmup_style" if version < Version("0.7.0") else "actor_rollout_ref.actor.optim.lr_scheduler_type"

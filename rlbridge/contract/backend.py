@@ -166,6 +166,19 @@ def only_for(knob: str, algorithms: tuple[str, ...], why: str) -> Callable[[RunC
     return check
 
 
+def one_stop_condition(why: str) -> Callable[[RunConfig], str | None]:
+    """A capability check refusing training.steps and training.epochs set together (stop at whichever
+    comes first) on an engine that has one stop condition only."""
+
+    def check(config: RunConfig) -> str | None:
+        if config.training.steps is not None and config.training.epochs is not None:
+            return (f"training.steps ({config.training.steps}) and training.epochs ({config.training.epochs}) together "
+                    f"stop at whichever comes first, which this engine cannot do ({why}); set one of them to null")
+        return None
+
+    return check
+
+
 def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested dicts as dotted keys (an empty dict stays a leaf)."""
     flat: dict[str, Any] = {}

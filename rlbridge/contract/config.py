@@ -270,9 +270,11 @@ class EnvironmentSpec(StrictModel):
 
 class TrainingConfig(StrictModel):
     steps: int | None = Field(100, ge=1)
-    """Training steps; one step is one rollout batch plus its policy updates. Exclusive with epochs."""
+    """Training steps; one step is one rollout batch plus its policy updates."""
     epochs: int | None = Field(None, ge=1)
-    """Passes over the training data, instead of steps."""
+    """Passes over the training data, instead of steps (steps is then null). Both set: stop at whichever
+    comes first, as verl's total_training_steps beside total_epochs; TRL (max_steps overrides
+    num_train_epochs) and OpenRLHF refuse both."""
     lr: float = Field(1e-6, gt=0.0)
     """Peak learning rate of AdamW."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
@@ -320,9 +322,8 @@ class TrainingConfig(StrictModel):
 
     @model_validator(mode="after")
     def _steps_or_epochs(self) -> "TrainingConfig":
-        if self.epochs is not None and self.steps is not None and "steps" in self.model_fields_set:
-            raise ValueError("set either 'steps' or 'epochs', not both (set steps: null to train by epochs)")
-        if self.epochs is not None:
+        if self.epochs is not None and "steps" not in self.model_fields_set:
+            # epochs alone replace the default step count; steps and epochs both set are two stop conditions
             object.__setattr__(self, "steps", None)
         if self.steps is None and self.epochs is None:
             raise ValueError("set 'steps' or 'epochs'")
