@@ -14,7 +14,10 @@ needs (environment plugins, checkpoints) is read from the backend's capability t
   the checkpoint hook and a resumed run goes on from the last one; where the backend runs environment
   plugins, a 2-step run drives one through the engine's own multi-turn machinery; an engine whose
   work runs in Ray workers fails the run naming the worker that was SIGKILLed mid-run, its error
-  lines and log, and leaves no process behind.
+  lines and log, and leaves no process behind; after SIGKILL of the whole run mid-training,
+  `rlbridge train --resume` continues from the last complete checkpoint with the same step
+  numbering, data order and learning-rate schedule (metrics identical where the backend declares
+  `resume_reproduces_metrics`).
 """
 
 import json
