@@ -350,6 +350,41 @@ def test_extra_metrics_of_a_chunked_call_are_averaged_over_its_samples():
         assert abs(s.last_metrics["with_metrics"]["share"] - 1 / 6) < 1e-9
 
 
+def test_extra_metrics_travel_with_each_call_and_become_step_metrics(tmp_path, monkeypatch):
+    """verl and OpenRLHF have no metric channel for a reward's extra metrics: each scoring call carries
+    them (Scored.metrics, also for calls coalesced into one batch), score_inputs writes them as an
+    event, and the event follower logs their sample-weighted mean as reward/<plugin>/<key>."""
+    import threading
+
+    from rlbridge.engine import engine_io
+
+    inputs = rows(6)
+    inputs[0].completion = "hit"
+    with scorer(with_metrics, batch_size=4, batch_wait_ms=2000.0) as s:  # the two calls below: one batch
+        assert abs(s.score(inputs).metrics["with_metrics"]["share"] - 1 / 6) < 1e-9
+        out: list = [None, None]  # two single-sample calls at once: one batch, its average for each
+        calls = [threading.Thread(target=lambda i=i: out.__setitem__(i, s.score([inputs[i]]))) for i in (0, 1)]
+        [t.start() for t in calls]
+        [t.join() for t in calls]
+        assert all(abs(o.metrics["with_metrics"]["share"] - 0.5) < 1e-9 for o in out)
+
+    class Ctx:
+        steps: list = []
+
+        def emit_step(self, step, canonical, **kwargs):
+            self.steps.append(canonical)
+
+    events = tmp_path / "events.jsonl"
+    lines = [{"kind": "reward_metrics", "n": 3, "metrics": {"f": {"chars": 4.0}}},
+             {"kind": "reward_metrics", "n": 1, "metrics": {"f": {"chars": 0.0}}},
+             {"kind": "metrics", "step": 1, "data": {}}, {"kind": "metrics", "step": 2, "data": {}}]
+    events.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    follower = engine_io.EventFollower(events, Ctx(), to_canonical=lambda native, rewards: dict(rewards), is_step=lambda n: True)
+    follower.stop.set()
+    follower._follow()
+    assert Ctx.steps[0]["reward/f/chars"] == 3.0 and "reward/f/chars" not in Ctx.steps[1]
+
+
 def test_background_start_and_first_call_share_one_pool():
     """start_in_background (the TRL adapter starts the pool while TRL loads the model) and a first call
     that comes before the workers are up wait for the same pool: never a second one."""

@@ -98,6 +98,7 @@ class EventFollower(threading.Thread):
         self.batch_totals: list[float] = []
         self.reward_errors: list[str] = []
         self.fault_counts: dict[str, int] = {}  # reward faults of the step (rlbridge.engine.workers)
+        self.plugin_metrics: dict[str, list[float]] = {}  # "reward/<plugin>/<key>" -> [sum of value x samples, samples]
         # complete checkpoints already there (a resumed run's) were reported by the run that saved them;
         # an incomplete one left by a killed run is reported once this run has saved it again
         self.seen_checkpoints: set[str] = (
@@ -148,6 +149,12 @@ class EventFollower(threading.Thread):
         elif kind == "reward_faults":
             for key, n in event["counts"].items():
                 self.fault_counts[key] = self.fault_counts.get(key, 0) + n
+        elif kind == "reward_metrics":  # a reward plugin's extra metrics of one scoring call
+            for plugin, values in event["metrics"].items():
+                for key, value in values.items():
+                    acc = self.plugin_metrics.setdefault(f"reward/{plugin}/{key}", [0.0, 0.0])
+                    acc[0] += float(value) * event["n"]
+                    acc[1] += event["n"]
         elif kind == "weight_sync":  # one transfer of weights to the rollout engine, from the engine's seam
             for key in ("bytes", "tensors"):
                 self.weight_sync[key] = self.weight_sync.get(key, 0) + event[key]
@@ -173,6 +180,8 @@ class EventFollower(threading.Thread):
 
             canonical.update({f"reward/{k}": float(self.fault_counts.get(k, 0)) for k in COUNTERS})
             self.fault_counts = {}
+            canonical.update({k: total / n for k, (total, n) in self.plugin_metrics.items() if n})
+            self.plugin_metrics = {}
             canonical.update({f"weight_sync/{k}": float(v) for k, v in self.weight_sync.items()})
             self.weight_sync = {}
             if "memory/peak_mb" not in canonical and self.peak_mb:
@@ -343,6 +352,8 @@ def score_inputs(inputs: list[RewardInput]) -> tuple[list[float], dict[str, list
     scored = engine_scorer().score(inputs)
     if scored.counts:
         write_event({"kind": "reward_faults", "counts": scored.counts})
+    if scored.metrics:  # native rewards' extra metrics (verl `score` dicts, OpenRLHF extra_logs)
+        write_event({"kind": "reward_metrics", "n": len(inputs), "metrics": scored.metrics})
     return scored.totals, scored.per_plugin
 
 

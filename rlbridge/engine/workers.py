@@ -101,6 +101,9 @@ class Scored:
     raw: dict[str, list[float | None]] = field(default_factory=dict)
     """Each plugin's scores as returned where they were numbers, NaN and inf included (telemetry:
     the engine never sees these, it gets per_plugin)."""
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Each plugin's extra metrics of this call (a native reward's `last_metrics`, averaged over
+    its chunks), for engines whose reward path has no metric channel of its own (verl, OpenRLHF)."""
 
 
 # --- worker side (runs in the spawned processes) -------------------------------------------------
@@ -282,6 +285,7 @@ class RewardScorer:
         self._semaphores: dict[str, threading.Semaphore] = {}
         self._batch: list[dict[str, Any]] = []
         self._batch_cond = threading.Condition()
+        self._call = threading.local()  # the extra metrics of the call running in this thread
         self._step_counts: Counter = Counter()
         self._run_counts: Counter = Counter()
         self._logged = 0
@@ -392,12 +396,14 @@ class RewardScorer:
                     scored.totals[lo:hi], {n: v[lo:hi] for n, v in scored.per_plugin.items()},
                     scored.counts if i == 0 else {},  # the batch's counts once: callers sum them
                     {n: v[lo:hi] for n, v in scored.raw.items()},
+                    scored.metrics,  # the batch's averages, for each caller's share
                 )
                 lo = hi
             self._batch_cond.notify_all()
         return group[0]["result"]
 
     def _score_now(self, inputs: list[RewardInput]) -> Scored:
+        self._call.metrics = {}
         raw_faults: list[Fault] = []
         per_plugin: dict[str, list[float | None]] = {}
         for name in self.names:
@@ -409,7 +415,9 @@ class RewardScorer:
         for i in range(len(inputs)):
             if self.names and all(per_plugin[n][i] is None for n in self.names) and not any((n, i) in faulted for n in self.names):
                 raw_faults.append(Fault(self.names[-1], "invalid", "no reward plugin scored this sample (every one returned None)", i))
-        return self._finish(inputs, per_plugin, raw_faults)
+        scored = self._finish(inputs, per_plugin, raw_faults)
+        scored.metrics = dict(self._call.metrics)
+        return scored
 
     def score_plugin_result(self, name: str, inputs: Sequence[RewardInput]) -> Scored:
         """One plugin over the inputs (TRL calls each reward function on its own)."""
@@ -550,6 +558,8 @@ class RewardScorer:
             if parts:
                 merged[key] = sum(v * n for v, n in parts) / sum(n for _, n in parts)
         self.last_metrics[name] = merged
+        if hasattr(self._call, "metrics"):
+            self._call.metrics[name] = merged
 
     def _slots(self, name: str) -> threading.Semaphore:
         with self._lock:
