@@ -362,8 +362,18 @@ def test_reward_model_plans(tmp_path):
     assert f["reward.num_gpus_per_node"] == ["1"] and native["ray"]["logical_gpus"] == 4  # actor, vLLM, ref, reward model
     mixed = _flags(_orl(tmp_path, "reward=[{model: 'builtin:tiny-reward', weight: 0.5}, {name: digit_match}]")["args"])
     assert "reward.model_name_or_path" not in mixed and "train.agent_func_path" in mixed  # scored by rlbridge's executor
-    plan = _prepare(tmp_path, "verl", rm, version="0.9.1").plan
-    assert any(n.startswith("reward: reward models are scored by rlbridge") for n in plan.approximations)
+    # verl 0.9: a lone reward model goes to verl's own reward-model path (served by vLLM); mixed, rlbridge's manager
+    plan = _prepare(tmp_path, "verl", rm, "resources.gpus_per_node=0", version="0.9.1").plan
+    o = plan.native["overrides"]
+    assert o["reward.reward_model.enable"] is True and o["reward.reward_model.model_path"].endswith("tiny-reward")
+    assert o["reward.reward_model.rollout.name"] == "vllm" and o["+reward.reward_model.rollout.enable_sleep_mode"] is False
+    assert not any(n.startswith("reward:") for n in plan.approximations)
+    mixed = _prepare(tmp_path, "verl", "reward=[{model: 'builtin:tiny-reward', weight: 0.5}, {name: digit_match}]",
+                     version="0.9.1").plan
+    assert "reward.reward_model.enable" not in mixed.native["overrides"]
+    assert any(n.startswith("reward: reward models are scored by rlbridge") for n in mixed.approximations)
+    old = _prepare(tmp_path, "verl", rm, version="0.5.0").plan  # no reward loop before 0.9: rlbridge's manager
+    assert any(n.startswith("reward: reward models are scored by rlbridge") for n in old.approximations)
     with pytest.raises(ConfigError, match="not several"):
         load_config(write_config(tmp_path, MINIMAL), ["reward=[{model: x, native: trl, function: 'a.py:f'}]"])
     with pytest.raises(ConfigError, match="reward\\[0\\].model: 'no/such/dir' does not exist"):

@@ -187,11 +187,12 @@ class VerlBackend(Backend):
             honoured("rollout.top_k", f"{r}top_k", note="0 -> -1"),
             honoured("rollout.gpu_memory_utilization", f"{r}gpu_memory_utilization", _check_memory),
             honoured("rollout.tensor_parallel_size", f"{r}tensor_model_parallel_size", _check_tp),
-            approximated("reward", "launch.rewards",
+            approximated("reward", ("launch.rewards", "reward.reward_model.enable", "reward.reward_model.model_path"),
                          f"reward models are scored by rlbridge's reward manager '{REWARD_MANAGER}' in verl's reward workers "
-                         "(a transformers sequence classifier on prompt + completion), not by verl's reward-model worker, "
-                         "which from 0.9 serves the model through a vLLM/SGLang rollout server",
-                         when=lambda c: any(r.model for r in c.reward)),
+                         "(a transformers sequence classifier on prompt + completion), not by verl's reward-model path: verl "
+                         "scores with one reward model or a reward manager, not both, so its own reward model (0.9+, served "
+                         "by vLLM, reward.reward_model.*) is used when the run's only reward is one model with weight 1",
+                         when=lambda c: any(r.model for r in c.reward) and knobs.engine_reward_model(c) is None),
             honoured("environment", (f"{r}agent.default_agent_loop", f"{r}agent.agent_loop_config_path", f"{r}multi_turn.enable",
                                      f"{r}multi_turn.max_assistant_turns", f"{r}multi_turn.tool_config_path", "launch.environment"),
                      _check_environment,

@@ -13,7 +13,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Capability, flatten, gpus_per_node, honoured, only_for
+from rlbridge.contract.backend import Capability, flatten, gpus_per_node, honoured, only_for, resolved_dtype
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import resolve_path
 
@@ -23,6 +23,7 @@ ROLLOUT_IS = {"token_truncate": "token", "sequence_truncate": "sequence"}
 CHAT_KWARGS_SINCE = Version("0.6.0")
 ROLLOUT_CORRECTION_SINCE = Version("0.6.1")  # algorithm.rollout_correction.* (0.6.0 had algorithm.rollout_is*)
 FILTER_GROUPS_SINCE = Version("0.9.0")  # algorithm.filter_groups.* in the main trainer (v1 only)
+REWARD_LOOP_SINCE = Version("0.9.0")  # reward.reward_model.*: the reward model served by verl's reward loop
 LORA_MERGE_SINCE = Version("0.9.0")  # actor_rollout_ref.model.lora.merge (read in 0.9.1's FSDP engine; not in 0.5.0)
 
 
@@ -94,6 +95,41 @@ def lora_merged(config: RunConfig) -> bool:
     from rlbridge_adapters.verl.backend import rollout_engine
 
     return config.model.lora is not None and gpus_per_node(config) == 0 and rollout_engine(config) == "vllm"
+
+
+def engine_reward_model(config: RunConfig) -> str | None:
+    """The reward model verl's own reward-model path serves (reward.reward_model.*, 0.9+: a vLLM server
+    started by verl's RewardModelManager, scored by its reward loop's /classify requests): when the run's
+    only reward is one model with weight 1 and no environment. Otherwise (mixed with functions, weighted,
+    verl < 0.9) rlbridge's reward manager scores it in verl's reward workers, like the other rewards
+    (verl's reward loop scores with the reward model or with a reward manager, not both)."""
+    rewards = config.reward
+    if (config.environment is None and len(rewards) == 1 and rewards[0].model and rewards[0].weight == 1.0
+            and _version(config) >= REWARD_LOOP_SINCE):
+        return resolve_path(rewards[0].model)
+    return None
+
+
+def _reward_model(config: RunConfig, o: dict[str, Any]) -> None:
+    path = engine_reward_model(config)
+    if path is None:
+        return
+    rm = "reward.reward_model."
+    o[f"{rm}enable"] = True
+    o[f"{rm}model_path"] = path
+    o[f"{rm}rollout.name"] = "vllm"  # the /classify (pooling) request verl's reward loop sends is vLLM's
+    o[f"{rm}rollout.dtype"] = resolved_dtype(config)
+    o[f"{rm}rollout.tensor_model_parallel_size"] = 1  # verl's default 2 needs two devices per reward model
+    o[f"{rm}rollout.gpu_memory_utilization"] = config.rollout.gpu_memory_utilization
+    if gpus_per_node(config) == 0:  # vLLM's CPU build: no CUDA graphs, no sleep mode
+        o[f"{rm}rollout.enforce_eager"] = True
+        o[f"{rm}rollout.free_cache_engine"] = False
+        o[f"+{rm}rollout.enable_sleep_mode"] = False
+        o[f"{rm}rollout.max_num_seqs"] = max(config.rollout_samples, 16)
+        # the scored text: the reward model's chat template around prompt + completion (margin for the template)
+        length = (config.rollout.max_prompt_tokens or 1024) + config.rollout.max_new_tokens + 256
+        o[f"{rm}rollout.max_model_len"] = length
+        o[f"{rm}rollout.max_num_batched_tokens"] = length
 
 
 def _check_sequence_parallel(config: RunConfig) -> str | None:
@@ -185,6 +221,7 @@ def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version
         o["actor_rollout_ref.model.target_modules"] = lora.target_modules
         if lora_merged(config):
             o["actor_rollout_ref.model.lora.merge"] = True
+    _reward_model(config, o)
     o["data.filter_overlong_prompts"] = config.rollout.drop_overlong_prompts
     o["actor_rollout_ref.model.enable_gradient_checkpointing"] = tr.gradient_checkpointing
     if tr.forward_micro_batch_size:
