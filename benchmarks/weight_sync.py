@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,11 +45,13 @@ def run(arm: str, overrides: list[str], steps: int, out: Path, backend: str) -> 
     started = time.time()
     summary = train(cfg, progress=False)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # the syncs after the first (sync_changed's first sends everything); per-step rows as measured too
     synced = [r for r in rows if "weight_sync/bytes" in r][1:] or [r for r in rows if "weight_sync/bytes" in r]
     mean = lambda key: statistics.fmean(r[key] for r in synced) if synced and all(key in r for r in synced) else None  # noqa: E731
     return {"arm": arm, "status": summary["status"], "wall_s": round(time.time() - started, 1), "syncs": len(synced),
             "bytes_per_sync": mean("weight_sync/bytes"), "tensors_per_sync": mean("weight_sync/tensors"),
-            "sync_s": mean("timing/weight_sync_s"), "reward_last": rows[-1].get("reward/mean")}
+            "sync_s": mean("timing/weight_sync_s"), "reward_last": rows[-1].get("reward/mean"),
+            "per_step_tensors": [r.get("weight_sync/tensors") for r in rows]}
 
 
 def main() -> None:
@@ -57,10 +60,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "weight-sync")
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of " + ", ".join(ARMS))
     parser.add_argument("--backend", default="trl")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # one arm, in a process of its own
     args = parser.parse_args()
+    if args.one:
+        print("RESULT " + json.dumps(run(args.one, ARMS[args.one], args.steps, args.out, args.backend)), flush=True)
+        return
     results = []
     for arm in args.arms.split(","):
-        result = run(arm, ARMS[arm], args.steps, args.out, args.backend)
+        # each arm in a fresh process: a plugin registered by one run (plugins:) and its state must not
+        # reach the next run of the same process
+        res = subprocess.run([sys.executable, __file__, "--one", arm, "--steps", str(args.steps), "--out", str(args.out),
+                              "--backend", args.backend], capture_output=True, text=True)
+        line = next((ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")), None)
+        if line is None:
+            sys.exit(f"{arm} failed:\n{(res.stdout + res.stderr)[-3000:]}")
+        result = json.loads(line[len("RESULT "):])
         print(json.dumps(result), flush=True)
         results.append(result)
     print("\n| run | bytes per sync | tensors per sync | sync time (s) |\n|---|---|---|---|")

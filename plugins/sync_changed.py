@@ -23,7 +23,18 @@ from typing import Any
 
 from rlbridge import hookimpl
 
-_last: dict[str, Any] = {}  # name -> a host copy of the tensor as last sent, per engine process
+_last: dict[str, Any] = {}  # name -> a host copy of the tensor as last sent, per engine process and run
+_run: list[str | None] = [None]  # the run those copies were sent in
+
+
+def _this_run() -> str | None:
+    """The run this process works for (every engine process of a run gets its patch directory): a new
+    run in the same process has a fresh rollout engine, whose weights are the checkpoint's again."""
+    import os
+
+    from rlbridge.engine.patch_report import PATCH_DIR_ENV
+
+    return os.environ.get(PATCH_DIR_ENV)
 
 
 def changed_only(weights: Iterable[tuple[str, Any]], last: dict[str, Any] | None = None) -> Iterator[tuple[str, Any]]:
@@ -45,4 +56,7 @@ def changed_only(weights: Iterable[tuple[str, Any]], last: dict[str, Any] | None
 def rlbridge_weight_sync(engine: str, weights: Iterable[tuple[str, Any]]) -> Iterable[tuple[str, Any]] | None:
     if engine not in ("trl", "verl"):
         return None
+    if _run[0] != _this_run():
+        _last.clear()
+        _run[0] = _this_run()
     return changed_only(weights)

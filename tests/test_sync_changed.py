@@ -26,3 +26,14 @@ def test_the_hook_acts_where_engines_have_a_seam_and_only_when_listed_in_plugins
     assert pm.hook.rlbridge_weight_sync(engine="trl", weights=iter([])) is None  # opt-in: not registered by default
     assert sync_changed.rlbridge_weight_sync(engine="openrlhf", weights=iter([])) is None
     assert sync_changed.rlbridge_weight_sync(engine="verl", weights=iter([])) is not None
+
+
+def test_a_new_run_in_the_same_process_starts_from_a_full_sync(monkeypatch):
+    from rlbridge.engine.patch_report import PATCH_DIR_ENV
+
+    weights = [("w", torch.ones(2))]
+    monkeypatch.setenv(PATCH_DIR_ENV, "/runs/a/patches")
+    assert len(list(sync_changed.rlbridge_weight_sync(engine="trl", weights=iter(weights)))) == 1
+    assert list(sync_changed.rlbridge_weight_sync(engine="trl", weights=iter(weights))) == []
+    monkeypatch.setenv(PATCH_DIR_ENV, "/runs/b/patches")  # a fresh rollout engine: everything again
+    assert len(list(sync_changed.rlbridge_weight_sync(engine="trl", weights=iter(weights)))) == 1
