@@ -115,9 +115,13 @@ def _check_resources(config: RunConfig) -> str | None:
 
 def _check_placement(config: RunConfig) -> str | None:
     if config.placement.policy != "colocate":
+        # TRL's own split is vllm_mode="server"; its weight sync (VLLMClient.init_communicator) is vLLM's NCCL
+        # transfer engine and raises NotImplementedError off CUDA, so the policy could never reach the rollout on CPU
         return (
-            "TRL generates inside the training process (or a colocated vLLM); a separate rollout server is "
-            "backend_options.trl.vllm_mode: server, launched by you. Use placement.policy: colocate"
+            "TRL generates inside the training process (or a colocated vLLM); its split is vllm_mode: server, whose "
+            "weight sync (VLLMClient.init_communicator) runs on NCCL and needs CUDA, and rlbridge does not start that "
+            "server yet (backend_options.trl.vllm_mode: server with a server you launch, on GPUs). Use placement.policy: "
+            "colocate, or backend: verl / openrlhf"
         )
     return None
 
