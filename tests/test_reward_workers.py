@@ -390,11 +390,15 @@ def test_background_start_and_first_call_share_one_pool():
     that comes before the workers are up wait for the same pool: never a second one."""
     import psutil
 
+    def spawned():  # multiprocessing's spawned workers, not its resource tracker
+        return {p.pid for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE
+                and "spawn_main" in " ".join(p.cmdline())}
+
+    before = spawned()  # workers of other tests' pools still shutting down in this process
     with scorer(pid) as s:
         s.start_in_background()
         pids = set(s.score_plugin("pid", rows(8)))  # usually while the background start is still spawning
         s.start_in_background()  # a no-op once the pool exists
         assert os.getpid() not in pids
-        workers = [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE
-                   and "spawn_main" in " ".join(p.cmdline())]  # not multiprocessing's resource tracker
-        assert len(workers) == 2, [p.cmdline() for p in workers]  # num_workers of one pool
+        workers = spawned() - before
+        assert len(workers) == 2, workers  # num_workers of one pool
