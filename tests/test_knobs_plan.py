@@ -74,9 +74,20 @@ def test_gamma_is_honoured_for_reinforce_pp(tmp_path):
 
 # ---- verl ----
 
+def test_verl_kl_on_cpu_refused_with_the_reference_models_reason(tmp_path):
+    """verl 0.9's FSDP2 reference model uses CPUOffloadPolicy(pin_memory=True): without a GPU the run
+    died in the reference's init; the plan refuses it up front, and plans it with a GPU."""
+    from rlbridge.errors import CapabilityError
+
+    with pytest.raises(CapabilityError, match="algorithm.kl_coef.*pin_memory=True"):
+        _verl(tmp_path, "algorithm.kl_coef=0.05", "resources.gpus_per_node=0")
+    assert _verl(tmp_path, "algorithm.kl_coef=0.05", "resources.gpus_per_node=1")["actor_rollout_ref.actor.kl_loss_coef"] == 0.05
+
+
 def test_verl_ppo_critic(tmp_path):
-    o = _verl(tmp_path, *PPO, "critic.path=builtin:tiny-bpe", "critic.micro_batch_size=2", "training.micro_batch_size=4",
-              "training.gradient_checkpointing=true", "resources.gpus_per_node=0")
+    # kl_coef 0: on CPU verl 0.9 refuses a KL term (its reference model needs pinned memory, below)
+    o = _verl(tmp_path, *PPO, "algorithm.kl_coef=0", "critic.path=builtin:tiny-bpe", "critic.micro_batch_size=2",
+              "training.micro_batch_size=4", "training.gradient_checkpointing=true", "resources.gpus_per_node=0")
     assert o["algorithm.adv_estimator"] == "gae" and o["algorithm.gamma"] == 0.99 and o["algorithm.lam"] == 0.9
     assert o["critic.model.path"].endswith("tiny-bpe")  # its own model, not the policy's <model_dir>
     assert o["critic.optim.lr"] == 2.0e-5 and o["critic.cliprange_value"] == 0.3 and o["trainer.critic_warmup"] == 2
@@ -91,10 +102,10 @@ def test_verl_ppo_critic(tmp_path):
 
 
 def test_verl_kl_estimator_follows_the_placement(tmp_path):
-    loss = _verl(tmp_path, "algorithm.kl_coef=0.1")
+    loss = _verl(tmp_path, "algorithm.kl_coef=0.1", "resources.gpus_per_node=1")  # a KL term on CPU is refused
     assert loss["actor_rollout_ref.actor.kl_loss_type"] == "low_var_kl" and "algorithm.kl_penalty" not in loss
     reward = _verl(tmp_path, "algorithm.name=rloo", "algorithm.kl_coef=0.1", "algorithm.kl_placement=reward",
-                   "algorithm.kl_estimator=k2")
+                   "algorithm.kl_estimator=k2", "resources.gpus_per_node=1")
     assert reward["algorithm.kl_penalty"] == "mse" and "actor_rollout_ref.actor.kl_loss_type" not in reward
 
 

@@ -91,6 +91,19 @@ def _check_rollout_engine(config: RunConfig) -> str | None:
     return None
 
 
+def _check_kl_on_cpu(config: RunConfig) -> str | None:
+    # measured 2026-11-30 on verl 0.9.1: its FSDP2 engine gives every forward-only (reference) model
+    # CPUOffloadPolicy(pin_memory=True) (verl/workers/engine/fsdp/transformer_impl.py), and pinning memory
+    # needs an accelerator: the run died in the reference's init ("Cannot access accelerator device")
+    if config.algorithm.kl_coef > 0 and gpus_per_node(config) == 0 and _v(config) >= Version("0.9.0"):
+        return (
+            f"a KL term needs verl's reference model, which verl {_v(config)} pins in page-locked memory "
+            "(FSDP2 CPUOffloadPolicy(pin_memory=True)), impossible without a GPU; on CPU set algorithm.kl_coef: 0 "
+            "or use backend: trl / openrlhf"
+        )
+    return None
+
+
 def _check_memory(config: RunConfig) -> str | None:
     if rollout_engine(config) == "hf" and config.rollout.gpu_memory_utilization != 0.3:
         return "the HF rollout has no KV-cache pool; remove rollout.gpu_memory_utilization or use rollout.engine: vllm"
@@ -151,7 +164,8 @@ class VerlBackend(Backend):
         return [
             honoured("algorithm.name", "algorithm.adv_estimator"),
             honoured("algorithm.group_size", f"{r}n"),
-            honoured("algorithm.kl_coef", (f"{a}kl_loss_coef", "algorithm.kl_ctrl.kl_coef", f"{a}use_kl_loss", "algorithm.use_kl_in_reward")),
+            honoured("algorithm.kl_coef", (f"{a}kl_loss_coef", "algorithm.kl_ctrl.kl_coef", f"{a}use_kl_loss", "algorithm.use_kl_in_reward"),
+                     _check_kl_on_cpu),
             honoured("algorithm.kl_placement", (f"{a}use_kl_loss", "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef", f"{a}kl_loss_coef"),
                      note="loss: actor.use_kl_loss; reward: algorithm.use_kl_in_reward"),
             honoured("algorithm.clip_low", (f"{a}clip_ratio_low", f"{a}clip_ratio_high")),
