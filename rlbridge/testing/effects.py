@@ -76,6 +76,8 @@ class Effect:
 EVAL = {"type": "generator", "name": "digit_copy", "args": {"num_rows": 16}}
 TEMPLATE = "{{ messages[0]['content'] }}"
 ENV = {"name": "digit_turns", "args": {"turns": 2}, "max_turns": 2}
+# verl 0.9 refuses a KL term on CPU (its reference model needs pinned memory): plan those knobs with a GPU
+KL_ON_VERL = {"verl": ("resources.gpus_per_node=1",)}
 PPO = ("algorithm.name=ppo",)  # the critic's knobs and GAE need an algorithm with a critic
 
 # Knobs the core handles the same way for every engine: no native key to check. Each with its reason.
@@ -100,12 +102,12 @@ EFFECTS: dict[str, Effect] = {
         "trl": {"beta": 0.05},
         "verl": {"actor_rollout_ref.actor.kl_loss_coef": 0.05, "actor_rollout_ref.actor.use_kl_loss": True},
         "openrlhf": {"algo.kl.init_coef": 0.05, "algo.kl.use_loss": True},
-    }),
+    }, contexts=KL_ON_VERL),
     "algorithm.kl_placement": Effect("reward", {
         "trl": REFUSED,  # GRPOTrainer puts KL in the loss only
         "verl": {"algorithm.use_kl_in_reward": True, "actor_rollout_ref.actor.use_kl_loss": False},
         "openrlhf": {"algo.kl.use_loss": ABSENT},
-    }, context=("algorithm.kl_coef=0.05",)),
+    }, context=("algorithm.kl_coef=0.05",), contexts=KL_ON_VERL),
     "algorithm.clip_low": Effect(0.1, {
         "trl": {"epsilon": 0.1},
         "verl": {"actor_rollout_ref.actor.clip_ratio_low": 0.1},
@@ -337,7 +339,7 @@ EFFECTS: dict[str, Effect] = {
         "trl": REFUSED,  # k3 in GRPOTrainer's loss, fixed
         "verl": {"actor_rollout_ref.actor.kl_loss_type": "mse"},
         "openrlhf": {"algo.kl.estimator": "k2"},
-    }, context=("algorithm.kl_coef=0.05",)),
+    }, context=("algorithm.kl_coef=0.05",), contexts=KL_ON_VERL),
     "algorithm.entropy_coef": Effect(0.01, {
         "trl": {"entropy_coef": 0.01},
         "verl": {"actor_rollout_ref.actor.entropy_coeff": 0.01},
