@@ -365,6 +365,9 @@ def test_sigkill_of_the_whole_run_mid_training_then_resume_continues(backend, tm
         f"backend={backend.name}", f"training.steps={KILL_STEPS}", "training.batch_size=2", "algorithm.group_size=4",
         "rollout.max_new_tokens=8", "checkpoint.interval=2", "training.lr_schedule=cosine", "resources.gpus_per_node=auto",
         f"data.train={{type: jsonl, path: {data}}}", "telemetry.samples_per_step=16",
+        # every step lasts over a second (a reward of weight 0 that sleeps): step 4 cannot end before
+        # the test, which sees step 3's row up to ~0.3 s after the engine logs it, kills the run
+        "reward=[{name: digit_match}, {native: trl, function: 'rlbridge.testing.slow_reward:pause', weight: 0.0, args: {seconds: 1.0}}]",
         f"engine_env={sys.prefix}",  # the engine in its own process tree, as from a user's shell
     ]
     config = load_config(QUICKSTART, overrides)
