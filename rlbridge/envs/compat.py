@@ -92,7 +92,7 @@ def run_matrix(engine: str | None = None, version: str | None = None, echo=print
             outcome.setdefault("seconds", round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1))
             echo(f"   {test}: {outcome['status']}" + (f" ({outcome['reason']})" if outcome.get("reason") else ""))
             results[f"{cell['engine']}|{cell['version']}|{test}"] = outcome
-        _save(results)
+        _merge_save({f"{cell['engine']}|{cell['version']}|{t}": results[f"{cell['engine']}|{cell['version']}|{t}"] for t in cell["tests"]})
     return [results[f"{c['engine']}|{c['version']}|{t}"] for c in cells for t in c["tests"]]
 
 
@@ -176,6 +176,19 @@ def _root_cause(node) -> str:
 def _load_results() -> dict[str, Any]:
     path = results_dir() / "results.json"
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _merge_save(cell_results: dict[str, Any]) -> None:
+    """Write one cell's outcomes into results.json as it is on disk now, under a lock: two `compat run`
+    commands for different cells (e.g. verl and OpenRLHF side by side) each add their own cells."""
+    import fcntl
+
+    results_dir().mkdir(parents=True, exist_ok=True)
+    with open(results_dir() / ".results.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = _load_results()
+        results.update(cell_results)
+        _save(results)
 
 
 def _save(results: dict[str, Any]) -> None:
