@@ -65,9 +65,10 @@ def length_penalty(target_tokens: int = 16):
 
 @hookimpl
 def rlbridge_register_rewards():
+    # pure string functions of the sample: scored in the engine process, no worker pool to start
     return [
-        RewardPlugin("digit_match", digit_match, "fraction of generated tokens equal to the answer digit"),
-        RewardPlugin("exact_match", exact_match, "1 if the completion equals the answer"),
-        RewardPlugin("contains_answer", contains_answer, "1 if the answer occurs in the completion"),
-        RewardPlugin("length_penalty", length_penalty, "penalty for distance from a target length in tokens"),
+        RewardPlugin("digit_match", digit_match, "fraction of generated tokens equal to the answer digit", isolate=False),
+        RewardPlugin("exact_match", exact_match, "1 if the completion equals the answer", isolate=False),
+        RewardPlugin("contains_answer", contains_answer, "1 if the answer occurs in the completion", isolate=False),
+        RewardPlugin("length_penalty", length_penalty, "penalty for distance from a target length in tokens", isolate=False),
     ]

@@ -216,11 +216,27 @@ def test_process_mode_uses_other_processes_and_spawn():
 def test_specs_with_factories_finds_entry_point_plugins():
     from rlbridge.contract.registry import get_plugin_manager
 
+    specs = specs_with_factories([{"name": "code_tests", "weight": 1.0, "args": {}}], get_plugin_manager())
+    assert specs[0]["factory"] == "rlbridge_plugins.code:code_tests" and not specs[0]["inline"]
+
+
+def test_builtin_string_rewards_are_scored_in_process_without_a_pool():
+    """digit_match declares isolate=False (a quick, pure function): in process mode it is scored in
+    the engine process and no worker is spawned for it, while its faults are still counted."""
+    from rlbridge.contract.registry import get_plugin_manager
+
     specs = specs_with_factories([{"name": "digit_match", "weight": 1.0, "args": {}}], get_plugin_manager())
-    assert specs[0]["factory"] == "rlbridge_plugins.rewards:digit_match"
+    assert specs[0]["factory"] == "rlbridge_plugins.rewards:digit_match" and specs[0]["inline"]
     with RewardScorer(specs, Settings(num_workers=1)) as s:
+        s.start_in_background()
         x = RewardInput(prompt="7777", completion="7777", completion_ids=[1, 2, 3, 4], answer="7")
         assert s.score([x]).totals == [1.0]
+        assert s._pool is None
+    # a fault is still a fault: digit_key names a metadata field the row lacks (KeyError)
+    specs = specs_with_factories([{"name": "digit_match", "weight": 1.0, "args": {"digit_key": "d"}}], get_plugin_manager())
+    with RewardScorer(specs, Settings(num_workers=1, on_error="zero")) as s:
+        scored = s.score([x])
+        assert scored.totals == [0.0] and scored.counts == {"errors": 1} and s._pool is None, scored
 
 
 def test_totals_are_weighted():

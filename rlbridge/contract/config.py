@@ -402,8 +402,9 @@ class RolloutWorkersConfig(StrictModel):
 
     mode: Literal["process", "inline"] = "process"
     """process: a pool of spawned worker processes per engine process (a hang is killed at timeout_s,
-    a crash is contained); inline: in the engine process itself (for debuggers; faults are still
-    counted, but a hang cannot be interrupted)."""
+    a crash is contained; plugins that declare isolate=False, such as the built-in string rewards,
+    are scored in the engine process and start no pool); inline: in the engine process itself (for
+    debuggers; faults are still counted, but a hang cannot be interrupted)."""
     num_workers: int = Field(2, ge=1)
     """Worker processes per engine process that scores (TRL: the trainer; verl: each reward-loop
     worker; OpenRLHF: each vLLM actor)."""

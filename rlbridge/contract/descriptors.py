@@ -17,6 +17,12 @@ class RewardPlugin:
     factory: Callable[..., Callable[[list[Any]], list[float | None]]]
     """Called with the reward entry's args; returns the reward callable."""
     description: str = ""
+    isolate: bool = True
+    """Score in rollout_workers' pool of worker processes, where a hang is cut at the timeout and a
+    crash is contained. False declares the reward a quick, pure function of its inputs that cannot
+    hang or crash the process (rlbridge's built-in string rewards): it is scored in the engine process,
+    with no pool to start, and its faults (an exception, NaN, the wrong number of scores) are still
+    counted and handled by rollout_workers.on_error."""
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlbridge.contract.config import RunConfig
+if TYPE_CHECKING:  # not at run time: spawned reward workers import this module, not the config models
+    from rlbridge.contract.config import RunConfig
 
 RewardFn = Callable[[Sequence["RewardInput"]], Sequence["float | None"]]
 

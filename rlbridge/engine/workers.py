@@ -115,13 +115,18 @@ def specs_with_factories(specs: Sequence[dict], plugins) -> list[dict]:
     """The run's reward specs ({name, weight, args, native?, function?}) as spawned workers can
     rebuild them: each plugin factory's import path (so a plugin registered by hand in this process
     is found if its module is importable); a plugin that exists only in this process's plugin
-    manager (a closure, a test's object) is marked `inline` and scored here, with a log line."""
+    manager (a closure, a test's object) is marked `inline` and scored here, with a log line; so is
+    one that declares isolate=False (quick and pure), without one."""
     out = []
     for i, spec in enumerate(specs):
         if spec.get("native") or spec.get("model"):
             out.append(dict(spec))  # loaded from its file, module or model directory in any process
             continue
-        factory = plugins.get("reward", spec["name"], f"reward[{i}].name").factory
+        plugin = plugins.get("reward", spec["name"], f"reward[{i}].name")
+        if not getattr(plugin, "isolate", True):  # declared quick and pure: no pool for it
+            out.append({**spec, "factory": _import_path(plugin.factory), "inline": True})
+            continue
+        factory = plugin.factory
         ref = _import_path(factory)
         try:
             same = ref is not None and _resolve_factory({"factory": ref}, i) is factory
