@@ -125,6 +125,7 @@ class EventFollower(threading.Thread):
             time.sleep(0.2)
         if not self.path.exists():
             return
+        sampled = 0.0
         with open(self.path, encoding="utf-8") as fh:
             while True:
                 line = fh.readline()
@@ -133,7 +134,9 @@ class EventFollower(threading.Thread):
                     continue
                 if self.stop.is_set():
                     break
-                self.peak_mb = max(self.peak_mb, process_tree_rss_mb(os.getpid()))
+                if time.monotonic() - sampled >= 1.0:  # a /proc scan of the whole tree: ms of CPU, once a second
+                    self.peak_mb = max(self.peak_mb, process_tree_rss_mb(os.getpid()))
+                    sampled = time.monotonic()
                 time.sleep(0.2)
 
     def _handle(self, event: dict[str, Any]) -> None:
