@@ -227,10 +227,12 @@ def test_builtin_string_rewards_are_scored_in_process_without_a_pool():
 
     specs = specs_with_factories([{"name": "digit_match", "weight": 1.0, "args": {}}], get_plugin_manager())
     assert specs[0]["factory"] == "rlbridge_plugins.rewards:digit_match" and specs[0]["inline"]
-    with RewardScorer(specs, Settings(num_workers=1)) as s:
+    with RewardScorer(specs, Settings(num_workers=1, batch_wait_ms=3000.0)) as s:
         s.start_in_background()
         x = RewardInput(prompt="7777", completion="7777", completion_ids=[1, 2, 3, 4], answer="7")
+        started = time.monotonic()
         assert s.score([x]).totals == [1.0]
+        assert time.monotonic() - started < 1.0  # no batch to collect for a pool: no batch_wait_ms wait
         assert s._pool is None
     # a fault is still a fault: digit_key names a metadata field the row lacks (KeyError)
     specs = specs_with_factories([{"name": "digit_match", "weight": 1.0, "args": {"digit_key": "d"}}], get_plugin_manager())

@@ -360,9 +360,11 @@ class RewardScorer:
     def score(self, inputs: Sequence[RewardInput]) -> Scored:
         """Every plugin over the inputs, with the on_error policy applied, and the weighted totals.
         Thread-safe; in process mode, calls smaller than batch_size that arrive within batch_wait_ms
-        of each other are scored as one batch (verl 0.9 scores one sample per call, many at once)."""
+        of each other are scored as one batch (verl 0.9 scores one sample per call, many at once),
+        unless every plugin is scored in this process (no worker call to save, no wait)."""
         inputs = list(inputs)
-        if self.settings.mode == "process" and self.settings.batch_wait_ms > 0 and 0 < len(inputs) < self.settings.batch_size:
+        pooled = any(name not in self._inline_only for name in self.names)  # else nothing to batch for: score now
+        if self.settings.mode == "process" and pooled and self.settings.batch_wait_ms > 0 and 0 < len(inputs) < self.settings.batch_size:
             return self._coalesced(inputs)
         return self._score_now(inputs)
 
