@@ -410,7 +410,9 @@ def command_for(job: RunJob, run_dir: Path) -> RunCommand:
             if prep.returncode != 0:
                 raise RLBridgeError(f"arm '{job.arm}': preparing the native run failed: {prep.stderr.strip()[-1500:]}")
             native = json.loads((out / "native_cmd.json").read_text())
-            return RunCommand(native["argv"], Path(native["metrics"]), native["env"], Path(native["cwd"]),
+            from rlbridge.run.launch import engine_env_vars
+
+            return RunCommand(native["argv"], Path(native["metrics"]), {**engine_env_vars(python), **native["env"]}, Path(native["cwd"]),
                               [str(python), "-m", module, "canonical", native["metrics"], str(out / "metrics.jsonl")],
                               [Path(native["ray_temp_dir"])] if native.get("ray_temp_dir") else [])
         plan["native"]["args"]["output_dir"] = str((out / "trainer").absolute())

@@ -33,6 +33,17 @@ def python_of(env: str | Path) -> Path:
     return python
 
 
+def engine_env_vars(python: Path) -> dict[str, str]:
+    """Variables for every engine process run from an engine environment (the run's and a native bench
+    arm's): PyTorch's JIT-built extensions (DeepSpeed's CPU Adam for OpenRLHF, about a minute to
+    compile on 2 cores) are cached in the environment itself. In the shared ~/.cache/torch_extensions,
+    environments whose torch or DeepSpeed differ rebuild what the other built: fused_adam there was
+    rebuilt 10 times in one day of runs from several environments, each time inside a run's start-up."""
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return {}
+    return {"TORCH_EXTENSIONS_DIR": str(Path(python).parent.parent / "torch_extensions")}
+
+
 def run_in_env(python: Path, plan, ctx) -> None:
     job = ctx.run_dir / "job.json"
     # only what was set: validators that ask whether a field was given then judge the same config
@@ -41,7 +52,8 @@ def run_in_env(python: Path, plan, ctx) -> None:
     read_fd, write_fd = os.pipe()
     # the lifeline: only this process holds its write end, so the engine sees EOF when we die
     life_read, life_write = os.pipe()
-    env = {**os.environ, EVENT_FD_ENV: str(write_fd), LIFELINE_FD_ENV: str(life_read), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **engine_env_vars(python), EVENT_FD_ENV: str(write_fd), LIFELINE_FD_ENV: str(life_read),
+           "PYTHONUNBUFFERED": "1"}
     log_path = ctx.run_dir / "engine.log"
     proc = subprocess.Popen(
         [str(python), "-m", "rlbridge.engine.child", str(job)], pass_fds=(write_fd, life_read), env=env,
