@@ -4,7 +4,9 @@
    workers, samples per second and their ratio (target >= 1.8x on 2 cores);
 2. sandbox: sandboxed executions per second of a trivial program, 2 at a time (target >= 50/s);
 3. latency: one quickstart-shaped reward call (digit_match, 64 samples) inline and through the pool;
-4. overhead: the quickstart (TRL, trivial digit_match reward) with rollout_workers.mode inline and
+4. overhead: the quickstart (TRL) with its trivial reward as a function that goes to the pool
+   (examples/native_rewards/trl_reward.py:digit_share, digit_match in TRL's convention; the built-in
+   digit_match declares isolate=False and is never pooled) with rollout_workers.mode inline and
    process, the pool's extra reward time as a share of step time (target <= 5 %).
 
 Usage: python benchmarks/cpu_rollout.py [--part scaling,sandbox,latency,overhead] [--steps 40]
@@ -112,6 +114,7 @@ def latency(calls: int = 200) -> dict:
 def _quickstart(mode: str, steps: int, out: Path) -> list[dict]:
     cmd = [sys.executable, "-m", "rlbridge", "train", str(REPO / "configs" / "quickstart.yaml"),
            "--set", f"training.steps={steps}", "--set", f"rollout_workers.mode={mode}",
+           "--set", f"reward=[{{native: trl, function: '{REPO / 'examples' / 'native_rewards' / 'trl_reward.py'}:digit_share'}}]",
            "--set", f"output_dir={out}", "--set", "telemetry.progress=false"]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if res.returncode != 0:
