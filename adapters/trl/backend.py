@@ -16,7 +16,7 @@ from rlbridge.contract.backend import (
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.trl import knobs
-from rlbridge_adapters.trl.package import DISTRIBUTION, SUPPORTED_VERSIONS
+from rlbridge_adapters.trl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 TRAINERS = {"grpo": "GRPO", "dr_grpo": "GRPO", "rloo": "RLOO"}
 LOSS_TYPES = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
@@ -130,6 +130,7 @@ class TRLBackend(Backend):
     name = "trl"
     distribution = DISTRIBUTION
     supported_versions = SUPPORTED_VERSIONS
+    default_version = DEFAULT_VERSION
     description = "Hugging Face TRL: GRPOTrainer (grpo, dr_grpo) and RLOOTrainer (rloo), HF generate or colocated vLLM"
     resume_reproduces_metrics = True  # TRL's checkpoints hold every RNG state; HF generate on CPU is deterministic
 

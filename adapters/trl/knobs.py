@@ -90,7 +90,8 @@ def translate(config: RunConfig, args: dict[str, Any], trainer: str) -> dict[str
     if config.model.chat_template_kwargs:
         args["chat_template_kwargs"] = dict(config.model.chat_template_kwargs)
     if trainer == "GRPO":
-        args["entropy_coef"] = algo.entropy_coef
+        if algo.entropy_coef:  # only when set: GRPOConfig has no entropy_coef before TRL 1.x (1.0.0 lacks it)
+            args["entropy_coef"] = algo.entropy_coef
         if config.rollout.engine == "vllm":
             correct = algo.rollout_correction != "none"
             args["vllm_importance_sampling_correction"] = correct

@@ -341,7 +341,9 @@ def make_args(native: dict[str, Any]):
             from rlbridge.errors import did_you_mean
 
             raise ConfigError(
-                f"backend_options.trl.{key}: {config_class.__name__} has no field '{key}'{did_you_mean(key, fields)}"
+                f"backend_options.trl.{key}: {config_class.__name__} of the installed TRL {trl.__version__} has no field "
+                f"'{key}'{did_you_mean(key, fields)} (set there, or by the canonical knob that maps to it: "
+                "`rlbridge plan --explain` names it; older TRL versions lack some fields)"
             )
     try:
         return config_class(**kwargs)
