@@ -28,6 +28,7 @@ TRL is scoring (the trainer subclass below records them), since `rollout_func` g
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import traceback
@@ -94,9 +95,12 @@ class EnvironmentRollout:
         logprobs: list[list[float]] | None = [[] for _ in range(n)]
         totals, turns, calls_made = [0.0] * n, [0] * n, [0] * n
         active = list(range(n))
+        # one completion per prompt given: TRL >= 1.16 takes num_generations; before, the colocated and
+        # HF paths always give one per prompt (server mode, which deduplicates, is refused by the TRL adapter)
+        one_each = {"num_generations": 1} if "num_generations" in inspect.signature(trainer._generate_single_turn).parameters else {}
         while active:
             new_ids, new_logprobs = trainer._generate_single_turn(
-                [prompt_ids[i] + completion[i] for i in active], None, {}, num_generations=1
+                [prompt_ids[i] + completion[i] for i in active], None, {}, **one_each
             )
             if new_logprobs is None:
                 logprobs = None
