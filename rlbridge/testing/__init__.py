@@ -39,10 +39,12 @@ def standard_configs() -> list[Path]:
 
 def requirement_unmet(backend: Backend, config: RunConfig, *knobs: str) -> str | None:
     """Why `backend` cannot run `config` as asked, from its declared capability table only: the
-    first of `knobs` (default: every knob whose value is not the default) that it rejects, or whose
-    value check refuses this value. None when the backend declares it can."""
+    first of `knobs` (default: every knob, as planning checks them: a rejected one when it is not
+    at its default, a value check whatever the value, e.g. verl 0.7.1 has no CPU rollout for
+    rollout.engine: auto) that it rejects, or whose value check refuses this value. None when the
+    backend declares it can."""
     table = backend.capability_table()
-    for knob in knobs or [k for k in table if knob_value(config, k) != knob_default(k)]:
+    for knob in knobs or list(table):
         cap = table[knob]
         if cap.support is Support.REJECTED and _dumpable(knob_value(config, knob)) != _dumpable(knob_default(knob)):
             return f"{knob}: {cap.note}"
