@@ -11,7 +11,9 @@ import json
 
 import pytest
 
-pytest.importorskip("openrlhf")
+from .openrlhf_runtime import require_openrlhf_runtime  # noqa: E402
+
+require_openrlhf_runtime()
 
 from openrlhf.utils.agent import SingleTurnAgentExecutor
 

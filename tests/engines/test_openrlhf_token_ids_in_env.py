@@ -11,7 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("openrlhf")
+from .openrlhf_runtime import require_openrlhf_runtime  # noqa: E402
+
+require_openrlhf_runtime()
 
 from rlbridge.engine.events import EVENTS_ENV, REWARDS_ENV  # noqa: E402
 from rlbridge.engine.workers import reset_engine_scorer  # noqa: E402
