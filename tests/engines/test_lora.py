@@ -25,9 +25,17 @@ PROVEN = (("verl", "verl", "0.9.1"), ("openrlhf", "openrlhf", "0.11.2"))
 BACKEND = next((b for b, d, v in PROVEN if _installed(d) == v), None)
 pytestmark = pytest.mark.skipif(BACKEND is None, reason="needs verl 0.9.1 or OpenRLHF 0.11.2 installed here")
 
+# The untrained policy scores ~0.01 on digit_match, so both samples of a group often score 0: a zero
+# advantage everywhere leaves lora_B at its zero init (by estimate in about half the runs; seen once).
+# A reward that differs between nearly any two samples makes the advantage, and the update, non-zero.
+VARIETY = """\
+def token_variety(prompts, completions, completion_ids, **kwargs):
+    return [len(set(ids)) / max(len(ids), 1) for ids in completion_ids]
+"""
+
 CONFIG = """\
 model: {path: builtin:tiny-digits, lora: {rank: 8, alpha: 16, target_modules: [q_proj, v_proj]}}
-reward: [{name: digit_match}]
+reward: [{name: digit_match}, {native: trl, function: "variety.py:token_variety"}]
 algorithm: {name: grpo, group_size: 2}
 training: {steps: 2, batch_size: 2, lr: 2.0e-2}
 rollout: {max_new_tokens: 8}
@@ -76,6 +84,7 @@ def test_lora_grpo_saves_the_adapter_and_resumes(tmp_path):
     plugins.register(Saves(), "saves")
     path = tmp_path / "lora.yaml"
     path.write_text(CONFIG)
+    (tmp_path / "variety.py").write_text(VARIETY)
     base = [f"backend={BACKEND}", "engine_env=current", f"output_dir={tmp_path}/run"]
     summary = train(load_config(path, base), plugins, progress=False)
     assert summary["status"] == "completed"
