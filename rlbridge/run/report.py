@@ -99,9 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     args = list(argv or sys.argv[1:])
     if args[:1] == ["--wait"]:  # started with the run: import now, draw when stdin closes
         args = args[1:]
-        import os
-
-        os.nice(19)  # a helper beside the run: on a machine with few cores the engine's processes come first
         import matplotlib.figure  # noqa: F401
 
         sys.stdin.read()
