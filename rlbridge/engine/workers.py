@@ -123,7 +123,7 @@ def specs_with_factories(specs: Sequence[dict], plugins) -> list[dict]:
             out.append(dict(spec))  # loaded from its file, module or model directory in any process
             continue
         plugin = plugins.get("reward", spec["name"], f"reward[{i}].name")
-        if not getattr(plugin, "isolate", True):  # declared quick and pure: no pool for it
+        if not plugin.isolate:  # declared quick and pure: no pool for it
             out.append({**spec, "factory": _import_path(plugin.factory), "inline": True})
             continue
         factory = plugin.factory
