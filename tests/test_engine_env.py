@@ -164,3 +164,31 @@ def test_env_create_with_a_plugin_extra_installs_rlbridge_with_it(light_recipes,
     assert len(calls) == 1 and calls[0][-3:] == ["-e", f"{envs.REPO_ROOT}[engine-env,reasoning-gym,verifiers]", "pluggy>=1.3"]
     with pytest.raises(envs.EnvError, match="unknown plugin extra tensorboard"):
         envs.create("demo==1.16.0", echo=lambda msg: None, cuda=False, extras=("tensorboard",))
+
+
+def test_an_environment_installed_from_another_checkout_is_pointed_at_this_one(light_recipes, monkeypatch, tmp_path):
+    """Engine environments live in the user's cache, shared by every checkout; their rlbridge is an
+    editable install of one of them. Run from another checkout, the engine processes would mix this
+    checkout's core with that one's plugins and adapters (or miss them once it is deleted), so finding
+    the environment reinstalls rlbridge from this checkout, and only rlbridge."""
+    from rlbridge.envs import create as envs
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(envs, "_run", lambda cmd, env, log, what: calls.append(cmd))
+    path = envs.create("demo==1.16.0", echo=lambda msg: None, cuda=False)
+    envs.env_python(path).parent.mkdir(parents=True, exist_ok=True)
+    envs.env_python(path).touch()
+    record = path / "lib" / "python3.11" / "site-packages" / "rlbridge-0.1.0.dist-info" / "direct_url.json"
+    record.parent.mkdir(parents=True)
+
+    def installed_from(checkout: Path) -> None:
+        record.write_text(json.dumps({"dir_info": {"editable": True}, "url": f"file://{checkout}"}))
+        (path / ".rlbridge" / "rlbridge.done").write_text(f"stamp of {checkout}")
+
+    installed_from(envs.REPO_ROOT)
+    calls.clear()
+    assert envs.find_env("demo", "1.16.0") == path
+    assert calls == []
+    installed_from(tmp_path / "deleted-ci-checkout")
+    assert envs.find_env("demo", "1.16.0") == path
+    assert len(calls) == 1 and calls[0][-3:] == ["-e", f"{envs.REPO_ROOT}[engine-env]", "pluggy>=1.3"]

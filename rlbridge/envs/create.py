@@ -270,4 +270,20 @@ def find_env(engine: str, version: str | None) -> Path:
             f"engine_env: auto needs an environment for {engine}=={recipe.label}; create it with "
             f"`rlbridge env create {engine}=={recipe.label}`"
         )
+    elsewhere = installed_checkout(path)
+    if elsewhere is not None and (REPO_ROOT / "pyproject.toml").exists() and elsewhere != REPO_ROOT:
+        # an editable install follows one checkout; from this one, its engine processes would import
+        # rlbridge's core from here (the working directory) but plugins and adapters from there
+        print(f"the {engine}=={recipe.label} environment ran rlbridge from another checkout ({elsewhere}); "
+              f"reinstalling rlbridge there from this one ({REPO_ROOT})", file=sys.stderr)
+        create(f"{engine}=={recipe.label}", echo=lambda line: print(line, file=sys.stderr))
     return path
+
+
+def installed_checkout(path: Path) -> Path | None:
+    """The source tree an environment's editable rlbridge install follows; None for a release install."""
+    for record in path.glob("lib/python*/site-packages/rlbridge-*.dist-info/direct_url.json"):
+        info = json.loads(record.read_text())
+        if info.get("dir_info", {}).get("editable") and str(info.get("url", "")).startswith("file://"):
+            return Path(info["url"][len("file://"):]).resolve()
+    return None
