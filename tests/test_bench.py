@@ -53,7 +53,9 @@ def test_declared_difference_is_shown_and_keys_differ(tmp_path):
     assert list(diffs) == ["rollout.temperature"]
     assert diffs["rollout.temperature"] == {"trl": 1.0, "trl rollout.temperature=0.7": 0.7}
     assert len(jobs) == 4 and len({j.key for j in jobs}) == 4
-    assert [j.arm for j in jobs[:2]] == ["trl", "trl rollout.temperature=0.7"]  # arms alternate within a seed
+    # arms alternate within a seed, and every other seed runs them in reverse (each arm first in half the pairs)
+    assert [(j.arm, j.seed) for j in jobs] == [("trl", 0), ("trl rollout.temperature=0.7", 0),
+                                             ("trl rollout.temperature=0.7", 1), ("trl", 1)]
     # the key is the resolved config: the same job in another output_dir has the same key
     moved = jobs[0].config.model_copy(deep=True)
     moved.output_dir = "/elsewhere"

@@ -95,6 +95,18 @@ def resume_point(directory: Path) -> Path:
                       "run without --resume (or checkpoint.resume: false) to start over")
 
 
+def verl_worker_env(cfg) -> dict[str, str]:
+    """The environment variables verl's main_ppo sets for its Ray workers (its `ray.init` runtime env),
+    less those already set here, as verl itself filters them."""
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    try:
+        runtime_env = get_ppo_ray_runtime_env(cfg)  # verl >= 0.9 reads the config
+    except TypeError:
+        runtime_env = get_ppo_ray_runtime_env()
+    return {k: str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
+
+
 def run_verl(plan, ctx) -> None:
     native = plan.native
     config = ctx.config
@@ -142,6 +154,10 @@ def run_verl(plan, ctx) -> None:
         # every process that applies patches (driver, Ray workers, vLLM workers) reports there
         PATCH_DIR_ENV: os.environ.get(PATCH_DIR_ENV) or str(run_dir / "patches"),
     }
+    os.environ.update(env)
+    # what verl's main_ppo gives its Ray workers when it starts Ray itself (rlbridge starts it first, so
+    # main_ppo skips that): its defaults for variables not already set, e.g. VLLM_LOGGING_LEVEL=WARN
+    env.update(verl_worker_env(cfg))
     os.environ.update(env)
 
     ray_native = native["ray"]

@@ -241,12 +241,15 @@ def ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resou
         # the run's own values win instead of ray.init refusing the overlap
         os.environ.setdefault("RAY_OVERRIDE_JOB_RUNTIME_ENV", "1")
     else:
+        # a cluster this process starts inherits its environment: the variables go there, not into a
+        # job-wide runtime_env, with which Ray starts every worker through its runtime-env agent instead
+        # of from its pool of prestarted ones (measured on verl 0.9.1's quickstart: ~20 s more start-up)
+        os.environ.update(env)
         init = {
             "address": "local",
             "num_cpus": num_cpus,
             "_temp_dir": str(tmp),
             "include_dashboard": False,
-            "runtime_env": {"env_vars": env},
         }
         if logical_gpus:
             init["num_gpus"] = logical_gpus

@@ -257,9 +257,12 @@ def build_jobs(spec: BenchSpec, spec_path: Path, plugins=None) -> tuple[list[Run
                 f"(not '{first[arm.label()].backend}')"
             )
     jobs = []
-    # seed-major order: the arms alternate, so drift in machine load falls on every arm alike
-    for seed in spec.seeds:
-        for index, arm in enumerate(spec.arms):
+    # seed-major order: the arms alternate, so drift in machine load falls on every arm alike; every
+    # other seed in reverse, so of two neighbouring arms (an rlbridge arm and its native arm) each runs
+    # first in half the pairs (a run warms the page cache for the next)
+    for n, seed in enumerate(spec.seeds):
+        arms = list(enumerate(spec.arms))
+        for index, arm in arms if n % 2 == 0 else reversed(arms):
             label = arm.label()
             config = arm_config(spec, spec_path, arm, seed)
             try:
