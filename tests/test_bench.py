@@ -277,3 +277,54 @@ def test_native_engine_arm_runs_the_engine_entry_point(tmp_path, arm):
                for e in json.loads(f.read_text())["patches"] if e["status"] == "applied"}
     assert applied and all(kinds[name] == PatchKind.CPU_ENABLEMENT.value for name in applied), applied
     assert list((run_dir / "run").glob("reward_f*.py"))  # the engine's own reward file, no rlbridge reward path
+
+
+def test_native_overhead_pairs_each_seed_and_names_the_order():
+    """The overhead table: one pair per seed of an rlbridge arm and its native arm, which of the two ran
+    first, the ratios, identical rewards only when every step agrees, and CPU ratios only for TRL (a
+    native Ray engine's workers are outside the measured process tree)."""
+    from types import SimpleNamespace
+
+    from rlbridge.run import bench_report
+
+    class Config(SimpleNamespace):
+        def model_dump(self, exclude=()):
+            return {k: v for k, v in vars(self).items() if k not in exclude}
+
+    arms = {name: {"kind": kind, "backend": backend} for name, kind, backend in [
+        ("trl", "rlbridge", "trl"), ("native:trl", "native", "trl"),
+        ("verl@0.9.1", "rlbridge", "verl"), ("native:verl@0.9.1", "native", "verl")]}
+    jobs = [SimpleNamespace(arm=name, config=Config(backend=a["backend"], lr=0.005, run_name=name)) for name, a in arms.items()]
+
+    def run(arm, seed, started, wall, step, cpu, rewards):
+        key = f"{arm}-{seed}"
+        bench_report._HISTORIES[key] = [{"step": i + 1, "reward/mean": r} for i, r in enumerate(rewards)]
+        return {"arm": arm, "seed": seed, "key": key, "status": "completed", "started_at": started,
+                "numbers": {"wall_s": wall, "step_s": step, "fixed_s": wall - 10 * step, "cpu_s": cpu}}
+
+    runs = [
+        run("trl", 0, 100, 12.0, 0.5, 20.0, [0.1, 0.2]), run("native:trl", 0, 200, 10.0, 0.5, 16.0, [0.1, 0.2]),
+        run("native:trl", 1, 300, 10.0, 0.4, 16.0, [0.1, 0.3]), run("trl", 1, 400, 11.0, 0.5, 18.0, [0.1, 0.2]),
+        run("verl@0.9.1", 0, 500, 110.0, 1.1, 30.0, [0.1]), run("native:verl@0.9.1", 0, 600, 100.0, 1.0, 20.0, [0.1]),
+    ]
+    try:
+        table = bench_report.native_overhead(arms, runs, jobs)
+    finally:
+        bench_report._HISTORIES.clear()
+    trl, verl = table
+    assert (trl["rlbridge_arm"], trl["native_arm"]) == ("trl", "native:trl")
+    assert [(p["seed"], p["first"]) for p in trl["pairs"]] == [(0, "rlbridge"), (1, "native")]
+    assert trl["rlbridge_first"] == 1 and trl["wall_ratio_target"] == 1.02
+    assert [p["wall_ratio"] for p in trl["pairs"]] == [1.2, 1.1] and trl["median_wall_ratio"] == pytest.approx(1.15)
+    assert [p["rewards_identical"] for p in trl["pairs"]] == [True, False] and not trl["rewards_identical_all"]
+    assert trl["pairs"][0]["cpu_ratio"] == pytest.approx(1.25)
+    assert verl["pairs"][0]["cpu_ratio"] is None and verl["median_cpu_ratio"] is None
+    assert verl["pairs"][0]["fixed_extra_s"] == pytest.approx(9.0)
+    text = bench_report.markdown({**_empty_report(), "native_overhead": table}, [])
+    assert "| trl | native:trl | 2 (1) | 1.15 | 1.20, 1.10 |" in text and "<= 1.02" in text
+
+
+def _empty_report() -> dict:
+    return {"arms": {}, "pairs": [], "native_overhead": [], "statistics": {}, "differences": {}, "steps": 0,
+            "reward_at": [], "window": 1, "rlbridge_version": "0", "rlbridge_commit": None, "python": "3",
+            "machine": "m", "date_utc": "d", "spec": {"seeds": [], "arms": [], "alpha": 0.05}, "runs": []}

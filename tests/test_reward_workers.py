@@ -241,6 +241,26 @@ def test_builtin_string_rewards_are_scored_in_process_without_a_pool():
         assert scored.totals == [0.0] and scored.counts == {"errors": 1} and s._pool is None, scored
 
 
+def test_engine_processes_score_builtin_string_rewards_without_a_pool(monkeypatch):
+    """verl's and OpenRLHF's processes build their scorer from the plain reward specs of the plan
+    (RLBRIDGE_REWARDS); the isolate=False declaration holds there too: no worker pool for digit_match
+    (a verl 0.9.1 quickstart run had spawned 2 reward workers in its reward-loop worker)."""
+    from rlbridge.engine import workers
+    from rlbridge.engine.events import REWARDS_ENV
+
+    monkeypatch.setenv(REWARDS_ENV, json.dumps([{"name": "digit_match", "weight": 1.0}]))
+    monkeypatch.setenv("RLBRIDGE_ROLLOUT_WORKERS", json.dumps({"num_workers": 1, "batch_wait_ms": 3000.0}))
+    workers.reset_engine_scorer()
+    try:
+        s = workers.engine_scorer()
+        s.start_in_background()
+        x = RewardInput(prompt="7777", completion="7777", completion_ids=[1, 2, 3, 4], answer="7")
+        assert s.score([x]).totals == [1.0]
+        assert s._pool is None and s._inline_only == {"digit_match"}
+    finally:
+        workers.reset_engine_scorer()
+
+
 def test_totals_are_weighted():
     with RewardScorer([spec(good, 2.0), spec(pid, 0.0)], Settings(mode="inline")) as s:
         assert s.score(rows(2)).totals == [8.0, 8.0]

@@ -613,7 +613,12 @@ def engine_scorer() -> RewardScorer:
             fault_log = os.environ.get(FAULT_LOG_ENV)
             if not fault_log and os.environ.get(EVENTS_ENV):
                 fault_log = str(Path(os.environ[EVENTS_ENV]).parent / "reward_faults.jsonl")
-            _scorer = RewardScorer(json.loads(os.environ.get(REWARDS_ENV) or "[]"), None, fault_log=fault_log, on_fault=write_event)
+            specs = json.loads(os.environ.get(REWARDS_ENV) or "[]")
+            if specs:  # which rewards go to the pool is decided here, with this process's plugins
+                from rlbridge.contract.registry import get_plugin_manager
+
+                specs = specs_with_factories(specs, get_plugin_manager())
+            _scorer = RewardScorer(specs, None, fault_log=fault_log, on_fault=write_event)
         return _scorer
 
 
