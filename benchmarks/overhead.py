@@ -81,7 +81,7 @@ def main() -> None:
     jobs, _ = build_jobs(spec, path)
     pairs = []
     for i in range(opts.pairs):
-        pair = sorted((j for j in jobs if j.seed == i), key=lambda j: j.index)  # [rlbridge, native]; the order is chosen here
+        pair = sorted((j for j in jobs if j.seed == i), key=lambda j: j.arm_index)  # [rlbridge, native]; the order is chosen here
         order = pair if (i % 2 == 0) == (opts.first == "rlbridge") else pair[::-1]
         runs = {}
         for job in order:
