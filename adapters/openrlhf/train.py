@@ -19,6 +19,7 @@ from rlbridge.contract.data import load_rows
 from rlbridge.contract.local_plugins import PLUGINS_ENV
 from rlbridge.engine.checkpoints import read_step
 from rlbridge.engine.patch_report import PATCH_DIR_ENV
+from rlbridge.run.launch import engine_env_vars
 from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, ray_cluster, run_and_model_dirs
 from rlbridge.errors import RLBridgeError
 from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO
@@ -99,6 +100,9 @@ def run_openrlhf(plan, ctx) -> None:
     }
     # what train_ppo_ray's own ray.init gives the workers (rlbridge starts Ray first, so it skips that)
     env.update({k: os.environ.get(k, v) for k, v in OPENRLHF_WORKER_ENV.items() if k not in env})
+    # DeepSpeed's JIT-built CPU Adam cached in this environment, also when the run trains in process
+    # (engine_env: current), not only when launched into the environment (rlbridge.run.launch)
+    env.update(engine_env_vars(Path(sys.executable)))
     os.environ.update(env)
     os.environ[PATCH_REPORT_ENV] = str(run_dir / "patches.json")
     from rlbridge_adapters.openrlhf import boot
