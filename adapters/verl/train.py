@@ -154,10 +154,9 @@ def run_verl(plan, ctx) -> None:
         # every process that applies patches (driver, Ray workers, vLLM workers) reports there
         PATCH_DIR_ENV: os.environ.get(PATCH_DIR_ENV) or str(run_dir / "patches"),
     }
-    os.environ.update(env)
     # what verl's main_ppo gives its Ray workers when it starts Ray itself (rlbridge starts it first, so
     # main_ppo skips that): its defaults for variables not already set, e.g. VLLM_LOGGING_LEVEL=WARN
-    env.update(verl_worker_env(cfg))
+    env = {**verl_worker_env(cfg), **env}
     os.environ.update(env)
 
     ray_native = native["ray"]

@@ -243,7 +243,7 @@ def ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resou
     else:
         # a cluster this process starts inherits its environment: the variables go there, not into a
         # job-wide runtime_env, with which Ray starts every worker through its runtime-env agent instead
-        # of from its pool of prestarted ones (measured on verl 0.9.1's quickstart: ~20 s more start-up)
+        # of from its pool of prestarted ones (measured on verl 0.9.1's quickstart: ~25 s more start-up)
         os.environ.update(env)
         init = {
             "address": "local",
