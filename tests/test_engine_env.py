@@ -99,6 +99,7 @@ def test_ctrl_c_stops_the_engine_process_and_leaves_nothing_behind(tmp_path):
         [sys.executable, "-m", "rlbridge", "train", str(cfg), "--no-progress", "--set", f"engine_env={sys.prefix}",
          "--set", "training.steps=100000", "--set", f"output_dir={out}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT on a hang prints every thread's stack
     )
     deadline = time.time() + 240
     metrics = out / "metrics.jsonl"
@@ -108,7 +109,12 @@ def test_ctrl_c_stops_the_engine_process_and_leaves_nothing_behind(tmp_path):
     engine_pid = int((out / "engine.pid").read_text())
     assert _processes_in_group(engine_pid)
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        _, stderr = proc.communicate(timeout=30)
+        pytest.fail(f"rlbridge train still ran 60 s after Ctrl-C; its threads then:\n{stderr[-6000:]}")
     assert proc.returncode == 130, stderr
     assert not _processes_in_group(engine_pid), "the engine's process group outlived Ctrl-C"
     summary = json.loads((out / "summary.json").read_text())
