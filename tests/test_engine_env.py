@@ -100,6 +100,9 @@ def test_ctrl_c_stops_the_engine_process_and_leaves_nothing_behind(tmp_path):
          "--set", "training.steps=100000", "--set", f"output_dir={out}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT on a hang prints every thread's stack
+        # as from a terminal: a suite started in the background (`make test &`) ignores SIGINT, Python then
+        # installs no Ctrl-C handler in its children, and the run rightly ignores the signal too
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 240
     metrics = out / "metrics.jsonl"
