@@ -119,8 +119,8 @@ def specs_with_factories(specs: Sequence[dict], plugins) -> list[dict]:
     one that declares isolate=False (quick and pure), without one."""
     out = []
     for i, spec in enumerate(specs):
-        if spec.get("native") or spec.get("model"):
-            out.append(dict(spec))  # loaded from its file, module or model directory in any process
+        if spec.get("native") or spec.get("model") or "factory" in spec:
+            out.append(dict(spec))  # loaded from its file, module, model directory or factory path in any process
             continue
         plugin = plugins.get("reward", spec["name"], f"reward[{i}].name")
         if not plugin.isolate:  # declared quick and pure: no pool for it
