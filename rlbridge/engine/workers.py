@@ -116,7 +116,8 @@ def specs_with_factories(specs: Sequence[dict], plugins) -> list[dict]:
     rebuild them: each plugin factory's import path (so a plugin registered by hand in this process
     is found if its module is importable); a plugin that exists only in this process's plugin
     manager (a closure, a test's object) is marked `inline` and scored here, with a log line; so is
-    one that declares isolate=False (quick and pure), without one."""
+    one that declares isolate=False (quick and pure), without one. A spec that already names its
+    factory (or is native, or a reward model) is kept as it is."""
     out = []
     for i, spec in enumerate(specs):
         if spec.get("native") or spec.get("model") or "factory" in spec:
