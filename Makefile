@@ -20,14 +20,18 @@ install: $(STAMP)
 demo: install
 	$(BIN)/rlbridge train configs/quickstart.yaml
 
-test: install browser
-	$(BIN)/python -m pytest -q -ra
-	$(MAKE) test-engines
-
-# The conformance suite inside the engine environments CI proves (TRL with vLLM rollout, and one
-# or more cells per other engine): each cell's environment is created on first use and
-# cached in ~/.cache/rlbridge/envs. Results go to runs/ci-compat, not to the checked-in table.
+# The whole suite in timed phases (scripts/ci_test.py): install; the engine environments of the CI
+# cells created in the background while the suite that needs none runs; then the tests that train an
+# engine in its environment, and each cell's conformance tests, two jobs at once where memory allows.
+# It prints every phase's time and the total (docs/contributing.md has the budget).
+# The CI cells: the conformance suite inside the engine environments CI proves (TRL with vLLM
+# rollout, and one or more cells per other engine), each created on first use and cached in
+# ~/.cache/rlbridge/envs. Results go to runs/ci-compat, not to the checked-in table.
 CI_CELLS ?= trl==1.16.0-vllm verl==0.5.0 verl==0.9.1 openrlhf==0.11.2
+test:
+	CI_CELLS="$(CI_CELLS)" VENV="$(VENV)" $(PYTHON) scripts/ci_test.py
+
+# The engine cells alone, one after another (what `make test` runs in its cell phases).
 test-engines: install
 	@for cell in $(CI_CELLS); do \
 	  RLBRIDGE_CI_CELLS=1 RLBRIDGE_COMPAT_RESULTS=runs/ci-compat $(BIN)/rlbridge compat run --engine $${cell%%==*} --version $${cell##*==} || exit 1; \

@@ -246,6 +246,7 @@ def _env_python(name: str) -> Path | None:
 
 
 @pytest.mark.engine
+@pytest.mark.engine_env
 @pytest.mark.matrix_only  # make compat only: an engine run each, minutes on CPU
 @pytest.mark.parametrize("arm", ["native:verl@0.9.1", "native:openrlhf@0.11.2"])
 def test_native_engine_arm_runs_the_engine_entry_point(tmp_path, arm):

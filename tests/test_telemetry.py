@@ -151,6 +151,7 @@ ENGINE_CELLS = [("verl", "0.9.1"), ("openrlhf", "0.11.2")]
 
 
 @pytest.mark.engine
+@pytest.mark.engine_env
 @pytest.mark.parametrize("engine,version", ENGINE_CELLS)
 def test_engine_in_its_environment_reads_back_equal_to_metrics_jsonl(engine, version, tmp_path):
     """The engine trains in its own environment (engine_env: auto); the sinks run here, in the user's

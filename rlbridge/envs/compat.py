@@ -90,7 +90,7 @@ def run_matrix(engine: str | None = None, version: str | None = None, echo=print
                 rlbridge_commit=source["commit"], dirty=source["dirty"], versions=versions, machine=machine(gpu),
             )
             outcome.setdefault("seconds", round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1))
-            echo(f"   {test}: {outcome['status']}" + (f" ({outcome['reason']})" if outcome.get("reason") else ""))
+            echo(f"   {test}: {outcome['status']} in {outcome['seconds']:.0f} s" + (f" ({outcome['reason']})" if outcome.get("reason") else ""))
             results[f"{cell['engine']}|{cell['version']}|{test}"] = outcome
         _merge_save({f"{cell['engine']}|{cell['version']}|{t}": results[f"{cell['engine']}|{cell['version']}|{t}"] for t in cell["tests"]})
     return [results[f"{c['engine']}|{c['version']}|{t}"] for c in cells for t in c["tests"]]

