@@ -243,7 +243,7 @@ def list_envs() -> list[dict[str, Any]]:
     if not envs_dir().exists():
         return out
     for path in sorted(p for p in envs_dir().iterdir() if p.is_dir() and not p.name.startswith(".")):
-        engine, _, version = path.name.rpartition("-")
+        engine, _, version = path.name.partition("-")  # labels may have a dash (1.16.0-vllm), engine names do not
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
         out.append({"engine": engine, "version": version, "path": str(path), "complete": is_complete(path), "size_mb": size / 2**20})
     return out
