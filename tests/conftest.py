@@ -13,6 +13,10 @@ QUICKSTART = REPO / "configs" / "quickstart.yaml"
 def _cache_dir(tmp_path_factory):
     """Every test builds models into one private cache, never the user's."""
     path = tmp_path_factory.mktemp("rlbridge-cache")
+    # the engine environments stay the user's (RLBRIDGE_CACHE_DIR as set, e.g. by a cold `make test`
+    # with caches of its own): tests that train an engine in its environment find them here
+    user_cache = Path(os.environ.get("RLBRIDGE_CACHE_DIR") or Path.home() / ".cache" / "rlbridge")
+    os.environ.setdefault("RLBRIDGE_TEST_ENVS", str(user_cache / "envs"))
     os.environ["RLBRIDGE_CACHE_DIR"] = str(path)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     yield path
