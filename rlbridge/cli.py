@@ -71,15 +71,36 @@ def train(
 @app.command()
 def submit(
     config: Path = typer.Argument(..., help="YAML config file."),
-    address: str = typer.Option(..., "--address", help="The Ray cluster's job-submission address (its dashboard, e.g. http://head:8265)."),
+    to: str = typer.Option("ray", "--to", help="Where to run: ray (an existing Ray cluster, --address), slurm (an sbatch job that starts Ray on its nodes) or kuberay (a RayJob for the KubeRay operator)."),
+    address: Optional[str] = typer.Option(None, "--address", help="--to ray: the Ray cluster's job-submission address (its dashboard, e.g. http://head:8265)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="--to slurm | kuberay: print the batch script or the manifests instead of submitting them."),
+    follow: bool = typer.Option(True, "--follow/--no-follow", help="--to slurm: wait for the job and print its log as it grows (--no-follow: submit and return)."),
     set_: Optional[list[str]] = SetOption,
     plugin: Optional[list[str]] = PluginOption,
     job_python: Optional[str] = typer.Option(None, "--job-python", help="Python on the cluster's nodes that has rlbridge and the engine (default: this engine environment's, for clusters that share it)."),
 ) -> None:
-    """Run CONFIG as a job on an existing Ray cluster (Ray's job submission API), following its logs."""
-    from rlbridge.run.submit import submit as run_submit
+    """Run CONFIG as a job on a cluster: an existing Ray cluster, a Slurm allocation or Kubernetes (KubeRay)."""
+    if address and to != "ray":
+        raise RLBridgeError(f"--address is for --to ray; --to {to} starts a Ray cluster of its own")
+    if dry_run and to == "ray":
+        raise RLBridgeError("--dry-run is for --to slurm and --to kuberay (`rlbridge plan CONFIG` shows what a Ray job would run)")
+    cfg = _load(config, set_ or [], plugin)
+    if to == "ray":
+        from rlbridge.run.submit import submit as run_submit
 
-    code = run_submit(_load(config, set_ or [], plugin), address, job_python, echo=out.print)
+        if not address:
+            raise RLBridgeError("--to ray needs --address (the Ray cluster's dashboard, e.g. http://head:8265)")
+        code = run_submit(cfg, address, job_python, echo=out.print)
+    elif to == "slurm":
+        from rlbridge.run.slurm import submit as slurm_submit
+
+        code = slurm_submit(cfg, dry_run=dry_run, follow=follow, python=job_python, echo=out.print)
+    elif to == "kuberay":
+        from rlbridge.run.kuberay import submit as kuberay_submit
+
+        code = kuberay_submit(cfg, dry_run=dry_run, python=job_python, echo=out.print)
+    else:
+        raise RLBridgeError(f"--to {to}: not a target; use ray, slurm or kuberay")
     raise typer.Exit(code)
 
 

@@ -29,6 +29,8 @@ from rlbridge.errors import CapabilityError, ConfigError, EngineNotAvailableErro
 CORE_KNOBS = frozenset({"backend", "run_name", "output_dir", "engine_env", "engine_version", "telemetry", "backend_options", "plugins",
                         # rlbridge's own reward shim runs the worker pool inside every engine (rlbridge.engine.workers)
                         "rollout_workers",
+                        # read by `rlbridge submit --to slurm|kuberay` only, never by an engine
+                        "launcher",
                         # handled by rlbridge itself on the metrics every engine streams
                         "training.on_nonfinite", "training.nonfinite_steps"})
 # Sections whose keys are knobs one level down (dicts and lists are one knob each).

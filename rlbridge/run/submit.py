@@ -55,6 +55,25 @@ def submit(config, address: str, job_python: str | None = None, echo=print) -> i
         return subprocess.run(cmd).returncode
 
 
+def plan_job(config, target: str):
+    """Plan `config` here for a batch system (`target`: slurm or kuberay): every check that can fail
+    (as `rlbridge plan`), then the config the job itself runs. Returns (prepared, job config)."""
+    from rlbridge.contract.registry import get_plugin_manager
+    from rlbridge.errors import ConfigError
+    from rlbridge.run.runner import prepare, uses_ray
+
+    if config.resources.gpus_per_node == "auto":
+        raise ConfigError(f"resources.gpus_per_node: 'auto' counts this machine's GPUs, not those of the {target} nodes; "
+                          "set the number each node has (0 for CPU only)")
+    config = config.model_copy(deep=True)
+    if uses_ray(get_plugin_manager().backend(config.backend)) and not config.resources.ray_address:
+        config.resources.ray_address = "auto"  # the Ray cluster the job starts (Slurm) or runs in (KubeRay)
+    prepared = prepare(config)
+    job = prepared.config.model_copy(deep=True)
+    job.checkpoint.resume = config.checkpoint.resume  # decided where the job runs, not here
+    return prepared, job
+
+
 def _python_with_ray(engine_python: Path | None) -> Path:
     """A Python that has Ray's job client: this one, the backend's engine environment, or any
     complete engine environment (the user's own environment usually has no Ray)."""
