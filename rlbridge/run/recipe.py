@@ -58,10 +58,6 @@ class Token:
 
 # --- shell scripts -------------------------------------------------------------------------
 
-_ASSIGN = re.compile(r"^(?:export\s+|local\s+|declare\s+(?:-\w+\s+)?)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*)|\{@[^}]*\}|@|\*|\{\*\}|\((.*?)\))")
-
-
 @dataclass
 class ShellCommand:
     """A command found in a shell script: its words (with the line of each) after the marker word."""
@@ -73,160 +69,14 @@ class ShellCommand:
     notes: list[tuple[int | None, str]]
 
 
-def logical_lines(text: str) -> list[list[tuple[str, int]]]:
-    """Physical lines joined at trailing backslashes; each logical line keeps its segments' line numbers."""
-    out: list[list[tuple[str, int]]] = []
-    current: list[tuple[str, int]] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        stripped = raw.rstrip()
-        if stripped.endswith("\\") and not stripped.endswith("\\\\"):
-            current.append((stripped[:-1], number))
-            continue
-        current.append((stripped, number))
-        out.append(current)
-        current = []
-    if current:
-        out.append(current)
-    return out
-
-
-class _Expander:
-    def __init__(self, variables: dict[str, str], notes: list[tuple[int | None, str]]):
-        self.variables = variables
-        self.notes = notes
-
-    def expand(self, text: str, line: int) -> str:
-        def sub(match: re.Match) -> str:
-            name = match.group(1) or match.group(4)
-            if match.group(5) is not None:
-                self.notes.append((line, f"command substitution $({match.group(5)}) is not run; kept literally"))
-                return match.group(0)
-            if name is None:  # $@, ${@:1}, $*: the script's own arguments
-                self.notes.append((line, f"{match.group(0)} (arguments passed to the script) is empty here"))
-                return ""
-            value = None
-            if name in self.variables:
-                value = self.variables[name]
-            elif name in os.environ:
-                value = os.environ[name]
-                self.notes.append((line, f"${name} is not set in the script; taken from your environment ({value})"))
-            has_default = match.group(2) is not None  # ${X:-default}, ${X-default}
-            if value is not None and not (has_default and match.group(2).startswith(":") and value == ""):
-                return value
-            if has_default:
-                return self.expand(match.group(3) or "", line)
-            self.notes.append((line, f"${name} is not set in the script or your environment; kept literally"))
-            return match.group(0)
-
-        return _VAR.sub(sub, text)
-
-
-def split_words(segments: list[tuple[str, int]], expander: _Expander) -> list[Token]:
-    """Shell word splitting with quotes, escapes, comments and `$VAR` expansion (not in single quotes)."""
-    words: list[Token] = []
-    buf: list[str] = []
-    start = 0
-    in_word = False
-    quote = ""
-    for text, line in segments:
-        i = 0
-        while i < len(text):
-            c = text[i]
-            if quote == "'":
-                if c == "'":
-                    quote = ""
-                else:
-                    buf.append(c)
-                i += 1
-                continue
-            if quote == '"':
-                if c == '"':
-                    quote = ""
-                    i += 1
-                    continue
-                if c == "\\" and i + 1 < len(text) and text[i + 1] in '"\\$`':
-                    buf.append(text[i + 1])
-                    i += 2
-                    continue
-                j = i
-                while j < len(text) and text[j] not in '"\\':
-                    j += 1
-                buf.append(expander.expand(text[i:j], line))
-                i = j if j > i else i + 1
-                continue
-            if c in " \t":
-                if in_word:
-                    words.append(Token("".join(buf), start))
-                    buf, in_word = [], False
-                i += 1
-                continue
-            if c == "#" and not in_word:
-                break
-            if c == ";" or (c == "&" and text[i:i + 2] == "&&") or (c == "|"):
-                if in_word:
-                    words.append(Token("".join(buf), start))
-                    buf, in_word = [], False
-                words.append(Token(c, line))  # a command separator
-                i += 2 if text[i:i + 2] in ("&&", "||") else 1
-                continue
-            if not in_word:
-                in_word, start = True, line
-            if c in "'\"":
-                quote = c
-                i += 1
-                continue
-            if c == "\\" and i + 1 < len(text):
-                buf.append(text[i + 1])
-                i += 2
-                continue
-            j = i
-            while j < len(text) and text[j] not in " \t'\"\\;|&#":
-                j += 1
-            if j < len(text) and text[j] == "#":  # '#' inside a word is not a comment
-                j += 1
-            buf.append(expander.expand(text[i:j], line))
-            i = j
-        if in_word and not quote:
-            words.append(Token("".join(buf), start))
-            buf, in_word = [], False
-        elif quote:
-            buf.append(" ")
-    if in_word:
-        words.append(Token("".join(buf), start))
-    return words
-
-
 def find_command(text: str, markers: tuple[str, ...], source: str, what: str) -> ShellCommand:
-    """The first command in `text` (a script or a command line) with a word in `markers`; its
-    arguments after that word, `$VAR` resolved from the script's assignments."""
-    variables: dict[str, str] = {}
-    notes: list[tuple[int | None, str]] = []
-    expander = _Expander(variables, notes)
-    for segments in logical_lines(text):
-        words = split_words(segments, expander)
-        # split at command separators
-        commands: list[list[Token]] = [[]]
-        for word in words:
-            if word.text in (";", "&", "|", "&&", "||"):
-                commands.append([])
-            else:
-                commands[-1].append(word)
-        for cmd in commands:
-            if not cmd:
-                continue
-            marker = next((i for i, w in enumerate(cmd) if any(_is_marker(w.text, m) for m in markers)), None)
-            if marker is not None:
-                args = [w for w in cmd[marker + 1:] if w.text != ""]  # $@ and friends expand to nothing
-                return ShellCommand(cmd[: marker + 1], args, cmd[marker].line, dict(variables), notes)
-            # NAME=value assignments (also `export NAME=value`)
-            if cmd[0].text in ("export", "local", "declare", "readonly"):
-                cmd = [w for w in cmd[1:] if not w.text.startswith("-")]
-            for word in cmd:
-                m = _ASSIGN.match(word.text)
-                if not m:
-                    break
-                variables[m.group(1)] = m.group(2)
-    raise ConfigError(f"{source}: no {what} command found; rlbridge import reads the launch command of a recipe ({' or '.join(markers)})")
+    """The first command in `text` (a script or a command line) with a word in `markers`: the words bash
+    would pass it, read statically by rlbridge.run.shell (nothing is run), each with its line."""
+    from rlbridge.run.shell import read_launch
+
+    found = read_launch(text, source, lambda word: any(_is_marker(word, m) for m in markers), what)
+    return ShellCommand([Token(f.text, f.line) for f in found.words], [Token(f.text, f.line) for f in found.args],
+                        found.line, found.variables, found.notes)
 
 
 def _is_marker(word: str, marker: str) -> bool:

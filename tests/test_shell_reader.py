@@ -1,0 +1,202 @@
+"""The launch-script reader (rlbridge.run.shell) reads what bash reads, statically, and never hangs.
+
+The real launch scripts under tests/fixtures/recipes/real/ (vendored from verl, OpenRLHF and TRL, see
+SOURCE.md there) are the oracle's input: bash itself runs each one with `python3 -m` and `ray` replaced
+by shell functions that record the launch command's argv and exit (bash_oracle.sh), and the reader's
+words must equal bash's, word for word, except where the script runs a command substitution
+(`$(date ...)`), which the reader keeps literally with a note."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlbridge.errors import ConfigError
+from rlbridge.run.recipe import find_command
+from rlbridge.run.shell import read_launch
+
+REAL = Path(__file__).parent / "fixtures" / "recipes" / "real"
+SCRIPTS = sorted(REAL.glob("*/*.sh"))
+MARKERS = ("verl.trainer.main_ppo", "openrlhf.cli.train_ppo_ray")
+
+
+def _read(text, env=None, source="recipe.sh"):
+    return find_command(text, MARKERS, source, "launch") if env is None else _read_env(text, env, source)
+
+
+def _read_env(text, env, source):
+    found = read_launch(text, source, lambda w: w.endswith(MARKERS), "launch", environ=env)
+    return found
+
+
+def _args(text, **env):
+    found = read_launch(text, "recipe.sh", lambda w: w.endswith(MARKERS), "launch", environ={"HOME": "/home/u", **env})
+    return [a.text for a in found.args]
+
+
+def _bash(script: Path, home: Path, env: dict) -> list[str]:
+    out = home / "argv.bin"
+    res = subprocess.run(["bash", str(REAL / "bash_oracle.sh"), str(script), str(out)], capture_output=True, text=True,
+                         timeout=30, env={"PATH": os.environ["PATH"], "HOME": str(home), **env}, cwd=home)
+    assert res.returncode == 0, res.stderr[-2000:]
+    argv = out.read_bytes().split(b"\0")[:-1]
+    return [a.decode() for a in argv]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_script_reads_as_bash_reads_it(script, tmp_path):
+    env = {"DEVICE": "gpu"}  # verl's grpo script asks `$(python3 -c 'import torch_npu')`, which the reader does not run
+    bash = _bash(script, tmp_path, env)
+    marker = next(i for i, a in enumerate(bash) if a.endswith(MARKERS))
+    found = read_launch(script.read_text(), str(script), lambda w: w.endswith(MARKERS), "launch",
+                        environ={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PWD": str(tmp_path), **env})
+    ours = [a.text for a in found.args]
+    theirs = bash[marker + 1:]
+    assert len(ours) == len(theirs), (ours, theirs)
+    for mine, real in zip(ours, theirs):
+        if "$(" in mine:  # a command substitution, kept literally: bash ran it
+            continue
+        assert mine == real
+    lines = script.read_text().splitlines()
+    for a in found.args:  # every word carries the line it was written on
+        assert 1 <= a.line <= len(lines)
+
+
+def test_nested_and_alternative_expansions():
+    script = (
+        'RAY_DATA_HOME=${RAY_DATA_HOME:-"${HOME}/verl"}\n'
+        'TRAIN=${TRAIN_FILE:-${RAY_DATA_HOME:-/root/verl}/data/x.parquet}\n'
+        ': ${SET_ME:=/assigned}\n'
+        'Q=${QUANT:-}\n'
+        'NAME=run${Q:+_${Q}}${PLUS:+_never}\n'
+        'N=$(( (2 + 3) * 4 / 3 ))\n'
+        'python3 -m verl.trainer.main_ppo data.train_files=$TRAIN a.b=$SET_ME trainer.experiment_name=$NAME x.n=$N \\\n'
+        '   x.q=${Q:+set}${Q:-unset} x.len=${#NAME} x.trim=${TRAIN%.parquet} x.base=${TRAIN##*/} x.sub=${TRAIN/data/d}\n'
+    )
+    assert _args(script, QUANT="fp8") == [
+        "data.train_files=/home/u/verl/data/x.parquet", "a.b=/assigned", "trainer.experiment_name=run_fp8", "x.n=6",
+        "x.q=setfp8", "x.len=7", "x.trim=/home/u/verl/data/x", "x.base=x.parquet", "x.sub=/home/u/verl/d/x.parquet"]
+    assert _args(script)[2] == "trainer.experiment_name=run"
+
+
+def test_arrays_splice_one_word_per_element_with_its_line():
+    script = (
+        "DATA=(\n"
+        "    data.train_batch_size=8   # a comment inside the array\n"
+        '    "data.val_files=[a, b]"\n'
+        ")\n"
+        "EXTRA=()\n"
+        "if [ \"${MODE:-gpu}\" = gpu ]; then\n"
+        "    EXTRA+=(x.gpu=True)\n"
+        "fi\n"
+        "for k in 1 2; do EXTRA+=(\"x.k$k=$k\"); done\n"
+        "export LR=${LR:-1e-6}\n"
+        'python3 -m verl.trainer.main_ppo "${DATA[@]}" "${EXTRA[@]}" "${EMPTY[@]}" a.lr=$LR "$@" ${#DATA[@]}\n'
+    )
+    found = read_launch(script, "recipe.sh", lambda w: w.endswith(MARKERS), "launch", environ={})
+    assert [(a.text, a.line) for a in found.args] == [
+        ("data.train_batch_size=8", 2), ("data.val_files=[a, b]", 3), ("x.gpu=True", 7), ("x.k1=1", 9), ("x.k2=2", 9),
+        ("a.lr=1e-6", 11), ("2", 11)]
+    assert _args(script, MODE="npu")[2] == "x.k1=1"
+
+
+def test_command_substitution_is_kept_with_a_note_and_not_split_at_its_and():
+    script = 'WORK_DIR=$(cd "$(dirname "$0")/../.." && pwd)\npython3 -m verl.trainer.main_ppo a.dir=$WORK_DIR/x b=`date`\n'
+    found = read_launch(script, "recipe.sh", lambda w: w.endswith(MARKERS), "launch", environ={})
+    assert [a.text for a in found.args] == ['a.dir=$(cd "$(dirname "$0")/../.." && pwd)/x', "b=`date`"]
+    assert any("command substitution" in note and line == 1 for line, note in found.notes)
+
+
+def test_a_branch_on_an_unknown_value_names_the_line_and_what_to_set():
+    script = (
+        "DEVICE=${DEVICE:-$(python3 -c 'import torch_npu' 2>/dev/null && echo npu || echo gpu)}\n"
+        'case "$DEVICE" in\n  npu) BS=16 ;;\n  *) BS=1024 ;;\nesac\n'
+        "python3 -m verl.trainer.main_ppo data.train_batch_size=$BS\n"
+    )
+    with pytest.raises(ConfigError) as exc:
+        _args(script)
+    message = str(exc.value)
+    assert message.startswith("recipe.sh:6:") and "line 2" in message and "DEVICE" not in message.split("depends")[0]
+    assert "\n" not in message and "$(python3 -c" in message and "environment" in message
+    assert _args(script, DEVICE="npu") == ["data.train_batch_size=16"]
+    # a test bash decides from numbers: `[ x -gt 1 ] && a || b`
+    assert _args("PP=2\n[ \"$PP\" -gt 1 ] && V=4 || V=null\npython3 -m verl.trainer.main_ppo v=$V\n") == ["v=4"]
+    assert _args("PP=1\n[ \"$PP\" -gt 1 ] && V=4 || V=null\npython3 -m verl.trainer.main_ppo v=$V\n") == ["v=null"]
+
+
+def test_exit_before_the_launch_is_reported():
+    with pytest.raises(ConfigError, match=r"recipe.sh:2: the script exits here"):
+        _args('if [ -z "$MODEL" ]; then\n  echo "set MODEL" >&2; exit 1\nfi\npython3 -m verl.trainer.main_ppo a=1\n')
+    assert _args('if [ -z "$MODEL" ]; then\n  echo "set MODEL" >&2; exit 1\nfi\npython3 -m verl.trainer.main_ppo a=$MODEL\n',
+                 MODEL="m") == ["a=m"]
+
+
+# every redirection and job-control form, each around and after the launch command
+FORMS = ["2>&1", ">&2", "&>>log", "&>log", "&", ">log 2>&1 &", "| tee log", "|& tee log", "2>/dev/null", ">|log",
+         "<in", "<<<'x'", "1>&-", "> log", "; wait", "& wait $!", "&& echo done", "|| exit 1", "& disown", "<>f"]
+
+
+def _hang_script() -> str:
+    cases = []
+    for form in FORMS:
+        cases.append(f"echo start {form}\npython3 -m verl.trainer.main_ppo a=1 {form}\n")
+        cases.append(f"python3 -m verl.trainer.main_ppo a=1 \\\n  b=2 {form}\n")
+        cases.append(f"X=1 {form}\n{form}\n")  # a bare form: an error, never a loop
+        cases.append(f"python3 -m verl.trainer.main_ppo a=1 {form}")  # no final newline
+    cases += ["&", "&&", "& &", "2>&", ">&", "&>", "<<EOF\nbody\n", "cat <<EOF\nno end", "A=(x y", "'", '"', "$(", "${",
+              "`", "x=$((1+", "if true; then", "for x in a; do", "case x in", "(", ")", "{", "}", ";;", "\\", "\x00\x01",
+              "python3 -m verl.trainer.main_ppo a=1 \\"]
+    return cases
+
+
+def test_no_input_makes_the_reader_hang():
+    """Each form in a subprocess with a time limit: a result or one ConfigError line, never a loop."""
+    code = (
+        "import json, sys\n"
+        "from rlbridge.errors import ConfigError\n"
+        "from rlbridge.run.recipe import find_command\n"
+        "out = []\n"
+        "for text in json.loads(sys.stdin.read()):\n"
+        "    try:\n"
+        "        cmd = find_command(text, ('verl.trainer.main_ppo',), 'recipe.sh', 'launch')\n"
+        "        out.append(['ok', [a.text for a in cmd.args]])\n"
+        "    except ConfigError as exc:\n"
+        "        out.append(['error', str(exc)])\n"
+        "print(json.dumps(out))\n"
+    )
+    import json
+
+    cases = _hang_script()
+    res = subprocess.run([sys.executable, "-c", code], input=json.dumps(cases), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr[-3000:]
+    results = json.loads(res.stdout)
+    assert len(results) == len(cases)
+    for text, (kind, value) in zip(cases, results):
+        if kind == "error":
+            assert "\n" not in value and value.startswith("recipe.sh"), (text, value)
+        elif "main_ppo" in text:
+            assert value[:1] == ["a=1"], (text, value)
+    ok = {text: value for text, (kind, value) in zip(cases, results) if kind == "ok"}
+    for form in FORMS:  # the redirection or separator is not an argument
+        assert ok[f"echo start {form}\npython3 -m verl.trainer.main_ppo a=1 {form}\n"] == ["a=1"], form
+
+
+def test_every_truncation_of_a_real_script_reads_or_fails_in_one_line():
+    text = (REAL / "verl" / "grpo_qwen3_8b_fsdp.sh").read_text()
+    cuts = list(range(0, len(text), max(len(text) // 150, 1)))
+    code = (
+        "import json, sys\nfrom rlbridge.errors import ConfigError\nfrom rlbridge.run.recipe import find_command\n"
+        "text, cuts = json.loads(sys.stdin.read())\nbad = []\n"
+        "for cut in cuts:\n"
+        "    try:\n        find_command(text[:cut], ('verl.trainer.main_ppo',), 'recipe.sh', 'launch')\n"
+        "    except ConfigError as exc:\n        m = str(exc)\n        bad += [m] if '\\n' in m or not m.startswith('recipe.sh') else []\n"
+        "print(json.dumps(bad))\n"
+    )
+    import json
+
+    res = subprocess.run([sys.executable, "-c", code], input=json.dumps([text, cuts]), capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "DEVICE": "gpu"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout) == []
