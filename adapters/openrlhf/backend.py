@@ -19,7 +19,7 @@ from rlbridge.contract.backend import (
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
-from rlbridge_adapters.openrlhf import knobs
+from rlbridge_adapters.openrlhf import asynchrony, knobs
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {"grpo": "group_norm", "dr_grpo": "dr_grpo", "rloo": "rloo", "reinforce_pp": "reinforce",
@@ -256,6 +256,7 @@ class OpenRLHFBackend(Backend):
                          when=lambda c: isinstance(c.checkpoint.resume, str)),
             honoured("checkpoint.keep_last", "ckpt.max_num", note="null (keep all): a count no run reaches"),
             *knobs.capabilities(),
+            *asynchrony.capabilities(),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
@@ -329,6 +330,7 @@ class OpenRLHFBackend(Backend):
             del flags["train.agent_func_path"]
             flags["reward.model_name_or_path"] = knobs.engine_reward_model(config)
         role_gpus = knobs.translate(config, flags, version)
+        asynchrony.translate(config, flags)
         if colocate and gpus > 0:
             # on CPU the actor and the vLLM engine get a logical GPU each: colocation would select
             # OpenRLHF's CUDA-IPC weight sync

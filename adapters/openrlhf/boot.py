@@ -26,6 +26,11 @@ def install() -> None:
     report_when_actor()  # where Ray placed this process, once it is an actor (rlbridge.engine.placement)
     # after the patches' hooks (registered above), so that it wraps the CPU weight receiver too
     when_imported("openrlhf.trainer.ray.vllm_worker_wrap", _instrument_weight_sync)
+    # staleness, idle times and partial rollouts of the async loop (and 0 staleness of the synchronous one)
+    from rlbridge_adapters.openrlhf import asynchrony
+
+    when_imported("openrlhf.trainer.ppo_utils.samples_generator", asynchrony.instrument_generator)
+    when_imported("openrlhf.trainer.ppo_trainer", asynchrony.instrument_trainer)
 
 
 def _instrument_weight_sync(module) -> None:

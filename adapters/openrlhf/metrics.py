@@ -16,6 +16,12 @@ DIRECT = {
     # value passes in one timer; rewards come with the samples, inside timing/generation)
     "timing/broadcast": "timing/weight_sync_s",
     "timing/make_experience": "timing/experience_s",
+    # measured by rlbridge in the async loop's own methods (asynchrony.py): OpenRLHF tags no policy version
+    "rlbridge/staleness_mean": "async/staleness_mean",
+    "rlbridge/staleness_max": "async/staleness_max",
+    "rlbridge/trainer_idle": "async/trainer_idle_s",
+    "rlbridge/rollout_idle": "async/rollout_idle_s",
+    "rlbridge/partial_rollouts": "async/partial_rollouts",
 }
 
 

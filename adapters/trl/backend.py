@@ -15,7 +15,7 @@ from rlbridge.contract.backend import (
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
-from rlbridge_adapters.trl import knobs
+from rlbridge_adapters.trl import asynchrony, knobs
 from rlbridge_adapters.trl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 TRAINERS = {"grpo": "GRPO", "dr_grpo": "GRPO", "rloo": "RLOO"}
@@ -213,6 +213,7 @@ class TRLBackend(Backend):
             honoured("checkpoint.resume", "launch.resume", note="trainer.train(resume_from_checkpoint=...)"),
             honoured("checkpoint.keep_last", "save_total_limit"),
             *knobs.capabilities(),
+            *asynchrony.capabilities(),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:

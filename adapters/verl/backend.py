@@ -23,7 +23,7 @@ from rlbridge.contract.backend import (
 from rlbridge.contract.config import RunConfig
 from rlbridge.engine.engine_io import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
-from rlbridge_adapters.verl import knobs
+from rlbridge_adapters.verl import asynchrony, knobs
 from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {"grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_plus_plus",
@@ -242,6 +242,7 @@ class VerlBackend(Backend):
             honoured("checkpoint.resume", ("trainer.resume_mode", "trainer.resume_from_path")),
             honoured("checkpoint.keep_last", "trainer.max_actor_ckpt_to_keep"),
             *knobs.capabilities(),
+            *asynchrony.capabilities(),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:

@@ -218,6 +218,38 @@ class RolloutConfig(StrictModel):
     """vllm/sglang only: fraction of accelerator memory for the inference engine's KV cache."""
     tensor_parallel_size: int = Field(1, ge=1)
     """vllm/sglang only: tensor-parallel degree of the inference engine."""
+    # (declared in this order so that a backend without an async loop names partial_rollouts and
+    # weight_sync_interval themselves when it refuses them, before max_staleness)
+    partial_rollouts: bool = False
+    """With max_staleness >= 1: a weight sync pauses in-flight generations, which then continue with the
+    new weights, so one sample's tokens may come from two policies (its staleness counts the version it
+    started with). False: a sync waits until in-flight generations finish (OpenRLHF
+    --train.partial_rollout_enable, verl async_training.partial_rollout)."""
+    weight_sync_interval: int = Field(1, ge=1)
+    """With max_staleness >= 1: training steps between weight syncs to the rollout engine (TRL
+    weight_sync_steps, verl async_training.trigger_parameter_sync_step). The synchronous loop syncs
+    after every step (1)."""
+    max_staleness: int = Field(0, ge=0)
+    """How far generation may run ahead of training, in policy versions (the rollout engine's weights
+    advance one version per weight sync, every weight_sync_interval training steps). 0: the synchronous
+    loop (generate, score, update, sync, repeat), unchanged. k >= 1: the engine's asynchronous loop
+    generates while the trainer updates, and a sample may come from a policy up to k versions older than
+    the one it trains (TRL AsyncGRPOConfig.max_staleness, OpenRLHF --train.async_enable with
+    --train.async_queue_size k, verl fully_async_policy async_training.staleness_threshold; see
+    docs/scale.md for each engine's loop)."""
+
+    @model_validator(mode="after")
+    def _async_knobs_need_async(self) -> "RolloutConfig":
+        # compared with the defaults, not "was it set": a dumped config.yaml must load again
+        if self.max_staleness == 0:
+            if self.partial_rollouts:
+                raise ValueError("rollout.partial_rollouts needs rollout.max_staleness >= 1 (the synchronous loop has "
+                                 "no generation in flight at a weight sync)")
+            if self.weight_sync_interval != 1:
+                raise ValueError("rollout.weight_sync_interval needs rollout.max_staleness >= 1 (the synchronous loop "
+                                 "syncs after every step; skipping syncs makes samples stale)")
+        return self
+
 
 
 class RewardSpec(StrictModel):

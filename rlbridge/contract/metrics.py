@@ -25,6 +25,12 @@ CANONICAL: dict[str, str] = {
     "timing/weight_sync_s": "Wall time of moving the updated weights to the rollout engine (absent when it shares them), seconds.",
     "weight_sync/bytes": "Bytes of weights sent to the rollout engine in this step's syncs (absent when it shares them).",
     "weight_sync/tensors": "Tensors sent to the rollout engine in this step's syncs.",
+    # the asynchronous loop (rollout.max_staleness >= 1; the synchronous loop reports staleness 0 where measured)
+    "async/staleness_mean": "Mean staleness of the samples trained this step: policy versions between the weights that generated a sample (where its generation started) and the weights it trains.",
+    "async/staleness_max": "Largest staleness of the samples trained this step, in policy versions (never above rollout.max_staleness).",
+    "async/trainer_idle_s": "Wall time the trainer waited for samples before this step's update, seconds.",
+    "async/rollout_idle_s": "Wall time the rollout engine waited (for queue space, or a weight sync) before generating this step's samples, seconds.",
+    "async/partial_rollouts": "Samples trained this step whose generation spanned a weight sync (rollout.partial_rollouts), count.",
     "timing/experience_s": "Wall time of the old-policy, reference and value passes where an engine times them as one phase (OpenRLHF's make_experience), seconds.",
     "throughput/tokens_per_s": "Prompt and generated tokens processed per second of step time.",
     "memory/peak_mb": "Peak memory of the training process so far: accelerator memory on GPU, resident memory on CPU (MiB).",

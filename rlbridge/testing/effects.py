@@ -383,6 +383,11 @@ EFFECTS: dict[str, Effect] = {
         "verl": {"data.filter_overlong_prompts": True},
         "openrlhf": {"launch.data.drop_over": 64},
     }, context=("rollout.max_prompt_tokens=64",)),
+    # the asynchronous loop (issue 25): TRL and verl reject it (adapters/<engine>/asynchrony.py)
+    "rollout.max_staleness": Effect(2, {"openrlhf": {"train.async_enable": True, "train.async_queue_size": 2}}),
+    "rollout.partial_rollouts": Effect(True, {"openrlhf": {"train.partial_rollout_enable": True}},
+                                       context=("rollout.max_staleness=1",)),
+    "rollout.weight_sync_interval": Effect(2, {"openrlhf": REFUSED}, context=("rollout.max_staleness=1",)),
     "training.forward_micro_batch_size": Effect(16, {
         "verl": {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 16,
                  "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 16},

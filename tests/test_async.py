@@ -1,0 +1,132 @@
+"""Issue 25: the asynchronous loop's canonical knobs (rollout.max_staleness, partial_rollouts,
+weight_sync_interval), what each backend plans for them or why it refuses, and the staleness that
+rlbridge measures in OpenRLHF's async loop (the end-to-end run is tests/engines/test_openrlhf_async_in_env.py)."""
+
+import types
+
+import pytest
+import yaml
+
+from conftest import QUICKSTART
+from rlbridge.contract.config import RunConfig
+from rlbridge.errors import CapabilityError
+from rlbridge.run.loading import load_config
+from rlbridge.run.runner import prepare
+
+
+def _settings(*overrides: str) -> dict:
+    prepared = prepare(load_config(QUICKSTART, ["resources.gpus_per_node=0", *overrides]))
+    return prepared.backend.native_settings(prepared.plan)
+
+
+def test_async_knobs_need_max_staleness():
+    with pytest.raises(ValueError, match="partial_rollouts needs rollout.max_staleness"):
+        RunConfig.model_validate({"reward": [{"name": "digit_match"}], "rollout": {"partial_rollouts": True}})
+    with pytest.raises(ValueError, match="weight_sync_interval needs rollout.max_staleness"):
+        RunConfig.model_validate({"reward": [{"name": "digit_match"}], "rollout": {"weight_sync_interval": 3}})
+    config = RunConfig.model_validate({"reward": [{"name": "digit_match"}],
+                                       "rollout": {"max_staleness": 2, "partial_rollouts": True, "weight_sync_interval": 3}})
+    dumped = yaml.safe_load(yaml.safe_dump(config.model_dump(mode="json")))
+    assert RunConfig.model_validate(dumped).rollout == config.rollout  # a written config.yaml loads again
+
+
+def test_openrlhf_max_staleness_is_the_async_queue_size():
+    settings = _settings("backend=openrlhf", "rollout.max_staleness=3", "rollout.partial_rollouts=true")
+    assert settings["train.async_enable"] is True
+    assert settings["train.async_queue_size"] == 3
+    assert settings["train.partial_rollout_enable"] is True
+    without_partial = _settings("backend=openrlhf", "rollout.max_staleness=3")
+    assert "train.partial_rollout_enable" not in without_partial
+
+
+def test_openrlhf_max_staleness_0_is_the_synchronous_plan_unchanged():
+    sync = _settings("backend=openrlhf")
+    assert _settings("backend=openrlhf", "rollout.max_staleness=0") == sync
+    assert not {k for k in sync if "async" in k or "partial_rollout" in k}
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (("engine_version=0.9.10",), "--async_train"),
+    (("resources.gpus_per_node=2",), "placement.policy: split"),
+    (("rollout.weight_sync_interval=2",), "after every training step"),
+])
+def test_openrlhf_refuses_what_its_async_loop_cannot_do(overrides, match):
+    with pytest.raises(CapabilityError, match=match) as info:
+        _settings("backend=openrlhf", "rollout.max_staleness=1", *overrides)
+    assert "rollout." in str(info.value)
+
+
+def test_openrlhf_async_with_split_placement_on_gpus():
+    settings = _settings("backend=openrlhf", "rollout.max_staleness=1", "resources.gpus_per_node=3",
+                         "placement.policy=split", "placement.args={rollout_gpus: 1}")
+    assert settings["train.async_enable"] is True
+    assert settings["actor.num_gpus_per_node"] == 2 and settings["vllm.num_engines"] == 1
+    assert "train.colocate_all" not in settings
+
+
+@pytest.mark.parametrize("backend, reason", [
+    ("verl", "checkpoint engine"),
+    ("trl", "AsyncGRPOTrainer"),
+])
+@pytest.mark.parametrize("knob", ["rollout.max_staleness=1", "rollout.max_staleness=2,rollout.partial_rollouts=true"])
+def test_verl_and_trl_refuse_the_async_loop_saying_why(backend, reason, knob):
+    with pytest.raises(CapabilityError, match=reason) as info:
+        _settings(f"backend={backend}", *knob.split(","))
+    assert "rollout.max_staleness" in str(info.value) or "rollout.partial_rollouts" in str(info.value)
+
+
+# ---- the staleness rlbridge measures in OpenRLHF's loop (asynchrony.async_status) ----
+
+def test_async_status_counts_versions_from_the_broadcasts_before_generation_started():
+    from rlbridge_adapters.openrlhf.asynchrony import async_status
+
+    syncs = [10.0, 20.0, 30.0]  # broadcasts completed: versions 1, 2, 3 (the run started at step 0)
+    # trained at step 3: one batch generated from version 1 (started at 15), one from version 3 (started at 31)
+    stamps = [(15.0, 18.0, 0.5), (31.0, 33.0, 2.0)]
+    status = async_status(stamps, syncs, base=0, step=3)
+    assert status["rlbridge/staleness_max"] == 2.0
+    assert status["rlbridge/staleness_mean"] == 1.0
+    assert status["rlbridge/partial_rollouts"] == 0.0
+    assert status["rlbridge/rollout_idle"] == 2.0
+    # generation that spanned the broadcast at 20: a partial rollout
+    assert async_status([(19.0, 21.0, 0.0)], syncs, base=0, step=2)["rlbridge/partial_rollouts"] == 1.0
+    # a resumed run counts from its step
+    assert async_status([(5.0, 6.0, 0.0)], [], base=40, step=40)["rlbridge/staleness_max"] == 0.0
+    assert async_status([None], syncs, base=0, step=1) == {}
+
+
+def test_openrlhf_instrumentation_tags_samples_and_reports_staleness():
+    """The wrappers on plain stand-ins for SamplesGenerator and BasePPOTrainer: a batch generated before the
+    trainer's first broadcast and trained at step 1 is one version old."""
+    from rlbridge_adapters.openrlhf import asynchrony
+
+    class Sample:
+        pass
+
+    class SamplesGenerator:
+        def generate_samples(self, **kwargs):
+            return [Sample(), Sample()], None, 1, False
+
+    class BasePPOTrainer:
+        def train_step(self, rollout_samples, global_step):
+            return {"policy_loss": 0.0}, global_step + 1
+
+    asynchrony.instrument_generator(types.SimpleNamespace(SamplesGenerator=SamplesGenerator))
+    asynchrony.instrument_trainer(types.SimpleNamespace(BasePPOTrainer=BasePPOTrainer))
+    generator, trainer = SamplesGenerator(), BasePPOTrainer()
+    first, second = generator.generate_samples()[0], generator.generate_samples()[0]  # both before any broadcast
+    status, step = trainer.train_step(first, 0)
+    assert status["rlbridge/staleness_max"] == 0.0 and step == 1
+    status, step = trainer.train_step(second, 1)
+    assert status["rlbridge/staleness_max"] == 1.0 and status["rlbridge/staleness_mean"] == 1.0
+    assert status["rlbridge/trainer_idle"] >= 0.0
+
+
+def test_openrlhf_async_metrics_are_canonical():
+    from rlbridge.contract.metrics import is_canonical
+    from rlbridge_adapters.openrlhf.metrics import to_canonical
+
+    out = to_canonical({"rlbridge/staleness_mean": 0.5, "rlbridge/staleness_max": 1.0, "rlbridge/trainer_idle": 0.1,
+                        "rlbridge/rollout_idle": 0.2, "rlbridge/partial_rollouts": 0.0, "timing/broadcast": 0.3})
+    assert out["async/staleness_max"] == 1.0 and out["timing/weight_sync_s"] == 0.3
+    assert all(is_canonical(k) for k in out)
