@@ -62,10 +62,26 @@ def train(
 
     cfg = _load(config, [*(set_ or []), *(["checkpoint.resume=true"] if resume else [])], plugin)
     summary = run_train(cfg, progress=False if no_progress else None)
-    out.print(
-        f"[green]done[/green]: {summary['steps']} steps, reward {summary.get('reward_first', float('nan')):.3f} -> "
-        f"{summary.get('reward_last', float('nan')):.3f}, {summary['wall_s']:.1f} s; files in {summary['output_dir']}"
-    )
+    learned = (f"{summary['loss']} {summary['loss_first']:.3f} -> {summary['loss_last']:.3f}" if "loss" in summary else
+               f"reward {summary.get('reward_first', float('nan')):.3f} -> {summary.get('reward_last', float('nan')):.3f}")
+    out.print(f"[green]done[/green]: {summary['steps']} steps, {learned}, {summary['wall_s']:.1f} s; files in {summary['output_dir']}")
+
+
+@app.command()
+def reproduce(
+    run_dir: Path = typer.Argument(..., help="A finished run's directory (it holds manifest.json and config.yaml)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where the rerun writes (default: RUN_DIR-reproduce)."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+) -> None:
+    """Rerun RUN_DIR in an engine environment matching its manifest, into a new directory, and compare the
+    two step by step: identical, same within noise, or different (naming the first step and metric that
+    differ, and what in the manifests differs). Exit code 1 when different."""
+    from rlbridge.run.reproduce import describe, reproduce as run_reproduce
+
+    report = run_reproduce(run_dir, output, progress=False if no_progress else None)
+    out.print(escape(describe(report)), highlight=False)
+    if report["verdict"] == "different":
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -209,8 +225,17 @@ def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="W
 
 
 @app.command()
-def doctor() -> None:
-    """What is installed or missing: Python, core libraries, engines, torch and CUDA."""
+def doctor(
+    run_dir: Optional[Path] = typer.Argument(None, help="A run directory: explain how its run failed or hung (or that it runs)."),
+) -> None:
+    """What is installed or missing: Python, core libraries, engines, torch and CUDA. With RUN_DIR: why
+    the run there failed or hung, in which process, the evidence and what to change (docs/faults.md)."""
+    if run_dir is not None:
+        from rlbridge.run.failures import explain
+
+        for line in explain(run_dir):
+            out.print(escape(line), highlight=False, soft_wrap=True)
+        return
     import importlib.metadata
     import platform
     import subprocess
@@ -249,6 +274,23 @@ def doctor() -> None:
         table.add_row(f"backend {name}", status)
     table.add_row("cache dir", str(cache_dir()))
     out.print(table)
+
+
+@app.command()
+def stacks(
+    run_dir: Path = typer.Argument(..., help="The directory of a run that is training now."),
+    save: bool = typer.Option(False, "--save", help="Also write them to RUN_DIR/stacks/ (.txt and .json)."),
+) -> None:
+    """The Python stack of every process of a live run (py-spy), each with its role (trainer, Ray actor,
+    vLLM engine, reward worker), and the process the run most likely waits on."""
+    from rlbridge.run import stacks as run_stacks
+
+    procs, culprit = run_stacks.of_run(run_dir)
+    print(run_stacks.render(procs, culprit), end="")
+    if save:
+        import time as _time
+
+        err.print(f"wrote {run_stacks.write(run_dir, procs, culprit, _time.strftime('live-%Y%m%d-%H%M%S'))}")
 
 
 env_app = typer.Typer(help="Engine environments: one isolated Python environment per engine version.", no_args_is_help=True)
@@ -446,7 +488,8 @@ def main() -> None:
     except RLBridgeError as exc:
         if _state["debug"]:
             traceback.print_exc()
-        err.print("[red]error:[/red] " + escape(str(exc)), highlight=False, soft_wrap=True)
+        err.print("[red]error:[/red] ", end="")  # the message itself literally: `script.sh:100:` is no emoji code
+        err.print(str(exc), markup=False, emoji=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/yellow]")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -48,11 +49,12 @@ class Target:
 # --- fingerprints -----------------------------------------------------------------------------------
 
 
-def module_file(module: str) -> Path | None:
-    """The source file of `module`, found without importing it (or its parent packages)."""
+def module_file(module: str, search_path: list[str] | None = None) -> Path | None:
+    """The source file of `module`, found without importing it (or its parent packages); in
+    `search_path` (another environment's site-packages) instead of sys.path when given."""
     top, *rest = module.split(".")
     try:
-        spec = importlib.util.find_spec(top)
+        spec = importlib.util.find_spec(top) if search_path is None else importlib.machinery.PathFinder.find_spec(top, search_path)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
@@ -65,9 +67,9 @@ def module_file(module: str) -> Path | None:
     return None
 
 
-def fingerprint(module: str, qualname: str) -> str | None:
+def fingerprint(module: str, qualname: str, search_path: list[str] | None = None) -> str | None:
     """Fingerprint of the installed source of module:qualname; None if it is not there."""
-    path = module_file(module)
+    path = module_file(module, search_path)
     if path is None:
         return None
     try:

@@ -57,6 +57,8 @@ def model_paths(config: RunConfig) -> list[tuple[str, str]]:
     if config.critic.path:
         paths.append(("critic.path", config.critic.path))
     paths += [(f"reward[{i}].model", spec.model) for i, spec in enumerate(config.reward) if spec.model]
+    if config.offline.reference_model:
+        paths.append(("offline.reference_model", config.offline.reference_model))
     return paths
 
 
@@ -145,6 +147,10 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
             (run_dir / stale).unlink(missing_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(config))
     (run_dir / "plan.yaml").write_text(plan.to_yaml())
+    from rlbridge.run import manifest
+
+    manifest.write(run_dir, manifest.build(config, backend, plan, engine_python, model_paths(config)))  # what `rlbridge reproduce` rebuilds
+    shutil.rmtree(manifest.digest_dir(run_dir), ignore_errors=True)
     sinks = RunSinks.build(config, run_dir, pm)
     show = config.telemetry.progress if progress is None else progress
     bar = None
@@ -181,24 +187,28 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
 
     saved_patch_dir = os.environ.get(PATCH_DIR_ENV)
     os.environ[PATCH_DIR_ENV] = str((run_dir / "patches").resolve())  # every engine process reports there
+    saved_digest_dir = os.environ.get(manifest.DATA_DIGEST_ENV)
+    os.environ[manifest.DATA_DIGEST_ENV] = str(manifest.digest_dir(run_dir).resolve())  # the data rows' hashes, from where they load
+    summary["restarts"] = []  # training.max_restarts: one entry per restart, with its cause
     try:
         if bar is not None:
             with bar:
-                _launch(backend, plan, ctx, engine_python)
+                _attempts(backend, plan, ctx, engine_python, summary["restarts"])
         else:
-            _launch(backend, plan, ctx, engine_python)
+            _attempts(backend, plan, ctx, engine_python, summary["restarts"])
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         summary["engine_version"] = ctx.engine_version or summary["engine_version"]
         summary.update(status=status, error=f"{type(exc).__name__}: {exc}", wall_s=time.time() - started)
-        if getattr(exc, "failure", None):  # which engine process died, its first error lines, its log
+        if getattr(exc, "failure", None):  # the cause (rlbridge.run.failures): kind, process, role, evidence, hint
             summary["failure"] = failure = exc.failure
-            first = (failure.get("error") or [""])[0]
-            ctx.warn(f"{failure.get('process')} failed: {failure.get('how') or first}"[:400] + f"; log: {failure.get('log')}")
+            ctx.warn(f"{failure.get('kind')} in {failure.get('process')}: {failure.get('evidence')}"[:500]
+                     + f"; what to change: {failure.get('hint')}" + (f"; log: {failure['log']}" if failure.get("log") else ""))
         summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints, nonfinite_steps=ctx.nonfinite_steps,
                        evaluations=ctx.evals)
         ctx.close()
         _restore_env(PATCH_DIR_ENV, saved_patch_dir)
+        _restore_env(manifest.DATA_DIGEST_ENV, saved_digest_dir)
         runstate.finish(run_dir, state, status)
         (run_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
         summary["sink_errors"] = sinks.errors
@@ -210,6 +220,7 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
         raise
     ctx.close()
     _restore_env(PATCH_DIR_ENV, saved_patch_dir)
+    _restore_env(manifest.DATA_DIGEST_ENV, saved_digest_dir)
     _check_placement(config, backend, plan.layout, run_dir, summary, ctx)
     runstate.finish(run_dir, state, "completed")
     summary["engine_version"] = ctx.engine_version or summary["engine_version"]
@@ -242,14 +253,16 @@ def _end_sinks(sinks, run_dir: Path, summary: dict[str, Any], hook: str, **kwarg
 def choose_engine_python(config: RunConfig, backend: Backend) -> Path | None:
     """None to run the engine in this process; else the Python of the engine environment to launch."""
     mode = config.engine_env
+    # a restart starts the engine afresh: its own process, not this one (training.max_restarts)
+    here_python = Path(sys.executable) if config.training.max_restarts else None
     if mode == "current":
         backend.require_engine()
-        return None
+        return here_python
     if mode == "auto":
         here = backend.installed_version()
         wanted = config.engine_version
         if here is not None and backend.version_supported(here) and (wanted is None or wanted == here):
-            return None
+            return here_python
         from rlbridge.envs.create import env_python, find_env
 
         return env_python(find_env(backend.name, wanted))
@@ -273,6 +286,79 @@ def _check_placement(config: RunConfig, backend: Backend, layout: dict[str, Any]
     summary["placement"] = {"policy": config.placement.policy, **check}
     for mismatch in check["mismatches"]:
         ctx.warn(f"placement '{config.placement.policy}' not realised as asked: {mismatch}")
+
+
+def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, restarts: list[dict[str, Any]]) -> None:
+    """Run the engine under the hang watchdog; after a retryable failure (rlbridge.run.failures), while
+    training.max_restarts allows, wait (training.restart_backoff_s, doubled each time) and start it again
+    from its last complete checkpoint (from the start when none was saved yet). Raises the last failure
+    with its cause in `exc.failure`; a Ctrl-C of the user's stays a KeyboardInterrupt."""
+    from rlbridge.run.failures import OomCounters, classify
+    from rlbridge.run.watchdog import HangError, HangWatchdog
+
+    config, training = ctx.config, ctx.config.training
+    oom = OomCounters.now()
+    intervals: list[float] = []  # the run's own step intervals, across restarts (the watchdog's bound)
+    while True:
+        ctx.engine_process = None
+        stop = (lambda: _stop_engine(ctx)) if engine_python is not None else None
+        watchdog = HangWatchdog(ctx, ctx.run_dir, training, len(restarts), stop_engine=stop, intervals=intervals)
+        try:
+            with watchdog:
+                _launch(backend, plan, ctx, engine_python)
+            return
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt) and watchdog.fired is None:
+                raise
+            failure = watchdog.fired or classify(exc, ctx.run_dir, config, steps_done=ctx.steps_done, oom=oom,
+                                                 actor_roles=backend.actor_roles, in_process=engine_python is None)
+            if watchdog.fired and getattr(exc, "failure", None):  # what the engine's own account adds (its log)
+                failure.setdefault("log", exc.failure.get("log"))
+            again = failure["retryable"] and len(restarts) < training.max_restarts and not (
+                failure["kind"] == "hang" and training.on_hang == "fail")
+            if not again:
+                if watchdog.fired:  # the engine's own end (SIGTERM, an interrupt) is the watchdog's doing
+                    error = HangError(f"hang: {failure['evidence']}; stacks in {failure['stacks']}")
+                    error.failure = failure
+                    raise error from None
+                exc.failure = failure
+                raise
+        wait = min(600.0, training.restart_backoff_s * 2 ** len(restarts))
+        checkpoint = ctx.checkpoints[-1]["path"] if ctx.checkpoints else None
+        restarts.append({"n": len(restarts) + 1, "kind": failure["kind"], "process": failure["process"],
+                         "role": failure.get("role"), "evidence": str(failure.get("evidence", ""))[:400],
+                         "after_step": ctx.steps_done, "from_checkpoint": checkpoint, "backoff_s": wait, "at": time.time()})
+        ctx.warn(f"restart {len(restarts)} of training.max_restarts={training.max_restarts}: {failure['kind']} in "
+                 f"{failure['process']} after step {ctx.steps_done}; "
+                 + (f"resuming from {checkpoint}" if checkpoint else "starting over (no checkpoint yet)") + f" in {wait:g} s")
+        time.sleep(wait)
+        if checkpoint is not None:  # an earlier run's checkpoints (checkpoint.resume already true) stay the base otherwise
+            config.checkpoint.resume = True
+        layout = plan.layout
+        plan = backend.plan(config)  # the same plan, resuming
+        plan.layout = layout
+        ctx.restarted(plan, restarts[-1])
+
+
+def _stop_engine(ctx) -> None:
+    """The hang watchdog's stop: SIGTERM to every process of the engine's tree, SIGKILL 5 s later."""
+    import signal
+
+    from rlbridge.run.stacks import tree
+
+    proc = getattr(ctx, "engine_process", None)
+    if proc is None:
+        return
+    pids = [p["pid"] for p in tree(proc.pid)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.time() + 5
+        while time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
 
 
 def _launch(backend: Backend, plan: Plan, ctx, engine_python: Path | None) -> None:
@@ -307,6 +393,13 @@ def _finish(
 
     if merge(run_dir) is not None:  # the per-process patch reports, merged
         files.append("patches.json")
+    from rlbridge.run import manifest
+
+    if manifest.complete(run_dir, model_paths(config)) is not None:  # data-row hashes and what the patches did
+        files.append(manifest.MANIFEST_FILE)
+    if (run_dir / "model").is_dir():  # an offline stage's trained model (docs/stages.md): a pipeline's next input
+        files.append("model")
+        summary["model"] = str(run_dir / "model")
     summary["files"] = files
     summary["output_dir"] = str(run_dir)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

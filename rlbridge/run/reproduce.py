@@ -1,0 +1,186 @@
+"""`rlbridge reproduce RUN_DIR`: rerun a finished run in an engine environment that matches its
+manifest, into a new directory, and say whether the two agree step by step.
+
+The verdict is one of
+* identical: every step's metrics are equal (timings, throughput and memory are not compared);
+* same within noise: they differ, but the rerun's reward curve is not told apart from the original's
+  by the bench's statistics (rlbridge.run.bench_report.verdict: Welch's t-test on the per-step values);
+* different: the curves differ.
+The last two name the first step and metric that differ, and every difference between the two
+manifests (rlbridge.run.manifest.differences) that may explain it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlbridge.errors import RLBridgeError
+from rlbridge.run import manifest as manifests
+
+# measured, not computed: they differ between any two runs
+UNCOMPARED_PREFIXES = ("timing/", "throughput/", "memory/")
+NOISE_METRIC = "reward/mean"
+REPORT_FILE = "reproduce.json"
+
+
+class ReproduceError(RLBridgeError):
+    """The run cannot be reproduced here (no matching engine environment, no manifest...)."""
+
+
+def candidate_pythons(recorded: str | None) -> list[Path | None]:
+    """Where a matching environment may be: the one the run used, this process's, every engine
+    environment under ~/.cache/rlbridge/envs. None stands for this process."""
+    from rlbridge.envs.create import env_python, list_envs
+
+    found: list[Path | None] = []
+    if recorded and Path(recorded).exists() and Path(recorded) != Path(sys.executable):
+        found.append(Path(recorded))
+    found.append(None)
+    for env in list_envs():
+        python = env_python(Path(env["path"]))
+        if env.get("complete") and python.exists() and python not in found:
+            found.append(python)
+    return found
+
+
+def find_environment(manifest: dict[str, Any]) -> Path | None:
+    """The Python of an environment whose package set and Python version are the manifest's (None:
+    this process's). Raises ReproduceError naming the differences to the closest one when none matches."""
+    from rlbridge.envs.provenance import package_set, site_dirs
+
+    wanted = manifest["engine_env"]
+    closest: tuple[int, str, list[str]] | None = None
+    for python in candidate_pythons(wanted.get("python")):
+        packages = package_set(site_dirs(python))
+        version = manifests._env_python_version(python)
+        diffs = manifests.package_differences(wanted["packages"], packages)
+        if version != wanted.get("python_version"):
+            diffs.insert(0, f"python {wanted.get('python_version')} -> {version}")
+        if not diffs:
+            return python
+        where = str(python) if python else sys.executable
+        if closest is None or len(diffs) < closest[0]:
+            closest = (len(diffs), where, diffs)
+    assert closest is not None
+    _, where, diffs = closest
+    shown = "; ".join(diffs[:12]) + (f"; and {len(diffs) - 12} more" if len(diffs) > 12 else "")
+    raise ReproduceError(
+        f"no engine environment here matches the run's manifest ({len(wanted['packages'])} packages, "
+        f"sha256 {wanted.get('packages_sha256', '')[:12]}); the closest, {where}, differs: {shown}. Install exactly "
+        f"manifest.json's engine_env.packages into an environment (e.g. `rlbridge env create` then pip install the "
+        f"differing versions) and run reproduce again"
+    )
+
+
+def rerun_dir(run_dir: Path) -> Path:
+    n = 1
+    while (candidate := run_dir.with_name(f"{run_dir.name}-reproduce{'' if n == 1 else f'-{n}'}")).exists():
+        n += 1
+    return candidate
+
+
+def reproduce(run_dir: Path | str, output: Path | str | None = None, progress: bool | None = False) -> dict[str, Any]:
+    """Rerun RUN_DIR's job into `output` (default RUN_DIR-reproduce) and compare; returns the report
+    (also written to the new directory as reproduce.json)."""
+    from rlbridge.run.loading import load_config
+    from rlbridge.run.runner import train
+
+    run_dir = Path(run_dir)
+    if not (run_dir / manifests.MANIFEST_FILE).exists():
+        raise ReproduceError(f"{run_dir}: no {manifests.MANIFEST_FILE} (the run predates run manifests, or this is not a run directory)")
+    original = manifests.read(run_dir)
+    python = find_environment(original)
+    new_dir = Path(output) if output is not None else rerun_dir(run_dir)
+    if new_dir.resolve() == run_dir.resolve():
+        raise ReproduceError("--output: the rerun needs a directory of its own, not the original run's")
+    config = load_config(run_dir / "config.yaml", [])
+    config.output_dir = str(new_dir)
+    config.checkpoint.dir = None  # the rerun's own (resolve puts it under output_dir)
+    config.checkpoint.resume = False
+    config.engine_env = "current" if python is None else str(python)
+    train(config, progress=progress)
+    rerun = manifests.read(new_dir)
+    report = {
+        "original": str(run_dir),
+        "rerun": str(new_dir),
+        **compare(read_metrics(run_dir), read_metrics(new_dir)),
+        "manifest_differences": manifests.differences(original, rerun),
+    }
+    (new_dir / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
+    """Step by step: the verdict, the first (step, metric) that differs with both values, and the
+    noise statistics on reward/mean when they are not identical."""
+    from rlbridge.run.bench_report import verdict
+
+    by_step_a = {row["step"]: row for row in a}
+    by_step_b = {row["step"]: row for row in b}
+    first: dict[str, Any] | None = None
+    for step in sorted(set(by_step_a) | set(by_step_b)):
+        ra, rb = by_step_a.get(step), by_step_b.get(step)
+        if ra is None or rb is None:
+            first = {"step": step, "metric": "(step)", "original": "present" if ra else "missing",
+                     "rerun": "present" if rb else "missing"}
+            break
+        for metric in sorted(set(ra) | set(rb)):
+            if metric == "step" or metric.startswith(UNCOMPARED_PREFIXES):
+                continue
+            if not _equal(ra.get(metric), rb.get(metric)):
+                first = {"step": step, "metric": metric, "original": ra.get(metric), "rerun": rb.get(metric)}
+                break
+        if first:
+            break
+    out: dict[str, Any] = {"steps": [len(a), len(b)], "first_difference": first}
+    if first is None:
+        out["verdict"] = "identical" if a else "nothing to compare (no steps)"
+        return out
+    # the bench's test, per metric, on the per-step values of each run (steps stand in for seeds)
+    metrics = sorted({m for row in a + b for m, v in row.items()
+                      if m != "step" and not m.startswith(UNCOMPARED_PREFIXES) and isinstance(v, (int, float))})
+    tests = {}
+    for metric in metrics:
+        tests[metric] = verdict([row.get(metric) for row in a], [row.get(metric) for row in b])
+    differing = [m for m, t in tests.items() if t["verdict"].startswith("differs")]
+    shown = tests.get(differing[0] if differing else NOISE_METRIC) or next(iter(tests.values()), {"verdict": "no metrics"})
+    out["statistics"] = {**shown, "metric": differing[0] if differing else NOISE_METRIC,
+                         "on": "the per-step values of each run", "differing_metrics": differing}
+    noise = len(a) == len(b) and not differing
+    out["verdict"] = "same within noise" if noise else "different"
+    return out
+
+
+def _equal(x: Any, y: Any) -> bool:
+    if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+        return True
+    return x == y
+
+
+def describe(report: dict[str, Any]) -> str:
+    """The report as a few lines for the console."""
+    lines = [f"{report['verdict']}: {report['original']} and its rerun {report['rerun']} ({report['steps'][0]} and {report['steps'][1]} steps)"]
+    first = report.get("first_difference")
+    if first:
+        lines.append(f"first difference: step {first['step']}, {first['metric']}: {first['original']} (original) vs {first['rerun']} (rerun)")
+    stats = report.get("statistics")
+    if stats and stats.get("p") is not None:
+        lines.append(f"{stats['metric']} per step: {stats['verdict']} (p={stats['p']:.3g}, {stats['method']})")
+    diffs = report.get("manifest_differences") or []
+    if diffs:
+        lines.append("the manifests differ in:")
+        lines += [f"  {d}" for d in diffs]
+    elif report["verdict"] != "identical":
+        lines.append("the manifests agree in everything recorded (source, packages, patches, data, models, seeds, hardware)")
+    return "\n".join(lines)
