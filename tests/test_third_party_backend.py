@@ -8,20 +8,32 @@ them through rlbridge's reward shim, reports
 canonical metrics), enough to prove the core contract; it proves no real engine.
 """
 
+import os
 import subprocess
 import sys
 import textwrap
+from xml.etree import ElementTree
 
 TOY_BACKEND = '''
 import random
 
 from rlbridge import hookimpl
 from rlbridge.contract.backend import Backend, canonical_knobs, honoured, rejected
+from rlbridge.contract.effects import REFUSED
 from rlbridge.contract.rewards import RewardInput, build_rewards, score
 from rlbridge.contract.data import load_rows
 
-HONOURED = {"model.path", "data.train", "reward", "training.steps", "training.batch_size",
-            "training.seed", "training.lr", "training.torch_threads", "checkpoint.dir", "algorithm.group_size", "rollout.max_new_tokens", "resources.gpus_per_node"}
+
+def _cpu_only(config):
+    if config.resources.gpus_per_node not in (0, "auto"):
+        return "the toy engine runs on CPU; set resources.gpus_per_node: 0"
+    return None
+
+
+# canonical knob -> the toy's own native key (data.train: the core loads the rows for every engine)
+NATIVE = {"model.path": "model", "data.train": "", "reward": "rewards", "training.steps": "steps",
+          "training.batch_size": "prompts", "training.seed": "seed", "training.lr": "lr", "training.torch_threads": "threads",
+          "checkpoint.dir": "checkpoint_dir", "algorithm.group_size": "samples", "rollout.max_new_tokens": "max_tokens"}
 
 
 class ToyBackend(Backend):
@@ -30,13 +42,32 @@ class ToyBackend(Backend):
     supported_versions = ">=1.0,<2"
 
     def capabilities(self):
-        return [honoured(k, k) if k in HONOURED else rejected(k, "the toy engine has no such setting; leave it at its default")
-                for k in canonical_knobs()]
+        table = [honoured(k, NATIVE[k]) if k in NATIVE else rejected(k, "the toy engine has no such setting; leave it at its default")
+                 for k in canonical_knobs() if k != "resources.gpus_per_node"]
+        return [*table, honoured("resources.gpus_per_node", (), _cpu_only)]
+
+    def knob_effects(self):
+        # what the effect test's sample values (rlbridge.contract.effects.SAMPLES) do to the toy's plan
+        return {
+            "model.path": {"model": "org/model"},
+            "reward": {"rewards": [{"name": "digit_match", "weight": 2.0}]},
+            "training.steps": {"steps": 7},
+            "training.batch_size": {"prompts": 4},
+            "training.seed": {"seed": 123},
+            "training.lr": {"lr": 0.001},
+            "training.torch_threads": {"threads": 2},
+            "checkpoint.dir": {"checkpoint_dir": "/tmp/rlbridge-effect/ckpt"},
+            "algorithm.group_size": {"samples": 4},
+            "rollout.max_new_tokens": {"max_tokens": 32},
+            "resources.gpus_per_node": REFUSED,
+        }
 
     def translate(self, config):
         t = config.training
-        return {"steps": t.steps, "prompts": t.batch_size, "samples": config.algorithm.group_size,
-                "max_tokens": config.rollout.max_new_tokens, "seed": t.seed}
+        return {"model": config.model.path, "rewards": [{"name": r.name, "weight": r.weight} for r in config.reward],
+                "steps": t.steps, "prompts": t.batch_size, "samples": config.algorithm.group_size,
+                "max_tokens": config.rollout.max_new_tokens, "seed": t.seed, "lr": t.lr, "threads": t.torch_threads,
+                "checkpoint_dir": config.checkpoint.dir}
 
     def validate(self, plan):
         assert plan.native["steps"] >= 1
@@ -46,7 +77,11 @@ class ToyBackend(Backend):
 
         from rlbridge.contract.models import materialize_model
 
+        import torch
+
         native = plan.native
+        if native["threads"]:
+            torch.set_num_threads(native["threads"])
         rng = random.Random(native["seed"])
         tokenizer = AutoTokenizer.from_pretrained(materialize_model(ctx.config))  # the engine's own tokenizer
         rows = load_rows(ctx.config.data.train, ctx.config, "data.train")
@@ -66,7 +101,7 @@ class ToyBackend(Backend):
                 "reward/mean": mean, "reward/std": std, "loss/policy": 0.0, "grad_norm": 0.0,
                 "response_length/mean": sum(len(x.completion_ids) for x in inputs) / len(inputs),
                 "timing/step_s": 0.01, "timing/generate_s": 0.005, "timing/update_s": 0.005,
-                "throughput/tokens_per_s": 1.0, "memory/peak_mb": 1.0, "lr": 0.001,
+                "throughput/tokens_per_s": 1.0, "memory/peak_mb": 1.0, "lr": native["lr"],
                 **{f"reward/{r.name}/mean": mean for r in rewards},
             })
 
@@ -88,25 +123,58 @@ def backend():
 '''
 
 
-def test_out_of_tree_backend_passes_the_shipped_suite(tmp_path):
+def _install_toy(tmp_path, source: str = TOY_BACKEND):
+    """The toy as a real distribution under tmp_path/site, and its suite module under tmp_path/toy_tests."""
     site = tmp_path / "site"
     dist = site / "rlbridge_toy_engine-1.0.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rlbridge-toy-engine\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[rlbridge]\ntoy = rlbridge_toy_backend\n")
-    (site / "rlbridge_toy_backend.py").write_text(textwrap.dedent(TOY_BACKEND))
+    (site / "rlbridge_toy_backend.py").write_text(textwrap.dedent(source))
     tests = tmp_path / "toy_tests"
     tests.mkdir()
     (tests / "test_rlbridge_suite.py").write_text(textwrap.dedent(SUITE_USER))
+    return site, tests
+
+
+def _run_suite(tmp_path, site, tests, *args):
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--rootdir", str(tests), str(tests)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--rootdir", str(tests),
+         f"--junitxml={tmp_path / 'report.xml'}", *args, str(tests)],
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
-        env={**__import__("os").environ, "PYTHONPATH": str(site), "RLBRIDGE_CACHE_DIR": str(tmp_path / "cache")},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
+             "RLBRIDGE_CACHE_DIR": str(tmp_path / "cache")},
     )
+    cases = ElementTree.parse(tmp_path / "report.xml").getroot().iter("testcase")
+    outcome = {c.get("name"): next((child.tag for child in c if child.tag in ("failure", "error", "skipped")), "passed")
+               for c in cases}
+    return res, outcome
+
+
+def test_out_of_tree_backend_passes_the_shipped_suite(tmp_path):
+    from rlbridge.contract.effects import SAMPLES
+
+    site, tests = _install_toy(tmp_path)
+    res, outcome = _run_suite(tmp_path, site, tests)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     # the toy registered through its entry point, and every applicable suite test ran against it
     assert "passed" in out and "failed" not in out
+    # the knob effect test ran for every canonical knob, from the toy's own declared expectations
+    effects = {name: result for name, result in outcome.items() if name.startswith("test_every_knob_takes_effect[")}
+    assert effects == {f"test_every_knob_takes_effect[{knob}]": "passed" for knob in SAMPLES}, effects
+    assert outcome["test_knob_effects_cover_every_knob_the_backend_accepts"] == "passed"
     # requirements come from its capability table: it rejects environment and checkpointing
     assert "declares it does not run environment plugins: environment:" in out
     assert "declares it does not checkpoint or resume" in out
+
+
+def test_a_wrong_declared_knob_effect_fails_the_shipped_suite(tmp_path):
+    """The effect test holds the toy to what it declares: an expectation its plan does not meet fails
+    naming the knob, the native key and both values."""
+    wrong = TOY_BACKEND.replace('"training.lr": {"lr": 0.001}', '"training.lr": {"lr": 0.002}')
+    assert wrong != TOY_BACKEND
+    site, tests = _install_toy(tmp_path, wrong)
+    res, outcome = _run_suite(tmp_path, site, tests, "-k", "takes_effect and training.lr and not schedule")
+    assert outcome == {"test_every_knob_takes_effect[training.lr]": "failure"}, outcome
+    assert "toy: training.lr=0.001 should set lr=0.002, plan has 0.001" in res.stdout, res.stdout[-3000:]

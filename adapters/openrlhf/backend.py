@@ -182,6 +182,11 @@ class OpenRLHFBackend(Backend):
     default_version = DEFAULT_VERSION
     description = "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), reinforce_pp_baseline (reinforce_baseline), ppo (gae); vLLM rollout"
 
+    def knob_effects(self) -> dict[str, Any]:
+        from rlbridge_adapters.openrlhf.effects import EFFECTS
+
+        return EFFECTS
+
     def capabilities(self) -> list[Capability]:
         micro = ("train.micro_batch_size", "rollout.micro_batch_size")
         return [

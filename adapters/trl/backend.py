@@ -134,6 +134,11 @@ class TRLBackend(Backend):
     description = "Hugging Face TRL: GRPOTrainer (grpo, dr_grpo) and RLOOTrainer (rloo), HF generate or colocated vLLM"
     resume_reproduces_metrics = True  # TRL's checkpoints hold every RNG state; HF generate on CPU is deterministic
 
+    def knob_effects(self) -> dict[str, Any]:
+        from rlbridge_adapters.trl.effects import EFFECTS
+
+        return EFFECTS
+
     def capabilities(self) -> list[Capability]:
         vllm_util = _only_for_vllm("gpu_memory_utilization", 0.3)
         return [

@@ -157,6 +157,11 @@ class VerlBackend(Backend):
     default_version = DEFAULT_VERSION
     description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
 
+    def knob_effects(self) -> dict[str, Any]:
+        from rlbridge_adapters.verl.effects import EFFECTS
+
+        return EFFECTS
+
     def capabilities(self) -> list[Capability]:
         a, r = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
         micro = (f"{a}ppo_micro_batch_size_per_gpu", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",

@@ -110,9 +110,9 @@ class Capability:
     `native` names the native key(s) the knob sets, spelled as `Backend.native_settings` spells them
     (TRL: GRPOConfig fields, `model_init_kwargs.dtype`; verl: Hydra keys; OpenRLHF: dotted flags;
     `launch.*`: what rlbridge's launcher does with it, e.g. `launch.env.OMP_NUM_THREADS`). It is a
-    checked path: the knob effect test (rlbridge.testing.effects) sets every knob and checks these keys,
-    backend_options may not set them, and `rlbridge plan --explain` shows their values. List every key
-    the knob may set, on any engine version. `note` says how an approximation works, or for a
+    checked path: the knob effect test (rlbridge.testing.effects) sets every knob and checks these keys
+    against `Backend.knob_effects()`, backend_options may not set them, and `rlbridge plan --explain`
+    shows their values. List every key the knob may set, on any engine version. `note` says how an approximation works, or for a
     rejection, why and what to use instead. `check` refines an honoured or approximated knob:
     given the config it returns an error message when this particular value cannot be honoured.
     A REJECTED knob may only keep its default value.
@@ -315,6 +315,13 @@ class Backend(ABC):
 
     def capability_table(self) -> dict[str, Capability]:
         return {cap.knob: cap for cap in self.capabilities()}
+
+    def knob_effects(self) -> dict[str, Any]:
+        """What the knob effect test's sample value of each knob this backend honours or approximates
+        does to its plan: knob -> {native key: value}, REFUSED or a KnobEffect (rlbridge.contract.effects;
+        rejected knobs need no entry). Declared beside the capability table, read by the shipped suite
+        (rlbridge.testing.effects) only; empty here, so an undeclared knob fails that test by name."""
+        return {}
 
     def check_capabilities(self, config: RunConfig) -> list[str]:
         """Raise CapabilityError for the first knob this backend cannot honour; return the

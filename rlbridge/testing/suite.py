@@ -7,8 +7,10 @@ backend package overrides the `backend` fixture to run it against its own backen
 needs (environment plugins, checkpoints) is read from the backend's capability table:
 
 * translate: the plan of every standard config validates with the engine's own config code; the
-  capability table covers every canonical knob (what each knob does on each backend, rejected ones
-  included, is the effect test in `rlbridge.testing.effects`).
+  capability table covers every canonical knob.
+* knob effects (`rlbridge.testing.effects`, marked `plans_only`: they run for every registered
+  backend, installed or not): the sample value of every canonical knob lands on the native keys the
+  backend's own `knob_effects()` declares, or is refused naming the knob.
 * e2e (marked `engine`): a 2-step run through the engine's own trainer calls the rlbridge reward
   shim with the right inputs and produces finite canonical metrics; checkpoints are reported through
   the checkpoint hook and a resumed run goes on from the last one; where the backend runs environment
@@ -33,6 +35,10 @@ from rlbridge.run.loading import load_config
 from rlbridge.contract.registry import PluginManager, get_plugin_manager, reset_plugin_manager
 from rlbridge.run.runner import prepare, train
 from rlbridge.testing import QUICKSTART, install_plugin_distribution, requirement_unmet, standard_configs
+from rlbridge.testing.effects import (  # noqa: F401  (the knob effect test is part of the suite)
+    test_every_canonical_knob_has_a_sample_value, test_every_knob_takes_effect,
+    test_knob_effects_cover_every_knob_the_backend_accepts, test_seed_changes_first_step_samples_and_evaluation_is_logged,
+)
 
 STANDARD_CONFIGS = standard_configs()
 REQUIRED_METRICS = {
@@ -48,6 +54,8 @@ def _backends():
 @pytest.fixture(params=_backends())
 def backend(request):
     cls = get_plugin_manager().items["backend"][request.param].item
+    if request.node.get_closest_marker("plans_only"):  # pure plans need no engine: every registered backend
+        return cls()
     version = cls.installed_version()
     if version is None:
         pytest.skip(f"{cls.distribution} is not installed in this environment")

@@ -1,0 +1,71 @@
+"""TRL: what the knob effect test's sample value of each canonical knob does to a TRL plan
+(rlbridge.contract.effects says the forms; `TRLBackend.knob_effects` returns EFFECTS). Keys are
+GRPOConfig/RLOOConfig fields as TRLBackend.native_settings spells them, `launch.*` for what the
+adapter's launcher does; values follow the samples in rlbridge.contract.effects.SAMPLES, planned on
+the quickstart (8 prompts x group 8, 150 steps). Knobs the capability table rejects need no entry."""
+
+from __future__ import annotations
+
+from rlbridge.contract.effects import REFUSED, TEMPLATE, KnobEffect
+
+VLLM = ("rollout.engine=vllm",)
+
+EFFECTS = {
+    "algorithm.name": {"launch.trainer": "RLOOTrainer"},
+    "algorithm.group_size": {"num_generations": 4},
+    "algorithm.kl_coef": {"beta": 0.05},
+    "algorithm.kl_placement": REFUSED,  # GRPOTrainer puts KL in the loss only
+    "algorithm.clip_low": {"epsilon": 0.1},
+    "algorithm.clip_high": {"epsilon_high": 0.28},
+    "algorithm.loss_aggregation": {"loss_type": "grpo"},
+    "algorithm.advantage_normalization": {"scale_rewards": "none"},
+    "algorithm.epochs_per_rollout": {"num_iterations": 2},
+    "algorithm.kl_estimator": REFUSED,  # k3 in GRPOTrainer's loss, fixed
+    "algorithm.entropy_coef": {"entropy_coef": 0.01},
+    "algorithm.rollout_correction": KnobEffect(
+        {"vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "token_truncate"}, context=VLLM),
+    "algorithm.rollout_correction_threshold": KnobEffect({"vllm_importance_sampling_clip_max": 4.0}, context=VLLM),
+    "model.path": {"launch.model.path": "org/model"},
+    "model.dtype": {"model_init_kwargs.dtype": "float16"},
+    "model.chat_template": {"launch.data.chat_template": TEMPLATE},
+    "model.use_chat_template": {"launch.data.use_chat_template": True},
+    "model.chat_template_kwargs": {"chat_template_kwargs": {"enable_thinking": False}},
+    "model.lora": {"launch.lora.r": 4, "launch.lora.lora_alpha": 8, "launch.lora.target_modules": ["q_proj", "v_proj"]},
+    "data.eval": {"eval_strategy": "steps", "eval_steps": 10},
+    "data.eval_interval": {"eval_steps": 5},
+    "data.prompt_key": {"launch.data.prompt_key": "question"},
+    "data.answer_key": {"launch.data.answer_key": "label"},
+    "data.shuffle": {"shuffle_dataset": False},
+    "rollout.engine": {"use_vllm": True, "vllm_mode": "colocate"},
+    "rollout.max_new_tokens": {"max_completion_length": 32},
+    "rollout.max_prompt_tokens": {"launch.data.max_prompt_tokens": 64},
+    "rollout.temperature": {"temperature": 0.7},
+    "rollout.top_p": {"top_p": 0.9},
+    "rollout.top_k": {"top_k": 5},
+    "rollout.gpu_memory_utilization": {"vllm_gpu_memory_utilization": 0.5},
+    "rollout.tensor_parallel_size": REFUSED,  # one training process: vLLM's tensor-parallel group cannot exceed it
+    "rollout.drop_overlong_prompts": {"launch.data.drop_overlong_prompts": True},
+    "reward": {"reward_weights": [2.0], "launch.rewards": [{"name": "digit_match", "weight": 2.0, "args": {}}]},
+    "environment": {"launch.environment.name": "digit_turns", "launch.environment.max_turns": 2},
+    "training.steps": {"max_steps": 7},
+    "training.epochs": {"num_train_epochs": 2, "max_steps": -1},
+    "training.lr": {"learning_rate": 0.001},
+    "training.lr_schedule": {"lr_scheduler_type": "cosine"},
+    "training.warmup_steps": {"warmup_steps": 3, "lr_scheduler_type": "constant_with_warmup"},  # transformers' "constant" has no warmup
+    "training.weight_decay": {"weight_decay": 0.01},
+    "training.batch_size": {"generation_batch_size": 32},
+    "training.mini_batch_size": {"per_device_train_batch_size": 16, "max_steps": 150 * 4},
+    "training.micro_batch_size": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 16},
+    "training.grad_clip": {"max_grad_norm": 0.5},
+    "training.seed": {"seed": 123, "data_seed": 123},
+    "training.torch_threads": {"launch.torch_threads": 2},
+    "training.gradient_checkpointing": {"gradient_checkpointing": True},
+    "resources.gpus_per_node": REFUSED,  # one training process
+    "resources.cpus_per_node": KnobEffect({"launch.torch_threads": 3}, context=("training.torch_threads=null",)),
+    "placement.policy": REFUSED,
+    "placement.args": REFUSED,  # 'colocate' takes no arguments
+    "checkpoint.dir": {"output_dir": "/tmp/rlbridge-effect/ckpt"},
+    "checkpoint.interval": {"save_strategy": "steps", "save_steps": 5},
+    "checkpoint.resume": {"launch.resume": True},
+    "checkpoint.keep_last": {"save_total_limit": 2},
+}
