@@ -57,8 +57,21 @@ def train(
     plugin: Optional[list[str]] = PluginOption,
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint (checkpoint.resume=true), e.g. after the run was killed."),
 ) -> None:
-    """Train: plan the config for its backend, then run it and write output_dir."""
+    """Train: plan the config for its backend, then run it and write output_dir. A pipeline file (a
+    top-level `stages` list, docs/stages.md) runs its stages in order; --set takes STAGE.key=value."""
+    from rlbridge.run.pipeline import is_pipeline, run_pipeline
     from rlbridge.run.runner import train as run_train
+
+    if is_pipeline(config):
+        if plugin or resume:
+            raise RLBridgeError("a pipeline skips its finished stages and resumes a failed one by itself; "
+                                "give -p/--plugin in the stage configs (plugins:) and leave out --resume")
+        record = run_pipeline(config, set_ or [], progress=False if no_progress else None)
+        for stage in record["stages"]:
+            how = "skipped (finished before)" if stage.get("skipped") else stage["status"]
+            out.print(f"[green]{stage['name']}[/green] ({stage['algorithm']} on {stage['backend']}): {how}; {stage['run_dir']}")
+        out.print(f"[green]pipeline done[/green]: {len(record['stages'])} stages; rlbridge report {Path(record['stages'][0]['run_dir']).parent}")
+        return
 
     cfg = _load(config, [*(set_ or []), *(["checkpoint.resume=true"] if resume else [])], plugin)
     summary = run_train(cfg, progress=False if no_progress else None)

@@ -14,7 +14,7 @@ from typing import Any
 from packaging.version import Version
 
 from rlbridge.contract.backend import (
-    Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, one_stop_condition,
+    Backend, Capability, offline_stages_rejected, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, one_stop_condition,
     rejected,
 )
 from rlbridge.contract.config import RunConfig
@@ -75,6 +75,7 @@ FLAT = {
     "train.max_epochs": "max_epochs",
     "train.num_episodes": "num_episodes",
     "train.seed": "seed",
+    "train.full_determinism_enable": "full_determinism",
     "ds.param_dtype": "param_dtype",
     "ds.attn_implementation": "attn_implementation",
     "ds.zero_stage": "zero_stage",
@@ -101,6 +102,14 @@ def _number(text: str) -> Any:
 
 def target_version(config: RunConfig) -> Version:
     return OpenRLHFBackend.target_version(config)
+
+
+def _check_deterministic(config: RunConfig) -> str | None:
+    if config.training.deterministic and target_version(config) < Version("0.11.0"):
+        return (f"OpenRLHF {target_version(config)}: rlbridge makes OpenRLHF's rollout repeatable with patches written "
+                "for 0.11 (per-request vLLM seeds, results taken in dispatch order); use OpenRLHF 0.11.2 or "
+                "training.deterministic: false")
+    return None
 
 
 def _check_adv_norm(config: RunConfig) -> str | None:
@@ -171,6 +180,14 @@ def _check_warmup(config: RunConfig) -> str | None:
     return None
 
 
+def _check_stage(config: RunConfig) -> str | None:
+    """OpenRLHF ships openrlhf.cli.train_sft / train_dpo / train_rm; rlbridge drives train_ppo_ray only so far."""
+    if config.is_offline:
+        script = {"sft": "train_sft", "dpo": "train_dpo", "reward_model": "train_rm"}[config.algorithm.name]
+        return f"rlbridge does not drive OpenRLHF's openrlhf.cli.{script} yet (only train_ppo_ray); use backend: trl"
+    return None
+
+
 class OpenRLHFBackend(Backend):
     name = "openrlhf"
     distribution = DISTRIBUTION
@@ -190,7 +207,7 @@ class OpenRLHFBackend(Backend):
     def capabilities(self) -> list[Capability]:
         micro = ("train.micro_batch_size", "rollout.micro_batch_size")
         return [
-            honoured("algorithm.name", ("algo.advantage.estimator", "critic.model_name_or_path")),
+            honoured("algorithm.name", ("algo.advantage.estimator", "critic.model_name_or_path"), _check_stage),
             honoured("algorithm.group_size", "rollout.n_samples_per_prompt"),
             honoured("algorithm.kl_coef", ("algo.kl.init_coef", "algo.kl.use_loss")),
             honoured("algorithm.kl_placement", "algo.kl.use_loss",
@@ -243,6 +260,10 @@ class OpenRLHFBackend(Backend):
             approximated("training.grad_clip", ("actor.max_norm", "critic.max_norm"), "OpenRLHF always clips; null becomes 1e9",
                          when=lambda c: c.training.grad_clip is None),
             honoured("training.seed", "train.seed", note="data order, vLLM engines (seed + engine index), DeepSpeed (transformers.set_seed)"),
+            honoured("training.deterministic", ("train.full_determinism_enable", "launch.env.RLBRIDGE_SEED"), _check_deterministic,
+                     note="DeepSpeed's deterministic mode (transformers.enable_full_determinism), vLLM's engine core in process; "
+                          "rlbridge patches give every vLLM request its own seed and take rollout results in dispatch order "
+                          "(adapters/openrlhf/patches/determinism.py)"),
             approximated("training.torch_threads", "launch.env.OMP_NUM_THREADS", "sets the thread count of every OpenRLHF process",
                          when=lambda c: c.training.torch_threads is not None),
             honoured("resources.nodes", "actor.num_nodes", check=nodes_need_a_cluster),
@@ -262,6 +283,8 @@ class OpenRLHFBackend(Backend):
             honoured("checkpoint.keep_last", "ckpt.max_num", note="null (keep all): a count no run reaches"),
             *knobs.capabilities(),
             *asynchrony.capabilities(),
+            *offline_stages_rejected("rlbridge does not drive OpenRLHF's train_sft / train_dpo / train_rm yet; use backend: trl for "
+                                    "algorithm.name sft, dpo and reward_model"),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
@@ -294,6 +317,7 @@ class OpenRLHFBackend(Backend):
             "train.micro_batch_size": micro,
             "train.max_epochs": algo.epochs_per_rollout,
             "train.seed": tr.seed,
+            "train.full_determinism_enable": tr.deterministic,
             "algo.advantage.estimator": estimator,
             "algo.kl.init_coef": algo.kl_coef,
             "actor.adam.lr": tr.lr,
@@ -369,6 +393,8 @@ class OpenRLHFBackend(Backend):
         env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
         if tr.torch_threads:
             env["OMP_NUM_THREADS"] = str(tr.torch_threads)
+        if tr.deterministic:  # the base of the per-request vLLM seeds (patches/determinism.py)
+            env["RLBRIDGE_SEED"] = str(tr.seed)
         if gpus == 0:
             env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
         return {

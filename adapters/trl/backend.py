@@ -15,7 +15,7 @@ from rlbridge.contract.backend import (
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
-from rlbridge_adapters.trl import asynchrony, knobs
+from rlbridge_adapters.trl import asynchrony, knobs, stages
 from rlbridge_adapters.trl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 TRAINERS = {"grpo": "GRPO", "dr_grpo": "GRPO", "rloo": "RLOO"}
@@ -131,7 +131,8 @@ class TRLBackend(Backend):
     distribution = DISTRIBUTION
     supported_versions = SUPPORTED_VERSIONS
     default_version = DEFAULT_VERSION
-    description = "Hugging Face TRL: GRPOTrainer (grpo, dr_grpo) and RLOOTrainer (rloo), HF generate or colocated vLLM"
+    description = ("Hugging Face TRL: GRPOTrainer (grpo, dr_grpo) and RLOOTrainer (rloo), HF generate or colocated vLLM; "
+                   "SFTTrainer, DPOTrainer and RewardTrainer (sft, dpo, reward_model)")
     resume_reproduces_metrics = True  # TRL's checkpoints hold every RNG state; HF generate on CPU is deterministic
 
     def knob_effects(self) -> dict[str, Any]:
@@ -142,7 +143,8 @@ class TRLBackend(Backend):
     def capabilities(self) -> list[Capability]:
         vllm_util = _only_for_vllm("gpu_memory_utilization", 0.3)
         return [
-            honoured("algorithm.name", ("launch.trainer", "launch.config_class"), _check_algorithm),
+            honoured("algorithm.name", ("launch.trainer", "launch.config_class"), _check_algorithm,
+                     note="grpo, dr_grpo: GRPOTrainer; rloo: RLOOTrainer; sft, dpo, reward_model: SFTTrainer, DPOTrainer, RewardTrainer"),
             honoured("algorithm.group_size", "num_generations"),
             honoured("algorithm.kl_coef", "beta"),
             honoured("algorithm.kl_placement", (), _check_kl_placement,
@@ -167,7 +169,7 @@ class TRLBackend(Backend):
             honoured("data.eval_interval", "eval_steps", note="eval_steps = interval x updates per step"),
             honoured("data.prompt_key", "launch.data.prompt_key"),
             honoured("data.answer_key", "launch.data.answer_key", note="column passed to rewards"),
-            honoured("data.shuffle", "shuffle_dataset"),
+            honoured("data.shuffle", ("shuffle_dataset", "train_sampling_strategy"), note="offline stages: train_sampling_strategy"),
             honoured("rollout.engine", ("use_vllm", "vllm_mode"), lambda c: None if c.rollout.engine != "sglang" else (
                 "TRL has no SGLang rollout; use rollout.engine: vllm or hf, or backend: verl for SGLang"), note="auto: hf"),
             honoured("rollout.max_new_tokens", "max_completion_length"),
@@ -197,7 +199,8 @@ class TRLBackend(Backend):
             honoured("training.warmup_steps", ("warmup_steps", "lr_scheduler_type"),
                      note="warmup_steps x updates per step; lr_schedule constant becomes constant_with_warmup"),
             honoured("training.weight_decay", "weight_decay"),
-            honoured("training.batch_size", "generation_batch_size", note="generation_batch_size = batch_size x group_size"),
+            honoured("training.batch_size", ("generation_batch_size", "gradient_accumulation_steps", "per_device_train_batch_size"),
+                     note="generation_batch_size = batch_size x group_size; offline stages: batch_size rows per step"),
             honoured("training.mini_batch_size", ("gradient_accumulation_steps", "per_device_train_batch_size", "max_steps"),
                      note="gradient_accumulation_steps = mini / micro; max_steps counts updates"),
             honoured("training.micro_batch_size", ("per_device_train_batch_size", "gradient_accumulation_steps")),
@@ -206,6 +209,9 @@ class TRLBackend(Backend):
                      note="transformers.set_seed (init, HF sampling), the data order, and the colocated vLLM engine's seed "
                           "(process index + seed, adapters/trl/patch.py)"),
             honoured("training.torch_threads", "launch.torch_threads", note="torch.set_num_threads"),
+            honoured("training.deterministic", "full_determinism",
+                     note="transformers.enable_full_determinism: seeds, torch.use_deterministic_algorithms, cuDNN/cuBLAS "
+                          "deterministic modes; the data order and vLLM's engine seed follow training.seed already"),
             rejected("resources.nodes", "rlbridge starts a private single-node run; use resources.nodes: 1"),
             rejected("resources.ray_address", "TRL runs in one process without Ray; leave resources.ray_address unset"),
             honoured("resources.gpus_per_node", "use_cpu", _check_resources, note="use_cpu when 0"),
@@ -219,9 +225,12 @@ class TRLBackend(Backend):
             honoured("checkpoint.keep_last", "save_total_limit"),
             *knobs.capabilities(),
             *asynchrony.capabilities(),
+            *stages.capabilities(),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
+        if config.is_offline:
+            return stages.translate(config)
         algo, tr, ro = config.algorithm, config.training, config.rollout
         gpus = gpus_per_node(config)
         processes = max(gpus, 1)
@@ -258,6 +267,7 @@ class TRLBackend(Backend):
             "max_grad_norm": tr.grad_clip or 0.0,
             "seed": tr.seed,
             "data_seed": tr.seed,
+            "full_determinism": tr.deterministic,
             "shuffle_dataset": config.data.shuffle,
             "logging_steps": per_step,
             "report_to": "none",
@@ -358,6 +368,9 @@ class TRLBackend(Backend):
         return TRLRecipeImporter()
 
     def run(self, plan, ctx) -> None:
+        if plan.native.get("stage"):
+            stages.run_offline(plan, ctx)
+            return
         from rlbridge_adapters.trl.train import run_trl
 
         run_trl(plan, ctx)

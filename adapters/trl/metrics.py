@@ -34,3 +34,23 @@ def to_canonical(logs: dict[str, float]) -> dict[str, float]:
         if extra and extra["key"] != "std":
             out[f"reward/{extra['name']}/{extra['key']}"] = value
     return out
+
+
+# The offline stages' own names (SFTTrainer, DPOTrainer, RewardTrainer logs of trl 1.16) -> canonical
+STAGE = {
+    "sft": {"loss": "loss/sft", "mean_token_accuracy": "sft/token_accuracy"},
+    "dpo": {"loss": "loss/dpo", "rewards/chosen": "dpo/reward_chosen", "rewards/rejected": "dpo/reward_rejected",
+            "rewards/margins": "dpo/margin", "rewards/accuracies": "dpo/accuracy"},
+    "reward_model": {"loss": "loss/reward_model", "accuracy": "rm/accuracy", "margin": "rm/margin"},
+}
+_STAGE_COMMON = {"grad_norm": "grad_norm", "learning_rate": "lr", "entropy": "entropy"}
+
+
+def stage_to_canonical(stage: str):
+    """The native -> canonical mapping of one offline stage, as a function like to_canonical."""
+    names = {**_STAGE_COMMON, **STAGE[stage]}
+
+    def convert(logs: dict[str, float]) -> dict[str, float]:
+        return {names[k]: v for k, v in logs.items() if k in names}
+
+    return convert

@@ -162,6 +162,7 @@ class CanonicalMetrics(TrainerCallback):
         self.on_gpu = torch.cuda.is_available()
         self.trainer = None  # set once the trainer exists (which passes decide old/ref log-probs)
         self.scorer = None  # the reward worker pool (rlbridge.engine.workers): its fault counts per step
+        self.to_canonical = to_canonical  # native -> canonical names (an offline stage's own: adapters/trl/stages.py)
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.step_started is None:
@@ -172,12 +173,12 @@ class CanonicalMetrics(TrainerCallback):
         logs = dict(logs or {})
         if any(k.startswith("eval_") for k in logs):  # an evaluation on data.eval (eval_strategy steps)
             native = {k[len("eval_"):]: v for k, v in logs.items() if k.startswith("eval_")}
-            self.ctx.emit_eval(state.global_step // self.per_step, {f"eval/{k}": v for k, v in to_canonical(native).items()})
+            self.ctx.emit_eval(state.global_step // self.per_step, {f"eval/{k}": v for k, v in self.to_canonical(native).items()})
             return
         if "train_runtime" in logs or self.step_started is None:  # the final summary log
             return
         step_s = time.perf_counter() - self.step_started
-        canonical = to_canonical(logs)
+        canonical = self.to_canonical(logs)
         canonical.update(phase_timings(self.timers, self.trainer))
         prepare = sum(v for k, v in self.timers.items() if k.endswith("._prepare_inputs"))
         tokens = float(logs.get("num_tokens", self.last_tokens))

@@ -18,7 +18,7 @@ from typing import Any
 from packaging.version import Version
 
 from rlbridge.contract.backend import (
-    Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, rejected, resolved_dtype,
+    Backend, Capability, offline_stages_rejected, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, rejected, resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.engine.engine_io import PASSTHROUGH_CHAT_TEMPLATE
@@ -122,6 +122,13 @@ def _check_lr_schedule(config: RunConfig) -> str | None:
     return None
 
 
+def _check_deterministic(config: RunConfig) -> str | None:
+    if config.training.deterministic and _v(config) < Version("0.9.0"):
+        return (f"verl {_v(config)} has no rollout.full_determinism (its vLLM sampling repeats nothing run to run); "
+                "use verl 0.9 (engine_version: 0.9.1), or training.deterministic: false")
+    return None
+
+
 def _check_placement(config: RunConfig) -> str | None:
     if config.placement.policy != "colocate":
         return ("verl's PPO trainer runs the hybrid engine only (RayPPOTrainer asserts actor_rollout_ref.hybrid_engine: "
@@ -146,6 +153,18 @@ def _check_environment(config: RunConfig) -> str | None:
     return None
 
 
+def _check_stage(config: RunConfig) -> str | None:
+    """verl's trainers are main_ppo (RL) and sft_trainer; it has no offline DPO and no reward-model trainer."""
+    name = config.algorithm.name
+    if name == "dpo":
+        return "verl has no offline DPO trainer (its trainers are main_ppo for RL and sft_trainer); use backend: trl"
+    if name == "reward_model":
+        return "verl has no reward-model trainer (a reward model is only scored there, never trained); use backend: trl"
+    if name == "sft":
+        return "rlbridge does not drive verl's sft_trainer (verl.trainer.sft_trainer) yet; use backend: trl"
+    return None
+
+
 class VerlBackend(Backend):
     name = "verl"
     distribution = DISTRIBUTION
@@ -167,7 +186,7 @@ class VerlBackend(Backend):
         micro = (f"{a}ppo_micro_batch_size_per_gpu", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
                  f"{r}log_prob_micro_batch_size_per_gpu")
         return [
-            honoured("algorithm.name", "algorithm.adv_estimator"),
+            honoured("algorithm.name", "algorithm.adv_estimator", _check_stage),
             honoured("algorithm.group_size", f"{r}n"),
             honoured("algorithm.kl_coef", (f"{a}kl_loss_coef", "algorithm.kl_ctrl.kl_coef", f"{a}use_kl_loss", "algorithm.use_kl_in_reward"),
                      _check_kl_on_cpu),
@@ -234,6 +253,14 @@ class VerlBackend(Backend):
                                        "launch.env.RLBRIDGE_SEED"),
                      note="data order, mini-batch order (0.7+), the vLLM sampler (0.9+), and torch/numpy/random in every verl "
                           "process (rlbridge's worker bootstrap: init and HF-rollout sampling)"),
+            honoured("training.deterministic", (f"{r}full_determinism", f"{a}fsdp_config.full_determinism",
+                                                "actor_rollout_ref.ref.fsdp_config.full_determinism", "launch.env.VERL_FULL_DETERMINISM",
+                                                "launch.env.PYTHONHASHSEED", "launch.env.VLLM_BATCH_INVARIANT"),
+                     _check_deterministic,
+                     note="verl 0.9+: what main_ppo does for rollout.full_determinism (its env variables, deterministic torch in "
+                          "the engines), and a vLLM seed per request (rlbridge patch verl-per-request-seeds: verl gives every "
+                          "request of a replica one seed, so a group's samples would be identical); VLLM_BATCH_INVARIANT "
+                          "on GPUs only (its kernels are Triton)"),
             approximated("training.torch_threads", "launch.env.OMP_NUM_THREADS", "sets the thread count of every verl worker process",
                          when=lambda c: c.training.torch_threads is not None),
             honoured("resources.nodes", "trainer.nnodes", check=nodes_need_a_cluster),
@@ -248,6 +275,8 @@ class VerlBackend(Backend):
             honoured("checkpoint.keep_last", "trainer.max_actor_ckpt_to_keep"),
             *knobs.capabilities(),
             *asynchrony.capabilities(),
+            *offline_stages_rejected("verl has no offline DPO and no reward-model trainer, and rlbridge does not drive its sft_trainer yet; "
+                                    "use backend: trl for algorithm.name sft, dpo and reward_model"),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
@@ -334,6 +363,10 @@ class VerlBackend(Backend):
             o["actor_rollout_ref.actor.data_loader_seed"] = tr.seed
         if version >= Version("0.9.0"):
             o["actor_rollout_ref.rollout.seed"] = tr.seed
+        if tr.deterministic:  # verl 0.9+ (_check_deterministic)
+            o["actor_rollout_ref.rollout.full_determinism"] = True
+            o["actor_rollout_ref.actor.fsdp_config.full_determinism"] = True
+            o["actor_rollout_ref.ref.fsdp_config.full_determinism"] = True
         if estimator == "gae":
             o["critic.strategy"] = "fsdp2"
             if version >= Version("0.7.0"):
@@ -389,6 +422,10 @@ class VerlBackend(Backend):
                "RLBRIDGE_SEED": str(tr.seed)}  # read by rlbridge's bootstrap in every verl process (boot.py)
         if tr.torch_threads:
             env["OMP_NUM_THREADS"] = str(tr.torch_threads)
+        if tr.deterministic:  # what verl's main_ppo sets for full_determinism before it starts Ray (main_ppo.py:47)
+            env.update(VERL_FULL_DETERMINISM="1", PYTHONHASHSEED=str(tr.seed))
+            if not cpu:
+                env["VLLM_BATCH_INVARIANT"] = "1"
         if cpu and version >= Version("0.9.0"):
             env.update(VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda", VLLM_TARGET_DEVICE="cpu",
                        VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")

@@ -32,9 +32,12 @@ CORE_KNOBS = frozenset({"backend", "run_name", "output_dir", "engine_env", "engi
                         # read by `rlbridge submit --to slurm|kuberay` only, never by an engine
                         "launcher",
                         # handled by rlbridge itself on the metrics every engine streams
-                        "training.on_nonfinite", "training.nonfinite_steps"})
+                        "training.on_nonfinite", "training.nonfinite_steps",
+                        # restarts and the hang watchdog run in the user's process, around any engine (rlbridge.run.runner)
+                        "training.max_restarts", "training.restart_backoff_s", "training.hang_first_step_s",
+                        "training.hang_factor", "training.hang_min_s", "training.on_hang"})
 # Sections whose keys are knobs one level down (dicts and lists are one knob each).
-_SECTIONS = ("algorithm", "model", "data", "rollout", "training", "critic", "resources", "placement", "checkpoint")
+_SECTIONS = ("algorithm", "model", "data", "rollout", "training", "offline", "critic", "resources", "placement", "checkpoint")
 
 
 def canonical_knobs() -> list[str]:
@@ -168,6 +171,23 @@ def only_for(knob: str, algorithms: tuple[str, ...], why: str) -> Callable[[RunC
     return check
 
 
+def offline_only(knob: str) -> Callable[[RunConfig], str | None]:
+    """A capability check refusing a non-default offline.* knob outside the offline stages that use it
+    (rlbridge.contract.config.OFFLINE_KNOBS): e.g. offline.dpo_beta with algorithm.name sft."""
+    from rlbridge.contract.config import OFFLINE_KNOBS
+
+    stages = tuple(stage for stage, used in OFFLINE_KNOBS.items() if knob.split(".", 1)[1] in used)
+    return only_for(knob, stages, "a knob of the offline stages, see docs/stages.md")
+
+
+def offline_stages_rejected(note: str) -> list[Capability]:
+    """Every offline.* knob rejected, for a backend that runs none of the offline stages (its
+    algorithm.name check names why first)."""
+    from rlbridge.contract.config import OfflineConfig
+
+    return [rejected(f"offline.{knob}", note) for knob in OfflineConfig.model_fields]
+
+
 def one_stop_condition(why: str) -> Callable[[RunConfig], str | None]:
     """A capability check refusing training.steps and training.epochs set together (stop at whichever
     comes first) on an engine that has one stop condition only."""
@@ -240,6 +260,10 @@ class TrainingContext(Protocol):
 
     def checkpoint_saved(self, step: int, path: str) -> None:
         """The engine wrote a complete checkpoint for training step `step` at `path`."""
+
+    def emit_eval(self, step: int, metrics: dict[str, Any]) -> Any:
+        """Record one evaluation on data.eval after training step `step`: canonical `eval/...` metrics
+        (they go to eval_metrics.jsonl; metrics.jsonl keeps one row per training step)."""
 
 
 class Backend(ABC):
@@ -430,6 +454,24 @@ class Backend(ABC):
     def patches(self) -> list:
         """The version-gated patches (rlbridge.engine.patches.Patch) this adapter may apply in its engine process."""
         return []
+
+    # --- optional extension points, each with its default ---
+    def render_native(self, plan: Plan) -> str:
+        """`rlbridge plan`'s text: the native configuration as this engine's users read it (a launch
+        command, a config class call...). Default: the plan as YAML."""
+        return plan.to_yaml()
+
+    def recipe_importer(self) -> Any:
+        """What reads this engine's recipes for `rlbridge import` (rlbridge.run.importer.RecipeImporter),
+        or None: `rlbridge import --from <this backend>` is then refused naming the backend."""
+        return None
+
+    native_arm: ClassVar[str | None] = None
+    """Module of this engine's bench arm of kind `native` (rlbridge.run.bench): the plan run by the
+    engine's own entry point, without rlbridge around it, to measure rlbridge's overhead. Run with the
+    engine environment's Python as `-m MODULE prepare JOB.json OUT_DIR` (outside the timed command; it
+    writes OUT_DIR/native_cmd.json: argv, env, cwd, metrics file) and `-m MODULE canonical RAW OUT`
+    (the engine's per-step log to canonical metric names). None: no native arm."""
 
     def validate(self, plan: Plan) -> None:
         """Check the native configuration with the engine's own parser or config classes (this

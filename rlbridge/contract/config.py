@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo")
+ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "sft", "dpo", "reward_model")
+OFFLINE_STAGES = ("sft", "dpo", "reward_model")  # train on fixed rows: no rollout, no reward (docs/stages.md)
 GROUP_ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")  # advantage from a group of samples of one prompt
 
 
@@ -24,11 +25,15 @@ class StrictModel(BaseModel):
 
 
 class AlgorithmConfig(StrictModel):
-    name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo"] = "grpo"
-    """RL algorithm. grpo: group-normalised advantages; dr_grpo: GRPO without std scaling and with
+    name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "sft", "dpo", "reward_model"] = "grpo"
+    """Training stage. RL: grpo: group-normalised advantages; dr_grpo: GRPO without std scaling and with
     length-unbiased aggregation; rloo: leave-one-out baseline; reinforce_pp: REINFORCE++ (batch
     baseline); reinforce_pp_baseline: REINFORCE++-baseline (the group's mean reward as baseline, then
-    advantages normalised over the batch); ppo: critic with GAE."""
+    advantages normalised over the batch); ppo: critic with GAE. Offline stages (fixed rows, no rollout
+    and no reward; their knobs are in `offline`, docs/stages.md): sft: supervised fine-tuning on
+    prompt/completion or chat-message rows; dpo: direct preference optimisation on prompt/chosen/rejected
+    rows; reward_model: a Bradley-Terry pairwise reward model (sequence classification, one output) on
+    prompt/chosen/rejected rows."""
     group_size: int = Field(8, ge=1)
     """Samples generated per prompt (TRL num_generations, verl rollout.n, OpenRLHF
     n_samples_per_prompt). Group-based algorithms need at least 2."""
@@ -251,7 +256,6 @@ class RolloutConfig(StrictModel):
         return self
 
 
-
 class RewardSpec(StrictModel):
     name: str = ""
     """Reward plugin name (see `rlbridge plugins`). With `native`, the name its metrics are logged
@@ -316,7 +320,8 @@ class TrainingConfig(StrictModel):
     weight_decay: float = Field(0.0, ge=0.0)
     """AdamW weight decay."""
     batch_size: int = Field(8, ge=1)
-    """Global batch, in prompts per training step (each yields algorithm.group_size samples)."""
+    """Global batch, in prompts per training step (each yields algorithm.group_size samples); in an
+    offline stage (sft, dpo, reward_model), in rows (a dpo/reward_model row is one preference pair)."""
     mini_batch_size: int | None = Field(None, ge=1)
     """Samples per optimizer update (global). None: the whole rollout batch in one update.
     Must be a multiple of group_size and divide batch_size x group_size."""
@@ -332,6 +337,11 @@ class TrainingConfig(StrictModel):
     """Seed for model init, data order and sampling."""
     torch_threads: int | None = Field(None, ge=1)
     """CPU only: torch intra-op threads. None keeps torch's default."""
+    deterministic: bool = False
+    """Two runs of the same config and seed give the same metrics, step for step, on the same machine
+    and environment: the engine's own determinism switches (deterministic torch algorithms, per-request
+    vLLM sampling seeds, a fixed order of requests and reward workers) on top of training.seed. Slower;
+    what each engine does, and what stays out of reach, is in docs/reproducibility.md."""
     on_nonfinite: Literal["fail", "warn"] = "fail"
     """What a NaN or infinite metric (loss, reward, grad norm...) does. Either way metrics.jsonl
     records it as null, names it in the row's `nonfinite` list, the console shows it and step hooks
@@ -339,6 +349,25 @@ class TrainingConfig(StrictModel):
     row; warn: go on."""
     nonfinite_steps: int = Field(1, ge=1)
     """Consecutive steps with a non-finite metric after which on_nonfinite: fail stops the run."""
+    max_restarts: int = Field(0, ge=0)
+    """Restarts after a retryable failure (a process of the run killed or OOM-killed, a dead Ray actor
+    or vLLM engine, a collective timeout, a hang; docs/faults.md lists which kinds are), each from the
+    last complete checkpoint in the same output_dir (needs checkpoint.interval). The engine then runs
+    in a process of its own, so that a restart starts it afresh. Once spent, the run fails with the
+    last cause. 0: a failure fails the run."""
+    restart_backoff_s: float = Field(10.0, ge=0.0)
+    """Seconds before the first restart, doubled before each further one (at most 600)."""
+    hang_first_step_s: float | None = Field(1800.0, gt=0.0)
+    """Hang watchdog: a run (or a restart) whose first step takes longer than this is hung. None turns
+    the watchdog off."""
+    hang_factor: float = Field(5.0, gt=1.0)
+    """Hang watchdog, after the first step: a run is hung when no step came for this many times the
+    longest interval between two steps so far (at least training.hang_min_s)."""
+    hang_min_s: float = Field(600.0, gt=0.0)
+    """Hang watchdog: the shortest bound after the first step, in seconds."""
+    on_hang: Literal["restart", "fail"] = "restart"
+    """What a hang does once its stacks are written: restart (while training.max_restarts allows;
+    else it fails) or fail."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass instead of storing them (less memory, ~30 % more
     compute), for the policy and, with ppo, the critic."""
@@ -566,6 +595,60 @@ class RolloutWorkersConfig(StrictModel):
     least 16) had a fault, rather than training on a reward that is broken everywhere. 1.0 never fails."""
 
 
+class OfflineConfig(StrictModel):
+    """Knobs of the offline stages (algorithm.name sft, dpo, reward_model); each keeps its default
+    otherwise. Learning rate, schedule, steps/epochs, batches, LoRA and the chat template are the
+    common knobs of `training` and `model`."""
+
+    max_length: int = Field(1024, ge=8)
+    """Tokens per training sequence: prompt + completion (sft), prompt + chosen and prompt + rejected
+    (dpo, reward_model); longer ones are truncated at the end (TRL max_length, OpenRLHF --max_len,
+    verl data.max_length)."""
+    completion_only_loss: bool = True
+    """sft: the loss covers the completion (prompt/completion rows) or the assistant messages (chat
+    rows) only; False trains on every token, prompt included."""
+    packing: bool = False
+    """sft: concatenate rows into sequences of max_length tokens (fewer, fuller sequences; attention
+    does not cross rows where the engine supports it) instead of one padded sequence per row."""
+    dpo_loss: Literal["sigmoid", "ipo"] = "sigmoid"
+    """dpo: the preference loss: sigmoid (the DPO paper's -log sigmoid(beta x margin)) or ipo (squared
+    distance of the margin from 1/(2 beta), IPO)."""
+    dpo_beta: float = Field(0.1, gt=0.0)
+    """dpo: beta, the strength of the implicit KL constraint to the reference model (for ipo, its tau)."""
+    reference_model: str | None = None
+    """dpo: the reference policy (a directory, hub id or builtin:NAME). None: a frozen copy of the
+    initial policy (model.path)."""
+
+
+# offline stage -> the offline knobs it uses (the others must keep their defaults)
+OFFLINE_KNOBS = {
+    "sft": ("max_length", "completion_only_loss", "packing"),
+    "dpo": ("max_length", "dpo_loss", "dpo_beta", "reference_model"),
+    "reward_model": ("max_length",),
+}
+# knobs of RL only: an offline stage has no rollout, reward, group or critic (each must keep its default)
+RL_ONLY = ("algorithm.group_size", "algorithm.kl_coef", "algorithm.kl_placement", "algorithm.clip_low", "algorithm.clip_high",
+           "algorithm.loss_aggregation", "algorithm.advantage_normalization", "algorithm.epochs_per_rollout",
+           "algorithm.kl_estimator", "algorithm.entropy_coef", "algorithm.gamma", "algorithm.gae_lambda",
+           "algorithm.dynamic_sampling", "algorithm.rollout_correction", "algorithm.rollout_correction_threshold",
+           "rollout", "reward", "environment", "critic")
+
+
+def _default_of(model: type[BaseModel], dotted: str) -> Any:
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        model = model.model_fields[part].annotation
+    return model.model_fields[parts[-1]].get_default(call_default_factory=True)
+
+
+def _dumped(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [_dumped(v) for v in value]
+    return value
+
+
 class RunConfig(StrictModel):
     backend: str = "trl"
     """Engine to run on: trl, verl, openrlhf (see `rlbridge backends`)."""
@@ -603,6 +686,8 @@ class RunConfig(StrictModel):
     """The value model of algorithm ppo (the only algorithm with a critic); leave it unset otherwise."""
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     """Optimisation, batches and length of training."""
+    offline: OfflineConfig = Field(default_factory=OfflineConfig)
+    """Knobs of the offline stages sft, dpo and reward_model (algorithm.name)."""
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     """Machines, GPUs and CPUs."""
     launcher: LauncherConfig = Field(default_factory=LauncherConfig)
@@ -618,9 +703,29 @@ class RunConfig(StrictModel):
     backend_options.verl.<hydra key>, backend_options.openrlhf.<flag>. Applied last, over the
     translated config, and checked against the engine's own config; options for another engine are ignored."""
 
+    @property
+    def is_offline(self) -> bool:
+        """An offline stage (sft, dpo, reward_model): trains on fixed rows, no rollout and no reward."""
+        return self.algorithm.name in OFFLINE_STAGES
+
+    def _check_stage_knobs(self) -> None:
+        """An RL knob must keep its default in an offline stage (one that would change nothing is an error)."""
+        name = self.algorithm.name
+        if self.is_offline:
+            for knob in RL_ONLY:
+                value = getattr(self, knob) if "." not in knob else getattr(getattr(self, knob.split(".")[0]), knob.split(".")[1])
+                if _dumped(value) != _dumped(_default_of(RunConfig, knob)):
+                    raise ValueError(f"{knob}: algorithm.name {name} trains on fixed rows (no rollout, reward or groups), "
+                                     f"so {knob} would change nothing; remove it")
+        # offline.* under the wrong stage is each backend's capability check (rlbridge.contract.backend.offline_only)
+
     @model_validator(mode="after")
     def _cross_checks(self) -> "RunConfig":
         algo, tr = self.algorithm, self.training
+        self._check_stage_knobs()
+        if self.is_offline:
+            self._check_offline_batches()
+            return self
         if algo.name in GROUP_ALGORITHMS and algo.group_size < 2:
             raise ValueError(
                 f"algorithm.group_size is {algo.group_size}, but {algo.name} compares samples within a group: "
@@ -663,12 +768,33 @@ class RunConfig(StrictModel):
             raise ValueError("model.chat_template_kwargs needs model.use_chat_template: true (without it no template is applied)")
         if not self.reward and self.environment is None:
             raise ValueError("'reward' is empty: add at least one reward plugin (see `rlbridge plugins`)")
+        if self.training.max_restarts and not self.checkpoint.interval:
+            raise ValueError(
+                f"training.max_restarts ({self.training.max_restarts}) restarts from the last complete checkpoint, and "
+                "checkpoint.interval is 0 (none are saved): set checkpoint.interval (steps between checkpoints, e.g. 10) "
+                "or training.max_restarts=0"
+            )
         return self
+
+    def _check_offline_batches(self) -> None:
+        """Today's batch semantics with one sample per row (docs/batch-semantics.md): batch_size rows per
+        step, mini_batch_size rows per optimizer update, micro_batch_size rows per forward/backward."""
+        tr = self.training
+        if tr.mini_batch_size is not None and tr.batch_size % tr.mini_batch_size:
+            raise ValueError(f"training.mini_batch_size ({tr.mini_batch_size}) does not divide the batch of "
+                             f"training.batch_size = {tr.batch_size} rows: use a divisor of {tr.batch_size}")
+        mini = tr.mini_batch_size or tr.batch_size
+        if tr.micro_batch_size is not None and mini % tr.micro_batch_size:
+            raise ValueError(f"training.micro_batch_size ({tr.micro_batch_size}) does not divide the mini batch ({mini}): "
+                             f"use a divisor of {mini}")
 
     # Derived batch arithmetic, shared by every adapter.
     @property
     def rollout_samples(self) -> int:
-        """Samples generated per training step."""
+        """Samples per training step: generated (batch_size x group_size) in RL, rows (batch_size) in an
+        offline stage (a DPO/RM row is one preference pair)."""
+        if self.is_offline:
+            return self.training.batch_size
         return self.training.batch_size * self.algorithm.group_size
 
     @property

@@ -6,6 +6,20 @@ import math
 import re
 from typing import Any
 
+# The offline stages (algorithm.name sft, dpo, reward_model; docs/stages.md), also as eval/<name> on data.eval
+STAGE: dict[str, str] = {
+    "loss/sft": "sft: mean negative log-likelihood per trained token (the completion's only, with offline.completion_only_loss).",
+    "sft/token_accuracy": "sft: fraction of trained tokens whose argmax prediction is the data's token.",
+    "loss/dpo": "dpo: the preference loss (offline.dpo_loss) of the step.",
+    "dpo/reward_chosen": "dpo: mean implicit reward beta x (log pi - log pi_ref) of the chosen completions.",
+    "dpo/reward_rejected": "dpo: mean implicit reward of the rejected completions.",
+    "dpo/margin": "dpo: mean of reward_chosen - reward_rejected over the pairs.",
+    "dpo/accuracy": "dpo: fraction of pairs whose chosen implicit reward is strictly above the rejected one (0 while the policy equals the reference: every pair ties).",
+    "loss/reward_model": "reward_model: the Bradley-Terry loss -log sigmoid(r_chosen - r_rejected) of the step.",
+    "rm/accuracy": "reward_model: fraction of pairs the model scores chosen above rejected.",
+    "rm/margin": "reward_model: mean of r_chosen - r_rejected over the pairs.",
+}
+
 CANONICAL: dict[str, str] = {
     "reward/mean": "Mean total (weighted) reward of the step's samples.",
     "reward/std": "Standard deviation of the total reward over the step's samples.",
@@ -42,6 +56,7 @@ CANONICAL: dict[str, str] = {
     "reward/nonfinite": "Reward scores that were NaN or inf, this step.",
     "reward/invalid": "Reward scores that were not numbers, came in the wrong number, or were None for every plugin of a sample, this step.",
     "reward/skipped": "Samples left without any score under rollout_workers.on_error: skip (their total is 0), this step.",
+    **STAGE,
 }
 
 _PLUGIN_RE = re.compile(r"^reward/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -58,6 +73,7 @@ EVAL: dict[str, str] = {
     "eval/response_length/mean": "Mean generated tokens per evaluation sample.",
 }
 _EVAL_PLUGIN_RE = re.compile(r"^eval/reward/[A-Za-z0-9_.-]+/mean$")
+EVAL.update({f"eval/{name}": f"On the evaluation rows: {doc}" for name, doc in STAGE.items()})
 
 
 def eval_metrics(metrics: dict) -> dict[str, float]:

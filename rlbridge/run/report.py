@@ -19,6 +19,10 @@ def summarize(history: list[dict[str, float]]) -> dict[str, Any]:
             reward_last10pct_mean=sum(tail) / len(tail),
             first_step_reward_ge_0_9=next((s for s, r in rewards if r >= 0.9), None),
         )
+    for name in ("loss/sft", "loss/dpo", "loss/reward_model"):  # an offline stage's loss (docs/stages.md)
+        losses = [row[name] for row in history if name in row]
+        if losses:
+            out.update(loss=name, loss_first=losses[0], loss_last=losses[-1])
     if step_times:
         ordered = sorted(step_times)
         out.update(step_s_median=ordered[len(ordered) // 2], train_s=sum(step_times))
