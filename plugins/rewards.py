@@ -63,6 +63,27 @@ def length_penalty(target_tokens: int = 16):
     return reward
 
 
+def remote_digit_match(min_ms: float = 50.0, max_ms: float = 200.0, digit_key: str | None = None):
+    """digit_match behind a remote call: each sample waits min_ms-max_ms first, as a tool call or a
+    sandbox over the network does (the wait is fixed per completion text, so every arm of a bench
+    waits the same for the same sample). A latency-bound workload for the asynchronous loop
+    (configs/bench-async.yaml): the wait is wall time, not CPU, so generation can overlap it."""
+    import time
+    import zlib
+
+    if not 0 <= min_ms <= max_ms:
+        raise ValueError("remote_digit_match: need 0 <= min_ms <= max_ms")
+    score = digit_match(digit_key)
+
+    def reward(inputs: Sequence[RewardInput]) -> list[float]:
+        for x in inputs:
+            fraction = zlib.crc32(x.completion.encode()) / 0xFFFFFFFF
+            time.sleep((min_ms + fraction * (max_ms - min_ms)) / 1000.0)
+        return score(inputs)
+
+    return reward
+
+
 @hookimpl
 def rlbridge_register_rewards():
     # pure string functions of the sample: scored in the engine process, no worker pool to start
@@ -71,4 +92,6 @@ def rlbridge_register_rewards():
         RewardPlugin("exact_match", exact_match, "1 if the completion equals the answer", isolate=False),
         RewardPlugin("contains_answer", contains_answer, "1 if the answer occurs in the completion", isolate=False),
         RewardPlugin("length_penalty", length_penalty, "penalty for distance from a target length in tokens", isolate=False),
+        # waits like a remote call: in the worker pool, where a wait blocks no engine process
+        RewardPlugin("remote_digit_match", remote_digit_match, "digit_match after a 50-200 ms wait per sample (a remote call)"),
     ]

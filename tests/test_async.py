@@ -130,3 +130,19 @@ def test_openrlhf_async_metrics_are_canonical():
                         "rlbridge/rollout_idle": 0.2, "rlbridge/partial_rollouts": 0.0, "timing/broadcast": 0.3})
     assert out["async/staleness_max"] == 1.0 and out["timing/weight_sync_s"] == 0.3
     assert all(is_canonical(k) for k in out)
+
+
+def test_remote_digit_match_waits_like_a_remote_call_and_scores_like_digit_match():
+    import time
+
+    from rlbridge.contract.rewards import RewardInput
+    from rlbridge_plugins.rewards import digit_match, remote_digit_match
+
+    inputs = [RewardInput(prompt="3333", completion=c, completion_ids=[1] * len(c), answer="3") for c in ("333", "3a3b", "")]
+    start = time.perf_counter()
+    scores = remote_digit_match(min_ms=20, max_ms=40)(inputs)
+    waited = time.perf_counter() - start
+    assert scores == digit_match()(inputs)
+    assert 3 * 0.020 <= waited < 3 * 0.040 + 0.5  # one wait per sample, within the bounds
+    with pytest.raises(ValueError, match="min_ms <= max_ms"):
+        remote_digit_match(min_ms=50, max_ms=10)
