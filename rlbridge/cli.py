@@ -169,7 +169,7 @@ def plan(
               + (", shared" if prepared.plan.layout.get("shared") else ", separate"))
     for note in prepared.plan.approximations:
         print(f"# approximated: {note}")
-    print(prepared.backend.render_native(prepared.plan) if hasattr(prepared.backend, "render_native") else prepared.plan.to_yaml())
+    print(prepared.backend.render_native(prepared.plan))
 
 
 @app.command()

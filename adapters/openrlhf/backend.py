@@ -197,6 +197,7 @@ class OpenRLHFBackend(Backend):
     actor_roles = {"PolicyModelActor": ("actor",), "ReferenceModelActor": ("reference",), "CriticModelActor": ("critic",),
                    "RewardModelActor": ("reward",), "RolloutRayActor": ("rollout",), "LLMRayActor": ("rollout",)}
     default_version = DEFAULT_VERSION
+    native_arm = "rlbridge_adapters.openrlhf.native"  # the bench's arm of kind native
     description = "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), reinforce_pp_baseline (reinforce_baseline), ppo (gae); vLLM rollout"
 
     def knob_effects(self) -> dict[str, Any]:

@@ -131,6 +131,7 @@ class TRLBackend(Backend):
     distribution = DISTRIBUTION
     supported_versions = SUPPORTED_VERSIONS
     default_version = DEFAULT_VERSION
+    native_arm = "rlbridge_adapters.trl.native"  # the bench's arm of kind native
     description = ("Hugging Face TRL: GRPOTrainer (grpo, dr_grpo) and RLOOTrainer (rloo), HF generate or colocated vLLM; "
                    "SFTTrainer, DPOTrainer and RewardTrainer (sft, dpo, reward_model)")
     resume_reproduces_metrics = True  # TRL's checkpoints hold every RNG state; HF generate on CPU is deterministic

@@ -174,6 +174,7 @@ class VerlBackend(Backend):
     # 0.9's vLLM server process (no logical GPU of its own: it serves on the WorkerDict's) is the rollout too
     actor_roles = {"WorkerDict": ("actor", "rollout", "reference"), "vLLMHttpServer": ("rollout",)}
     default_version = DEFAULT_VERSION
+    native_arm = "rlbridge_adapters.verl.native"  # the bench's arm of kind native
     description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
 
     def knob_effects(self) -> dict[str, Any]:

@@ -80,6 +80,27 @@ class PluginManager:
         self.pm.register(plugin, name=name)
         self._sources[id(plugin)] = (name, distribution)
         self.__dict__.pop("items", None)  # registrations changed: collect again
+        self.check_pending()  # every registration, those at start-up (entry points, local plugins) included
+
+    def check_pending(self) -> None:
+        """Refuse a hook implementation that matches no hook of the contract (a misspelled name would
+        otherwise never be called): pluggy's check_pending, as an error naming the hook and its plugin."""
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            known = [name for name in dir(hookspecs) if name.startswith(f"{hookspecs.PROJECT}_")]
+            plugin_name, dist = self._sources.get(id(exc.plugin), (self.pm.get_name(exc.plugin) or repr(exc.plugin), ""))
+            unknown = sorted(
+                name for name, caller in vars(self.pm.hook).items()
+                if not caller.has_spec() and any(impl.plugin is exc.plugin and not impl.optionalhook for impl in caller.get_hookimpls())
+            )
+            hook = unknown[0] if unknown else "?"
+            source = f" from distribution '{dist}'" if dist else ""
+            self.pm.unregister(exc.plugin)  # the manager stays usable without it
+            raise RLBridgeError(
+                f"plugin '{plugin_name}'{source} implements '{hook}', which is no rlbridge hook{did_you_mean(hook, known)}; "
+                f"rename it to a hook of rlbridge.contract.hookspecs (or mark it @hookimpl(optionalhook=True))"
+            ) from exc
 
     @property
     def hook(self):

@@ -34,11 +34,6 @@ from rlbridge.run.loading import format_validation_error, load_config
 
 # Keys that differ per run by construction, never a difference between arms.
 PER_RUN_KEYS = ("run_name", "output_dir", "checkpoint.dir", "training.seed")
-# The native arm of each backend: TRL's is a plain script run here; the others' modules live in the
-# adapter and run in the engine environment: `prepare JOB RUN_DIR` (outside the timed command) writes
-# native_cmd.json, the engine's own entry point to time, and `canonical RAW OUT` maps its per-step log.
-NATIVE_SCRIPTS = {"trl": "rlbridge.engine.native_trl", "verl": "rlbridge_adapters.verl.native",
-                  "openrlhf": "rlbridge_adapters.openrlhf.native"}
 
 
 class ArmSpec(BaseModel):
@@ -251,9 +246,10 @@ def build_jobs(spec: BenchSpec, spec_path: Path, plugins=None) -> tuple[list[Run
     diffs = differences(first)
     check_fairness(spec, diffs)
     for arm in spec.arms:
-        if arm.kind == "native" and first[arm.label()].backend not in NATIVE_SCRIPTS:
+        if arm.kind == "native" and pm.backend(first[arm.label()].backend).native_arm is None:
+            with_arm = sorted(name for name, r in pm.items["backend"].items() if r.item.native_arm)
             raise ConfigError(
-                f"arm '{arm.label()}': kind native is available for {', '.join(NATIVE_SCRIPTS)} "
+                f"arm '{arm.label()}': kind native is available for {', '.join(with_arm)} "
                 f"(not '{first[arm.label()].backend}')"
             )
     jobs = []
@@ -398,36 +394,27 @@ def command_for(job: RunJob, run_dir: Path) -> RunCommand:
         # the canonical config this native run stands for (its key is computed from it, as for rlbridge runs)
         (run_dir / "config.in.yaml").write_text(yaml.safe_dump(job.config.model_dump(mode="json", exclude_unset=True), sort_keys=False))
         rows = load_rows(config.data.train, config, "data.train")
-        if job.config.backend != "trl":  # the engine's own entry point, prepared in its environment
-            from rlbridge.contract.registry import get_plugin_manager
-            from rlbridge.run.runner import choose_engine_python
+        # the engine's own entry point, prepared in its environment by the adapter's module (Backend.native_arm)
+        from rlbridge.contract.registry import get_plugin_manager
+        from rlbridge.run.launch import engine_env_vars
+        from rlbridge.run.runner import choose_engine_python
 
-            python = choose_engine_python(config, get_plugin_manager().backend(config.backend)) or Path(sys.executable)
-            module = NATIVE_SCRIPTS[job.config.backend]
-            native_job = {"plan": plan, "model_dir": materialize_model(config), "rows": rows,
-                          "batch_size": config.training.batch_size, "steps": config.training.steps,
-                          "use_chat_template": config.model.use_chat_template, "max_new_tokens": config.rollout.max_new_tokens}
-            (run_dir / "native_job.json").write_text(json.dumps(native_job))
-            prep = subprocess.run([str(python), "-m", module, "prepare", str(run_dir / "native_job.json"), str(out)],
-                                  capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-            if prep.returncode != 0:
-                raise RLBridgeError(f"arm '{job.arm}': preparing the native run failed: {prep.stderr.strip()[-1500:]}")
-            native = json.loads((out / "native_cmd.json").read_text())
-            from rlbridge.run.launch import engine_env_vars
-
-            return RunCommand(native["argv"], Path(native["metrics"]), {**engine_env_vars(python), **native["env"]}, Path(native["cwd"]),
-                              [str(python), "-m", module, "canonical", native["metrics"], str(out / "metrics.jsonl")],
-                              [Path(native["ray_temp_dir"])] if native.get("ray_temp_dir") else [])
-        plan["native"]["args"]["output_dir"] = str((out / "trainer").absolute())
-        native_job = {
-            "plan": plan,
-            "model_dir": materialize_model(config),
-            "rows": rows,
-            "reward": [r.model_dump(mode="json") for r in config.reward],
-        }
+        backend = get_plugin_manager().backend(config.backend)
+        python = choose_engine_python(config, backend) or Path(sys.executable)
+        module = backend.native_arm
+        native_job = {"plan": plan, "model_dir": materialize_model(config), "rows": rows,
+                      "reward": [r.model_dump(mode="json") for r in config.reward],
+                      "batch_size": config.training.batch_size, "steps": config.training.steps,
+                      "use_chat_template": config.model.use_chat_template, "max_new_tokens": config.rollout.max_new_tokens}
         (run_dir / "native_job.json").write_text(json.dumps(native_job))
-        cmd = [sys.executable, "-m", NATIVE_SCRIPTS[job.config.backend], str(run_dir / "native_job.json"), str(out)]
-        return RunCommand(cmd, out / "metrics.jsonl")
+        prep = subprocess.run([str(python), "-m", module, "prepare", str(run_dir / "native_job.json"), str(out)],
+                              capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if prep.returncode != 0:
+            raise RLBridgeError(f"arm '{job.arm}': preparing the native run failed: {prep.stderr.strip()[-1500:]}")
+        native = json.loads((out / "native_cmd.json").read_text())
+        return RunCommand(native["argv"], Path(native["metrics"]), {**engine_env_vars(python), **native["env"]}, Path(native["cwd"]),
+                          [str(python), "-m", module, "canonical", native["metrics"], str(out / "metrics.jsonl")],
+                          [Path(native["ray_temp_dir"])] if native.get("ray_temp_dir") else [])
     config = job.config.model_copy(deep=True)
     config.output_dir = str(out.absolute())
     config.run_name = f"{job.arm} seed {job.seed}"

@@ -160,7 +160,7 @@ def import_recipe(
 
     pm = plugins or get_plugin_manager()
     backend = pm.backend(engine)
-    importer = getattr(backend, "recipe_importer", lambda: None)()
+    importer = backend.recipe_importer()
     if importer is None:
         raise ConfigError(f"--from {engine}: backend '{engine}' has no recipe importer")
     recipe = importer.read(source, version)

@@ -2,23 +2,44 @@
 plain script, with no rlbridge runner, run context, metrics callback, patches or plot around it
 (what a user writing against TRL directly would run). It measures rlbridge's overhead.
 
-`python -m rlbridge.engine.native_trl JOB.json OUT_DIR`. JOB.json (written by rlbridge.run.bench) holds
-the plan, the model directory and the training rows, so this process reads no rlbridge config. The
-reward is the same reward function, called through the few lines a TRL user writes. One line per
-step goes to OUT_DIR/metrics.jsonl (step, reward/mean, timing/step_s), the native script's own log.
+The bench's three sub-commands (`Backend.native_arm`), run with the engine environment's Python:
+
+- `prepare JOB.json OUT_DIR` (not timed): the job with the trainer's output directory under OUT_DIR,
+  and OUT_DIR/native_cmd.json, the command to time: `run` below.
+- `run JOB.json OUT_DIR`: JOB.json (written by rlbridge.run.bench) holds the plan, the model directory
+  and the training rows, so this process reads no rlbridge config. The reward is the same reward
+  function, called through the few lines a TRL user writes. One line per step goes to
+  OUT_DIR/steps.jsonl (step, reward/mean, timing/step_s), the native script's own log.
+- `canonical RAW OUT`: that log is canonical already; copied to OUT.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
 
-def main(argv: list[str]) -> None:
-    job = json.loads(Path(argv[0]).read_text())
-    out = Path(argv[1])
+def prepare(job_path: Path, out: Path) -> None:
+    job = json.loads(job_path.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    job["plan"]["native"]["args"]["output_dir"] = str((out / "trainer").absolute())
+    trl_job = out / "trl_job.json"
+    trl_job.write_text(json.dumps(job))
+    cmd = {"argv": [sys.executable, "-m", __spec__.name, "run", str(trl_job), str(out)], "env": {},
+           "metrics": str(out / "steps.jsonl"), "cwd": os.getcwd()}
+    (out / "native_cmd.json").write_text(json.dumps(cmd, indent=1))
+
+
+def canonical(raw: Path, out: Path) -> None:
+    shutil.copyfile(raw, out)
+
+
+def run(job_path: Path, out: Path) -> None:
+    job = json.loads(job_path.read_text())
     out.mkdir(parents=True, exist_ok=True)
     native = job["plan"]["native"]
 
@@ -74,7 +95,7 @@ def main(argv: list[str]) -> None:
             if "completions/mean_length" in logs:
                 row["response_length/mean"] = logs["completions/mean_length"]
             self.started = None
-            with open(out / "metrics.jsonl", "a") as fh:
+            with open(out / "steps.jsonl", "a") as fh:
                 fh.write(json.dumps(row) + "\n")
 
     args = getattr(trl, native["config_class"])(**native["args"])
@@ -84,6 +105,13 @@ def main(argv: list[str]) -> None:
     )
     trainer.remove_callback(PrinterCallback)
     trainer.train()
+
+
+def main(argv: list[str]) -> None:
+    commands = {"prepare": prepare, "run": run, "canonical": canonical}
+    if len(argv) != 3 or argv[0] not in commands:
+        raise SystemExit(f"usage: python -m {__spec__.name} prepare|run|canonical PATH PATH")
+    commands[argv[0]](Path(argv[1]), Path(argv[2]))
 
 
 if __name__ == "__main__":
