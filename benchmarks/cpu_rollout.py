@@ -3,13 +3,15 @@
 1. scaling: a CPU-heavy reward (pure-Python loop per sample) through the pool with 1 and 2
    workers, samples per second and their ratio (target >= 1.8x on 2 cores);
 2. sandbox: sandboxed executions per second of a trivial program, 2 at a time (target >= 50/s);
+   judge: rows judged per second by code_tests' judge (4 asserts, each call a fresh process), 2 at a
+   time, against the trivial-program rate measured before and after it (target >= 0.5x);
 3. latency: one quickstart-shaped reward call (digit_match, 64 samples) inline and through the pool;
 4. overhead: the quickstart (TRL) with its trivial reward as a function that goes to the pool
    (examples/native_rewards/trl_reward.py:digit_share, digit_match in TRL's convention; the built-in
    digit_match declares isolate=False and is never pooled) with rollout_workers.mode inline and
    process, the pool's extra reward time as a share of step time (target <= 5 %).
 
-Usage: python benchmarks/cpu_rollout.py [--part scaling,sandbox,latency,overhead] [--steps 40]
+Usage: python benchmarks/cpu_rollout.py [--part scaling,sandbox,judge,latency,overhead] [--steps 40]
 Prints one JSON object per part; the load average is printed too (a shared machine skews 1 and 2).
 """
 
@@ -82,6 +84,40 @@ def sandbox(runs: int = 200, parallel: int = 2) -> dict:
             "ok": outcomes.count("ok"), "target": ">= 50", "loadavg": os.getloadavg()}
 
 
+def judge(runs: int = 200, parallel: int = 2, tests: int = 4) -> dict:
+    """Judged executions per second: code_tests' judge (rlbridge.engine.sandbox.run_tests) on a
+    trivial solution with `tests` asserts, 2 at a time, against `sandbox`'s trivial-program rate,
+    which is what the in-sandbox harness before 835bcc1 cost (one sandboxed program per row)."""
+    from rlbridge.engine.sandbox import run_python, run_tests
+
+    solution = "def f(x):\n    return x + 1\n"
+    cases = [f"assert f({i}) == {i + 1}" for i in range(tests)]
+
+    def judged(_):
+        return run_tests(solution, cases)[0]
+
+    def program(_):
+        return run_python({"main.py": "print(sum(range(100)))"}).outcome
+
+    out: dict = {"part": "judge", "runs": runs, "parallel": parallel, "tests_per_row": tests}
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(judged, range(parallel * 2)))  # warm the page cache
+        for name, fn in (("program", program), ("judged", judged), ("program_again", program)):
+            c0, t0 = _cpu_s(), time.perf_counter()
+            results = list(pool.map(fn, range(runs)))
+            out[f"{name}_per_s"] = round(runs / (time.perf_counter() - t0), 1)
+            # CPU per row (this process and every sandbox process): the rate on idle cores, unlike wall time here
+            out[f"{name}_cpu_ms"] = round(1000 * (_cpu_s() - c0) / runs, 1)
+            if name == "judged":
+                out["judged_score_1"] = results.count(1.0)
+    today = (out["program_per_s"] + out["program_again_per_s"]) / 2  # before and after: drift hits both
+    today_cpu = (out["program_cpu_ms"] + out["program_again_cpu_ms"]) / 2
+    out.update({"judged_rows_per_s_vs_program": round(out["judged_per_s"] / today, 2),
+                "judged_vs_program_by_cpu": round(today_cpu / out["judged_cpu_ms"], 2),
+                "judged_tests_per_s": round(out["judged_per_s"] * tests, 1), "target": ">= 0.5", "loadavg": os.getloadavg()})
+    return out
+
+
 def _cpu_s() -> float:
     import resource
 
@@ -143,11 +179,12 @@ def overhead(steps: int = 40, rounds: int = 2) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", default="scaling,sandbox,latency,overhead")
+    parser.add_argument("--part", default="scaling,sandbox,judge,latency,overhead")
     parser.add_argument("--steps", type=int, default=40)
     opts = parser.parse_args()
     for part in opts.part.split(","):
-        result = {"scaling": scaling, "sandbox": sandbox, "latency": latency, "overhead": lambda: overhead(opts.steps)}[part]()
+        result = {"scaling": scaling, "sandbox": sandbox, "judge": judge, "latency": latency,
+                  "overhead": lambda: overhead(opts.steps)}[part]()
         print(json.dumps(result), flush=True)
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 import time
 
 import pytest
 
 from rlbridge.contract.registry import get_plugin_manager
 from rlbridge.contract.rewards import RewardInput
-from rlbridge.engine._sandbox_init import decode_value, encode_value
+from rlbridge.engine._sandbox_init import decode_value, encode_value, json_text
 from rlbridge.engine.sandbox import Judge, Limits, SandboxUnavailable, check_available, run_tests, strict_equal
 from rlbridge.engine.workers import RewardScorer, Settings, specs_with_factories
 
@@ -30,7 +31,8 @@ sandboxed = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 
 def test_values_cross_as_builtin_types_only():
     value = {"a": (1, 2.5, [True, None]), 3: frozenset({b"x"}), (1, "t"): {1 + 2j}}
-    assert decode_value(json.loads(json.dumps(encode_value(value)))) == value
+    assert decode_value(json.loads(json_text(encode_value(value)))) == value
+    assert json.loads(json_text([float("nan"), "\u00e9\ud800\n", -0.0, 10**30]))[1:] == ["\u00e9\ud800\n", -0.0, 10**30]
     assert type(decode_value(encode_value((1,)))) is tuple and type(decode_value(encode_value([1]))) is list
 
     class Int(int):
@@ -77,11 +79,23 @@ def test_malformed_tests_are_the_rows_fault():
 
 @sandboxed
 def test_every_call_is_a_fresh_process_under_its_own_uid():
-    solution = "import os\nseen = []\ndef probe(x):\n    seen.append(x)\n    open('mark', 'w').write('x')\n    return [os.getuid(), len(seen), sorted(os.listdir('.'))]\n"
+    solution = textwrap.dedent("""
+        import os
+        seen = []
+        def probe(x):
+            seen.append(x)
+            open("mark", "w").write("x")
+            try:  # plant a file where the next call's dir will be made
+                os.mkdir("/tmp/c1")
+                planted = True
+            except OSError:
+                planted = False
+            return [os.getuid(), len(seen), sorted(os.listdir(".")), planted]
+    """)
     with Judge(solution, Limits()) as judge:
         first, second = judge.call("probe", [1]), judge.call("probe", [2])
     assert first.outcome == second.outcome == "ok", (first, second)
-    assert first.value[1:] == second.value[1:] == [1, ["mark"]]  # no state carried over
+    assert first.value[1:] == second.value[1:] == [1, ["mark"], False]  # no state carried over
     assert first.value[0] != second.value[0] and 0 not in (first.value[0], second.value[0])
 
 

@@ -139,8 +139,8 @@ ATTACKS = {
                     return int(found.group(1))
             return 0
     """,
-    # a forked child reports for the parent: pass marks and a second value on every fd, after the
-    # parent has answered (and a setsid daemon that waits longer)
+    # a forked child reports for the parent: pass marks and a second value on every fd, at once and
+    # (a setsid daemon) after the parent has answered
     "forked_reporter": """
         import os, time
         def _report(delay):
@@ -154,7 +154,7 @@ ATTACKS = {
             os._exit(0)
         def f(x):
             if os.fork() == 0:
-                _report(0.02)
+                _report(0)
             if os.fork() == 0:
                 os.setsid()
                 _report(0.3)

@@ -292,10 +292,12 @@ class Judge:
     def call(self, name: str, args: Sequence = (), kwargs: dict | None = None) -> Call:
         """`name(*args, **kwargs)` of the solution; the value arrives decoded (see Call)."""
         encode = _codec()[0]
-        call = self._request({"kind": "call", "name": name, "args": json.dumps(encode(list(args))),
-                              "kwargs": json.dumps(encode(dict(kwargs or {})))})
+        call = self._request({"kind": "call", "name": name, "args": encode(list(args)), "kwargs": encode(dict(kwargs or {}))})
         if call.outcome == "ok":
             call = _with_value(call)
+        else:  # what it reported, if anything, is not a value: at most the name of what it raised
+            text, call.value = str(call.value or ""), None
+            call.error = call.error or (text[1:200] if text.startswith("E") else "")
         return call
 
     def program(self, stdin: str) -> Call:
