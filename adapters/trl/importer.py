@@ -206,6 +206,37 @@ class TRLRecipeImporter:
                 continue
             raise ConfigError(f"{recipe.where(s.line)}: unknown TRL {installed} {recipe.extras['config_class']} field "
                               f"'{s.spelling or s.key}'{did_you_mean(s.key, fields)}")
+        self._check_types(recipe, installed)
+
+    @staticmethod
+    def _check_types(recipe: Recipe, installed: str) -> None:
+        """Each value against the type TRL's own config class declares for its field (`learning_rate: fast`,
+        `num_generations: [8]` are refused here, with their line, as HfArgumentParser would refuse them)."""
+        import typing
+
+        import trl
+        from pydantic import TypeAdapter, ValidationError
+
+        cls = getattr(trl, recipe.extras["config_class"])
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - a hint this Python cannot resolve: the fields are not type-checked
+            recipe.notes.append((None, f"values not type-checked: {cls.__name__}'s annotations do not resolve here"))
+            return
+        for s in recipe.settings:
+            hint = hints.get(s.key)
+            if hint is None or s.value is None:
+                continue
+            try:
+                adapter = TypeAdapter(hint)
+            except Exception:  # noqa: BLE001 - a type pydantic cannot check (an arbitrary class): TRL checks it
+                continue
+            try:
+                adapter.validate_python(s.value)
+            except ValidationError:
+                shown = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+                raise ConfigError(f"{recipe.where(s.line)}: {s.spelling or s.key}: {s.value!r} is not a valid value for TRL {installed} "
+                                  f"{cls.__name__}.{s.key} (declared {shown})") from None
 
     def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
         out = dict(native["args"])
@@ -283,7 +314,22 @@ class TRLRecipeImporter:
                 break
             except Exception:  # noqa: BLE001 - TRL's own validation of the recipe; retried for this machine
                 cfg = None
-        if cfg is None:
+        if cfg is None:  # TRL's own config class refuses the recipe: its reason, not a silent loss of every default
+            try:
+                cls(**{k: v for k, v in kwargs.items() if k not in ("bf16", "fp16", "tf32")}, use_cpu=True)
+            except Exception as exc:  # noqa: BLE001 - TRL's message is the error
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                if "divisible" in first:
+                    # a batch check on this one process (generation_batch_size = per-device batch x processes x
+                    # steps_per_generation): the recipe is for several processes, so TRL's declared defaults stand
+                    recipe.notes.append((None, f"TRL {class_name} checks batch sizes on one process here ({first}); the "
+                                               "recipe is for several, so the defaults are the class's declared ones"))
+                    out = {name: f.default for name, f in fields.items() if name not in ("use_cpu", "bf16", "fp16", "tf32")
+                           and isinstance(f.default, (int, float, str, bool, type(None)))}
+                    out["config_class"] = class_name
+                    return out
+                line = next((s.line for s in recipe.settings if isinstance(s.value, str) and s.value and s.value in first), None)
+                raise ConfigError(f"{recipe.where(line)}: TRL {class_name} refuses the recipe: {first}") from None
             return {}
         injected = {k for k in ("use_cpu", "bf16", "fp16", "tf32") if k not in kwargs}  # device flags: the machine's, not the recipe's
         out = {}

@@ -98,7 +98,16 @@ class VerlRecipeImporter:
                 continue
             overrides.append(tok)
         for tok in overrides:
+            key, eq, value = tok.text.partition("=")
+            if eq and ("$(" in value or "`" in value):  # a command substitution, kept literally (noted): a string value
+                recipe.settings.append(Setting(key.lstrip("+"), value, tok.line, tok.text, key if key.startswith("+") else ""))
+                continue
             recipe.settings.append(self._override(tok.text, tok.line, name))
+        engine = next((s for s in recipe.settings if s.key == "model_engine"), None)
+        if engine is not None and engine.value not in ("dp", "fsdp"):
+            raise ConfigError(f"{recipe.where(engine.line)}: model_engine={engine.value} composes verl's {engine.value} trainer config; "
+                              "rlbridge runs verl's FSDP engine (model_engine=dp, the default), so this recipe's "
+                              f"{engine.value} keys have no meaning there: import the FSDP variant of the recipe")
         return recipe
 
     @staticmethod

@@ -163,10 +163,35 @@ def import_recipe(
     importer = backend.recipe_importer()
     if importer is None:
         raise ConfigError(f"--from {engine}: backend '{engine}' has no recipe importer")
-    recipe = importer.read(source, version)
+    _check_text(source)
+    try:
+        recipe = importer.read(source, version)
+    except SyntaxError as exc:  # a truncated or broken Python recipe (TRL), as Python itself reports it
+        raise ConfigError(f"{exc.filename or source}:{exc.lineno}: not valid Python: {exc.msg}") from None
     if version and not backend.version_supported(version):
         raise ConfigError(f"--engine-version {version}: outside the range backend '{engine}' supports ({backend.supported_versions})")
     return Solver(backend, importer, recipe, explicit_version=version is not None, rewards=rewards).run()
+
+
+def _check_text(source: str) -> None:
+    """A recipe file must be text: a binary file is one line naming where, not a decoding traceback."""
+    path = Path(source)
+    try:
+        if not path.is_file():
+            return
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the recipe ({exc.strerror})") from None
+    if b"\0" in data:
+        line = data.count(b"\n", 0, data.index(b"\0")) + 1
+        raise ConfigError(f"{source}:{line}: not a text file (a NUL byte); rlbridge import reads a launch script, "
+                          "a command line or a config file")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{source}:{line}: not a text file (byte {exc.start} is not UTF-8); rlbridge import reads a "
+                          "launch script, a command line or a config file") from None
 
 
 # --- the solver ---------------------------------------------------------------------------------
