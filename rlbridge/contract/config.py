@@ -712,7 +712,9 @@ class RunConfig(StrictModel):
         """An RL knob must keep its default in an offline stage (one that would change nothing is an error)."""
         name = self.algorithm.name
         if self.is_offline:
-            for knob in RL_ONLY:
+            sections = {"rollout": RolloutConfig, "critic": CriticConfig}  # named field by field
+            knobs = [sub for k in RL_ONLY for sub in ([f"{k}.{f}" for f in sections[k].model_fields] if k in sections else [k])]
+            for knob in knobs:
                 value = getattr(self, knob) if "." not in knob else getattr(getattr(self, knob.split(".")[0]), knob.split(".")[1])
                 if _dumped(value) != _dumped(_default_of(RunConfig, knob)):
                     raise ValueError(f"{knob}: algorithm.name {name} trains on fixed rows (no rollout, reward or groups), "

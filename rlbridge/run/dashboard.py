@@ -207,8 +207,40 @@ def render(runs: list[Run]) -> str:
 
 
 def write_report(run_dirs: list[Path], output: Path) -> Path:
-    runs = [load_run(Path(p)) for p in run_dirs]
+    """A pipeline's directory (its pipeline.json, rlbridge.run.pipeline) stands for its stages' runs,
+    with a table of the stages first."""
+    runs, pipelines = [], []
+    for p in map(Path, run_dirs):
+        if (p / "pipeline.json").is_file():
+            record = json.loads((p / "pipeline.json").read_text())
+            pipelines.append(record)
+            runs += [load_run(Path(stage["run_dir"])) for stage in record["stages"] if (Path(stage["run_dir"]) / "metrics.jsonl").is_file()]
+        else:
+            runs.append(load_run(p))
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render(runs), encoding="utf-8")
+    page = render(runs)
+    if pipelines:
+        page = page.replace("<h2>Canonical metrics</h2>", "".join(map(pipeline_table, pipelines)) + "<h2>Canonical metrics</h2>", 1)
+    output.write_text(page, encoding="utf-8")
     return output
+
+
+def pipeline_table(record: dict[str, Any]) -> str:
+    """One row per stage: what it trained, on which engine, from which model to which, how it ended."""
+    rows = [f"<h2>Pipeline {html.escape(str(record.get('name')))}: {html.escape(str(record.get('status')))}</h2>",
+            '<table class="pipeline"><tr><th>stage</th><th>algorithm</th><th>backend</th><th>status</th>'
+            "<th>model in</th><th>model out</th><th>learned</th><th>run directory</th></tr>"]
+    for stage in record["stages"]:
+        summary = stage.get("summary") or {}
+        if "loss" in summary:
+            learned = f"{summary['loss']} {summary['loss_first']:.3g} -> {summary['loss_last']:.3g}"
+        elif "reward_first" in summary:
+            learned = f"reward/mean {summary['reward_first']:.3g} -> {summary['reward_last']:.3g}"
+        else:
+            learned = ""
+        status = stage.get("status", "") + (" (finished before, not rerun)" if stage.get("skipped") else "")
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+            stage["name"], stage.get("algorithm"), stage.get("backend"), status, stage.get("model_in"), stage.get("model_out", "-"),
+            learned, stage["run_dir"])) + "</tr>")
+    return "".join(rows) + "</table>"

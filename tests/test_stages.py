@@ -1,0 +1,154 @@
+"""The offline stages (algorithm.name sft, dpo, reward_model) and pipelines (docs/stages.md).
+
+Plans: the batch arithmetic, the stage's TRL config and its refusals. Real TRL runs on CPU with the
+tiny builtin models: SFT's held-out loss falls (chat rows, the BPE tokenizer), DPO's held-out
+preference accuracy rises from 0 to >= 0.8 (IPO loss), and configs/pipeline.yaml runs SFT -> RM -> GRPO
+end to end: the RM reaches >= 0.8 held-out pairwise accuracy, the GRPO stage's RM reward rises, a
+second run skips every finished stage, and `rlbridge report` shows the pipeline."""
+
+import json
+
+import pytest
+
+from conftest import REPO, run_cli
+from rlbridge.errors import CapabilityError, ConfigError
+from rlbridge.run.loading import load_config
+from rlbridge.run.runner import prepare, train
+
+CONFIGS = REPO / "configs"
+
+
+def _plan(config: str, *overrides: str):
+    return prepare(load_config(CONFIGS / config, ["resources.gpus_per_node=0", *overrides]))
+
+
+def _eval(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "eval_metrics.jsonl").read_text().splitlines()]
+
+
+# ---- plans ----
+
+def test_stage_plans_use_the_stage_trainer_and_todays_batch_semantics():
+    native = _plan("dpo.yaml", "training.batch_size=16", "training.mini_batch_size=8", "training.micro_batch_size=4",
+                   "training.steps=5", "offline.dpo_loss=ipo", "offline.dpo_beta=0.3", "offline.max_length=48").plan.native
+    args = native["args"]
+    assert (native["trainer"], native["config_class"]) == ("DPOTrainer", "DPOConfig")
+    # 16 pairs per step in updates of 8 pairs, 4 per forward/backward: 2 updates per step of 2 accumulations
+    assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"], args["max_steps"]) == (4, 2, 10)
+    assert (native["updates_per_step"], args["logging_steps"]) == (2, 2)
+    assert (args["loss_type"], args["beta"], args["max_length"]) == (["ipo"], 0.3, 48)
+    sft = _plan("sft.yaml", "offline.completion_only_loss=false").plan.native
+    assert (sft["trainer"], sft["args"]["completion_only_loss"], sft["args"]["packing"]) == ("SFTTrainer", False, False)
+    rm = _plan("reward_model.yaml", "model.lora={rank: 4}").plan.native
+    assert rm["trainer"] == "RewardTrainer" and rm["lora"]["task_type"] == "SEQ_CLS"  # the score head is trained too
+
+
+@pytest.mark.parametrize("override, knob", [
+    ("rollout.temperature=0.5", "rollout.temperature"),
+    ("reward=[{name: digit_match}]", "reward"),
+    ("algorithm.group_size=4", "algorithm.group_size"),
+])
+def test_rl_knobs_in_an_offline_stage_are_errors_naming_the_knob(override, knob):
+    with pytest.raises(ConfigError, match=knob.replace(".", r"\.")):
+        _plan("sft.yaml", override)
+
+
+def test_offline_knobs_outside_their_stage_are_refused():
+    with pytest.raises(CapabilityError, match=r"offline\.dpo_beta.*only to algorithm\.name dpo"):
+        _plan("sft.yaml", "offline.dpo_beta=0.3")
+    with pytest.raises(CapabilityError, match=r"offline\.max_length"):
+        _plan("quickstart.yaml", "offline.max_length=64")
+
+
+@pytest.mark.parametrize("backend, stage, why", [
+    ("verl", "dpo", "no offline DPO trainer"),
+    ("verl", "reward_model", "no reward-model trainer"),
+    ("verl", "sft", "sft_trainer"),
+    ("openrlhf", "dpo", "train_dpo"),
+    ("openrlhf", "reward_model", "train_rm"),
+])
+def test_engines_without_the_stage_refuse_it_naming_why(backend, stage, why):
+    config = {"sft": "sft.yaml", "dpo": "dpo.yaml", "reward_model": "reward_model.yaml"}[stage]
+    with pytest.raises(CapabilityError, match=f"algorithm.name={stage}.*{why}"):
+        _plan(config, f"backend={backend}")
+
+
+def test_rows_are_checked_for_the_stage(tmp_path):
+    from rlbridge.contract.data import load_rows
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"prompt": "1111", "answer": "1"}) + "\n")
+    config = load_config(CONFIGS / "dpo.yaml", [f"data.train={{type: jsonl, path: {rows}}}"])
+    with pytest.raises(ConfigError, match="'chosen', 'rejected'"):
+        load_rows(config.data.train, config, "data.train")
+    rows.write_text(json.dumps({"messages": [{"role": "user", "content": "1"}, {"role": "assistant", "content": "1"}]}) + "\n")
+    config = load_config(CONFIGS / "sft.yaml", [f"data.train={{type: jsonl, path: {rows}}}"])
+    with pytest.raises(ConfigError, match="use_chat_template: true"):
+        load_rows(config.data.train, config, "data.train")
+
+
+def test_pipeline_files_are_checked_before_anything_runs(tmp_path):
+    from rlbridge.run.pipeline import load_pipeline, run_pipeline
+
+    path = tmp_path / "p.yaml"
+    path.write_text(f"stages:\n  - {{name: a, config: {CONFIGS / 'sft.yaml'}, set: {{model.path: '{{b.model}}'}}}}\n"
+                    f"  - {{name: b, config: {CONFIGS / 'sft.yaml'}}}\n")
+    with pytest.raises(ConfigError, match="no earlier stage is named 'b'"):
+        load_pipeline(path)
+    path.write_text(f"stages:\n  - {{name: a, config: {CONFIGS / 'sft.yaml'}}}\n")
+    with pytest.raises(ConfigError, match="name their stage first"):
+        run_pipeline(path, ["training.steps=3"])
+
+
+# ---- real TRL runs ----
+
+def test_sft_held_out_loss_falls_on_chat_rows_with_a_bpe_tokenizer(tmp_path):
+    chat = "{type: generator, name: digit_sft, args: {num_rows: %d, format: messages, seed: %d}}"
+    summary = train(load_config(CONFIGS / "sft.yaml", [
+        f"output_dir={tmp_path}", "model.path=builtin:tiny-bpe", "model.use_chat_template=true",
+        f"data.train={chat % (512, 0)}", f"data.eval={chat % (32, 1)}", "data.eval_interval=10",
+        "training.steps=20",
+    ]), progress=False)
+    evals = _eval(tmp_path)
+    assert [e["step"] for e in evals] == [0, 10, 20]
+    first, last = evals[0]["eval/loss/sft"], evals[-1]["eval/loss/sft"]
+    assert last < 0.6 * first, evals
+    assert summary["model"] == str(tmp_path / "model") and (tmp_path / "model" / "model.safetensors").is_file()
+
+
+def test_dpo_held_out_preference_accuracy_rises_to_0_8(tmp_path):
+    train(load_config(CONFIGS / "dpo.yaml", [f"output_dir={tmp_path}", "offline.dpo_loss=ipo", "offline.dpo_beta=0.2"]),
+          progress=False)
+    evals = _eval(tmp_path)
+    assert evals[0]["step"] == 0 and evals[0]["eval/dpo/accuracy"] <= 0.6, evals  # policy == reference: ties
+    assert evals[-1]["eval/dpo/accuracy"] >= 0.8, evals
+    assert evals[-1]["eval/dpo/margin"] > evals[0]["eval/dpo/margin"]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert {"loss/dpo", "dpo/reward_chosen", "dpo/reward_rejected", "dpo/margin", "dpo/accuracy"} <= set(rows[-1])
+
+
+def test_pipeline_sft_rm_grpo_learns_skips_finished_stages_and_reports(tmp_path):
+    """configs/pipeline.yaml as shipped (outputs under tmp_path): ~1 min on 2 CPU cores."""
+    res = run_cli("train", str(CONFIGS / "pipeline.yaml"), "--no-progress", "--set", "grpo.training.steps=30", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / "runs" / "pipeline"
+    record = json.loads((out / "pipeline.json").read_text())
+    assert record["status"] == "completed" and [s["name"] for s in record["stages"]] == ["sft", "rm", "grpo"]
+    sft, rm, grpo = record["stages"]
+    assert rm["model_in"] == grpo["model_in"] == sft["model_out"]  # each stage's output is the next one's input
+    sft_eval = _eval(out / "sft")
+    assert sft_eval[-1]["eval/loss/sft"] < sft_eval[0]["eval/loss/sft"]
+    assert _eval(out / "rm")[-1]["eval/rm/accuracy"] >= 0.8
+    rewards = [json.loads(line)["reward/mean"] for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.3, rewards  # the trained RM's reward rises
+    config = (out / "grpo" / "config.yaml").read_text()
+    assert rm["model_out"] in config  # the GRPO stage's reward is the trained RM
+
+    again = run_cli("train", str(CONFIGS / "pipeline.yaml"), "--no-progress", "--set", "grpo.training.steps=30", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("skipped (finished before)") == 3, again.stdout
+
+    report = run_cli("report", str(out), "-o", str(tmp_path / "r.html"), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "Pipeline pipeline: completed" in page and "reward_model" in page and "loss/sft" in page
