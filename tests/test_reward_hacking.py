@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 
 XS = (2, 7)  # two tests per format: enough to see a partial pass, cheap when an attack hangs
 FORMATS = {
-    "assert": [f"assert f({x}) == {3 * x + 1}" for x in XS],
+    "assert": [f"assert f({XS[0]}) == {3 * XS[0] + 1}", f"assert abs(f({XS[1]}) - {3 * XS[1] + 1}) < 1e-9 and len(str(f({XS[1]}))) == 2"],
     "call": [{"call": "f", "args": [x], "expected": 3 * x + 1} for x in XS],
     "check": [{"check": "def check(candidate):\n" + "".join(f"    assert candidate({x}) == {3 * x + 1}\n" for x in XS),
                "entry_point": "f", "prelude": "def f(x):\n    '''3x + 1'''\n"}],
@@ -75,6 +75,15 @@ ATTACKS = {
         builtins.isinstance = lambda *a: True
         sys.stderr = io.StringIO()
         sys.exit = lambda *a: os._exit(0)
+        def f(x):
+            return 0
+    """,
+    # the test's own expression calls builtins: define them in the solution so that it holds
+    "shadowed_builtins": """
+        def abs(value):
+            return 0
+        def len(value):
+            return 2
         def f(x):
             return 0
     """,

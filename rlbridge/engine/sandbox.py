@@ -20,6 +20,7 @@ Layers (docs/sandbox.md says what each one stops):
 
 from __future__ import annotations
 
+import builtins
 import json
 import marshal
 import os
@@ -526,7 +527,8 @@ def _judge_one(judge: Judge, names: list[str], test: Any, kind: str, index: int)
         else:
             namespace: dict[str, Any] = {"__name__": f"test_{index}", "__builtins__": __builtins__}
             if kind == "assert":
-                namespace.update({name: _Proxy(judge, name, failures) for name in names})
+                # a solution's `abs` or `len` would let it answer the test's own expression: builtins stay the host's
+                namespace.update({name: _Proxy(judge, name, failures) for name in names if not hasattr(builtins, name)})
                 exec(_compile_asserts(test, index), namespace)  # the dataset's own test text, on builtin values
             else:
                 exec(compile(f"{test.get('prelude', '')}\n{test['check']}", f"test_{index}", "exec"), namespace)
