@@ -64,6 +64,7 @@ def run_in_env(python: Path, plan, ctx) -> None:
     tee = threading.Thread(target=_tee, args=(proc.stdout, log_path), daemon=True)
     tee.start()
     (ctx.run_dir / "engine.pid").write_text(str(proc.pid))
+    ctx.engine_process = proc  # the hang watchdog stops it (rlbridge.run.runner)
     error = failure = None
     try:
         with os.fdopen(read_fd, "r") as events:

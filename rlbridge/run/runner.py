@@ -310,6 +310,8 @@ def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, res
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt) and watchdog.fired is None:
                 raise
+            if watchdog.fired and engine_python is None:
+                watchdog.stop_captured()
             failure = watchdog.fired or classify(exc, ctx.run_dir, config, steps_done=ctx.steps_done, oom=oom,
                                                  actor_roles=backend.actor_roles, in_process=engine_python is None)
             if watchdog.fired and getattr(exc, "failure", None):  # what the engine's own account adds (its log)

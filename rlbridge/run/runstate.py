@@ -22,7 +22,7 @@ from rlbridge.errors import RLBridgeError
 STATE_FILE = "run_state.json"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -62,20 +62,20 @@ def previous_run(run_dir: Path) -> dict[str, Any] | None:
     if not state or state.get("status") not in ("running", "killed"):
         return None
     pid, host = state.get("pid"), state.get("host")
-    if state.get("status") == "running" and host == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() and _pid_alive(pid):
+    if state.get("status") == "running" and host == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() and pid_alive(pid):
         raise RLBridgeError(
             f"output_dir: another rlbridge run (pid {pid}, started {time.ctime(state.get('started', 0))}) is still writing "
             f"to {run_dir}; wait for it, stop it, or choose another output_dir"
         )
     out = {"status": "killed", "pid": pid, "host": host, "started": state.get("started")}
     out["reason"] = state.get("reason") or f"process {pid} on {host} ended without writing its summary (killed)"
-    last = _last_step(Path(run_dir) / "metrics.jsonl")
+    last = last_step(Path(run_dir) / "metrics.jsonl")
     if last is not None:
         out["last_step"] = last
     return out
 
 
-def _last_step(path: Path) -> int | None:
+def last_step(path: Path) -> int | None:
     try:
         lines = path.read_text().splitlines()
     except OSError:

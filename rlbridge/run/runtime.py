@@ -35,6 +35,7 @@ class RunContext:
         self.sinks = sinks if isinstance(sinks, RunSinks) else RunSinks([(f"sink#{i}", s) for i, s in enumerate(sinks)])
         self.progress = progress
         self.steps_done = 0
+        self.steps_emitted = 0  # rows written by this process, restarts included (the hang watchdog counts them)
         self.history: list[dict[str, float]] = []
         self.checkpoints: list[dict[str, Any]] = []
         self.evals: list[dict[str, float]] = []  # evaluations on data.eval (emit_eval)
@@ -46,6 +47,8 @@ class RunContext:
         self.nonfinite_steps: list[int] = []  # steps with a NaN or infinite canonical metric
         self._nonfinite_streak = 0
         self._resuming = bool(config.checkpoint.resume)  # rows after the checkpoint are rewritten
+        self._restart: dict[str, Any] | None = None  # marks the first row a restarted engine writes
+        self.engine_process = None  # the engine's subprocess.Popen when it runs in a process of its own
 
     @property
     def total_steps(self) -> int | None:
@@ -71,6 +74,8 @@ class RunContext:
         row: dict[str, Any] = {"step": step, **{k: (None if k in bad else v) for k, v in clean.items()}}
         if bad:
             row["nonfinite"] = bad
+        if self._restart is not None:  # the first step after a restart says so, with its cause
+            row["restart"], self._restart = self._restart, None
         self._metrics_fh.write(json.dumps(row, allow_nan=False) + "\n")
         self._metrics_fh.flush()
         if native is not None:
@@ -78,6 +83,7 @@ class RunContext:
             self._native_fh.write(json.dumps({"step": step, **safe}, allow_nan=False) + "\n")
             self._native_fh.flush()
         self.steps_done = step
+        self.steps_emitted += 1
         self.history.append({"step": step, **canonical.finite(clean)})  # summary and plot: finite values
         rows = [_row(s) for s in (samples or [])[: self.config.telemetry.samples_per_step]]
         for sample in rows:
@@ -111,6 +117,13 @@ class RunContext:
             )
         self.warn(f"step {step}: non-finite {names} (null in metrics.jsonl; training.on_nonfinite={training.on_nonfinite})")
 
+    def restarted(self, plan: Plan, restart: dict[str, Any]) -> None:
+        """The engine starts again (training.max_restarts) from its last complete checkpoint: its first
+        step replaces that step and later ones, and its row carries the restart's number and cause."""
+        self.plan = plan
+        self._resuming = True
+        self._restart = {"n": restart["n"], "kind": restart["kind"], "process": restart["process"]}
+
     def _drop_rows_from(self, step: int) -> None:
         """A resumed run starts again at `step` (the one after its checkpoint): the rows a killed run
         wrote for that step and later (and a torn last line) are dropped, so that each step is in
@@ -129,6 +142,9 @@ class RunContext:
             tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
             tmp.replace(path)
             setattr(self, attr, open(path, "a", encoding="utf-8"))
+        # what this process recorded of those steps goes too (a restart in the same run)
+        self.history = [row for row in self.history if row["step"] < step]
+        self.nonfinite_steps = [s for s in self.nonfinite_steps if s < step]
 
     def warn(self, message: str) -> None:
         """A warning on the console, above the progress bar when there is one."""

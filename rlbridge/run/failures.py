@@ -1,0 +1,473 @@
+"""Why a run failed, in one record: `summary.json`'s `failure: {kind, process, role, evidence, hint,
+retryable}` (docs/faults.md has the table).
+
+The classifier reads what a failed run leaves: the exception (and its traceback), the `failure`
+launchers attach (the Ray actor or engine process that died, its error lines and log), the end of
+engine.log and of that process's log, and the kernel's OOM-kill counters taken before and after the
+run (/proc/vmstat and the run's memory cgroup). Each kind has a hint that names the knob to change,
+with a value where one can be computed from the run's own config. `retryable` says whether
+`training.max_restarts` restarts the run after it: a failure of the machine or of one process
+(killed, OOM-killed, a stuck collective, a hang) is; one that the same config would meet again
+(a config the engine refuses, a missing engine, a broken reward, NaN, a full disk) is not.
+Imports no engine; reads files only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# kind -> whether training.max_restarts restarts the run after it (docs/faults.md says why for each)
+RETRYABLE: dict[str, bool] = {
+    "host_oom": True,  # memory is shared with the rest of the host; a fresh process starts unfragmented
+    "cuda_oom": False,  # the same config at the same step allocates the same: change the config
+    "ray_actor_died": True,
+    "vllm_engine_died": True,
+    "collective_timeout": True,  # a rank stopped or lost its peer: transient at scale
+    "reward_faults": False,  # the plugin is broken for this data: retrying scores the same rows again
+    "nonfinite": False,  # a resumed run recomputes the same steps from the same state
+    "checkpoint_write_failed": False,  # the disk stays full / the directory stays read-only
+    "engine_import": False,
+    "config_refused": False,
+    "engine_process_died": True,  # killed from outside (a signal) without an OOM record
+    "hang": True,
+    "error": False,  # an exception nothing above explains: most likely a bug that would repeat
+}
+
+
+@dataclass
+class OomCounters:
+    """The kernel's OOM-kill counts when the run started: host-wide (/proc/vmstat `oom_kill`) and in
+    the memory cgroup of the run's process (v2 memory.events, v1 memory.oom_control), with its limit."""
+
+    host: int | None = None
+    cgroup: str | None = None
+    cgroup_count: int | None = None
+    limit_bytes: int | None = None
+    extra: dict[str, int] = field(default_factory=dict)  # other processes' cgroups (the engine process)
+
+    @classmethod
+    def now(cls, pid: int | None = None) -> "OomCounters":
+        path = memory_cgroup(pid or os.getpid())
+        count, limit = _cgroup_oom(path) if path else (None, None)
+        return cls(_vmstat_oom(), path, count, limit)
+
+    def watch(self, pid: int) -> None:
+        """Also count OOM kills in the memory cgroup of `pid` (an engine process started in another one)."""
+        path = memory_cgroup(pid)
+        if path and path != self.cgroup and path not in self.extra:
+            count, _ = _cgroup_oom(path)
+            if count is not None:
+                self.extra[path] = count
+
+    def kills_since(self) -> list[str]:
+        """Evidence of OOM kills since `now()`: one line per counter that grew."""
+        out = []
+        host = _vmstat_oom()
+        if self.host is not None and host is not None and host > self.host:
+            out.append(f"/proc/vmstat oom_kill {self.host} -> {host} (the kernel's OOM killer ran during the run)")
+        for path, before in ([(self.cgroup, self.cgroup_count)] if self.cgroup else []) + list(self.extra.items()):
+            after, limit = _cgroup_oom(path)
+            if before is not None and after is not None and after > before:
+                where = f"memory cgroup {path}" + (f" (limit {limit / 2**20:.0f} MiB)" if limit else "")
+                out.append(f"{where}: oom_kill {before} -> {after}")
+        return out
+
+
+def memory_cgroup(pid: int) -> str | None:
+    """The directory of `pid`'s memory cgroup (v2 unified or v1 memory controller), if mounted here."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, rel = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            path = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")
+            if path.is_dir():
+                return str(path)
+    for line in lines:
+        if line.startswith("0::"):
+            rel = line.split(":", 2)[2].lstrip("/")
+            for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+                if (root / rel / "memory.events").exists():
+                    return str(root / rel)
+    return None
+
+
+def _cgroup_oom(path: str) -> tuple[int | None, int | None]:
+    base = Path(path)
+    count = limit = None
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            for line in (base / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    count = int(value)
+        except (OSError, ValueError):
+            continue
+    for name in ("memory.max", "memory.limit_in_bytes"):
+        try:
+            text = (base / name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:
+            limit = int(text)
+    return count, limit
+
+
+def _vmstat_oom() -> int | None:
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+# --- patterns ---------------------------------------------------------------------------------------
+
+# (kind, pattern); the first kind with a match in the error text wins, then the same in the logs
+PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("nonfinite", re.compile(r"NonFiniteError|training\.on_nonfinite: step \d+ had non-finite")),
+    ("reward_faults", re.compile(r"RewardFailure|over rollout_workers\.error_threshold|rollout_workers\.on_error is 'fail'")),
+    ("cuda_oom", re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory|cuda error: out of memory|"
+                            r"HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache blocks")),
+    ("host_oom", re.compile(r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|"
+                            r"killed due to memory pressure \(OOM\)|Out of memory: Killed process")),
+    ("collective_timeout", re.compile(r"Watchdog caught collective operation timeout|WorkNCCL\(.*Timeout\(ms\)|NCCL (?:communicator|operation).*tim(?:ed|e) ?out|"
+                                      r"DistBackendError|[Gg]loo.*[Tt]imed out|Timed out waiting \d+ms for (?:recv|send) operation|"
+                                      r"gloo.*Connection closed by peer|ProcessGroupGloo.*timeout")),
+    ("checkpoint_write_failed", re.compile(r"No space left on device|ENOSPC|Disk quota exceeded|PytorchStreamWriter failed writing file")),
+    ("vllm_engine_died", re.compile(r"EngineDeadError|AsyncEngineDeadError|EngineCore encountered (?:a fatal error|an issue)|"
+                                    r"Engine core proc \S+ died unexpectedly|EngineCore_DP\d+ died|Engine process failed to start")),
+    ("ray_actor_died", re.compile(r"ActorDiedError|RayActorError|The actor died unexpectedly|WorkerCrashedError|"
+                                  r"The actor is dead because its worker process has died|Worker exit type")),
+    ("engine_import", re.compile(r"ModuleNotFoundError|ImportError: |cannot import name|No module named|undefined symbol|"
+                                 r"EngineNotAvailableError|is outside the supported range|is not installed in this environment|"
+                                 r"(?:requires|needs) \S+ ?[<>=!~]=? ?[\d.]+,? but (?:you have|found|\S+ is installed)")),
+]
+
+# a line of Ray's account of a death: "Worker exit type: SYSTEM_ERROR Worker exit detail: ..."
+_RAY_EXIT = re.compile(r"Worker exit type: \S+(?: Worker exit detail: [^.]*\.?)?")
+_ENGINE_FRAMES = re.compile(r'File "[^"]*/(?:trl|verl|openrlhf|transformers|deepspeed|vllm|omegaconf|hydra|peft|accelerate)/')
+_CONFIG_ERRORS = re.compile(r"^(?:ValueError|AssertionError|TypeError|KeyError|omegaconf\.errors\.\w+|hydra\.errors\.\w+|"
+                            r"ConfigAttributeError|ConfigKeyError|ValidationError|NotImplementedError)\b")
+# frames of the engines' checkpoint writers: an error raised under one is a failed checkpoint write. A
+# full disk does not always say so: torch.save reports "basic_ios::clear: iostream error" and
+# "[enforce fail at inline_container.cc] unexpected pos" (measured on a 600 KiB tmpfs under TRL)
+_SAVE_FRAMES = re.compile(r"in (?:_save_checkpoint|save_checkpoint|_save_optimizer_and_scheduler|save_pretrained|save_model|"
+                          r"_save_rng_state|save_file)\n|torch/serialization\.py\", line \d+, in save\n")
+_ARGPARSE = re.compile(r"error: (?:unrecognized arguments|argument \S+|the following arguments are required)")
+
+VLLM_CLASSES = ("LLMRayActor", "RolloutRayActor", "vLLMHttpServer", "AsyncvLLMServer", "EngineCore")
+
+
+def classify(
+    exc: BaseException | None,
+    run_dir: Path | str,
+    config=None,
+    *,
+    steps_done: int = 0,
+    oom: OomCounters | None = None,
+    actor_roles: dict[str, tuple[str, ...]] | None = None,
+    in_process: bool = False,
+) -> dict[str, Any]:
+    """The failure record of a failed run: what launchers attached (process, how, error, log, via)
+    plus kind, role, evidence, hint and retryable."""
+    run_dir = Path(run_dir)
+    attached = dict(getattr(exc, "failure", None) or {}) if exc is not None else {}
+    if attached.get("kind") == "hang":  # the watchdog already said which process and frame
+        attached.setdefault("retryable", RETRYABLE["hang"])
+        return attached
+    primary = _exception_text(exc) + "\n" + "\n".join(attached.get("error") or []) + "\n" + str(attached.get("how") or "")
+    logs = _log_text(run_dir, attached.get("log"))
+    kind, evidence = _match(primary)
+    if kind is None:
+        kind, evidence = _match(logs, strong_only=True)
+    oom_lines = oom.kills_since() if oom is not None else []
+    killed = "SIGKILL" in str(attached.get("how", "")) or "SIGKILL" in primary or "Worker exit type" in primary
+    if oom_lines and (kind in (None, "ray_actor_died", "engine_process_died", "vllm_engine_died") or killed):
+        kind, evidence = "host_oom", "; ".join(oom_lines)
+    if kind is None and exc is not None and _SAVE_FRAMES.search(primary):
+        kind, evidence = "checkpoint_write_failed", _last_exception_line(primary)
+        where = str(getattr(getattr(config, "checkpoint", None), "dir", None) or run_dir / "checkpoints")
+        free = _free_mib(where)
+        if free is not None:
+            size = _newest_checkpoint_mib(where)
+            full = free < 1 or (size is not None and free < size)
+            evidence += (f" (raised while writing a checkpoint; {free:.1f} MiB free where checkpoint.dir is"
+                         + (": the disk is full)" if full else ")"))
+    if kind is None and _config_refused(exc, primary, steps_done):
+        kind, evidence = "config_refused", _last_exception_line(primary)
+    if kind is None and re.search(r"was killed by SIG\w+|exited with code -?\d+", str(attached.get("how", ""))):
+        kind, evidence = "engine_process_died", str(attached["how"])
+    if kind is None:
+        kind, evidence = "error", _last_exception_line(primary)
+    if kind == "ray_actor_died":  # Ray's own account of the death is the evidence
+        detail = _RAY_EXIT.search(primary) or _RAY_EXIT.search(logs)
+        if detail:
+            evidence = f"{evidence}; {detail.group(0)}" if detail.group(0) not in evidence else evidence
+    process = attached.get("process") or ("the rlbridge train process (engine in process)" if in_process else "engine process")
+    if kind in ("ray_actor_died", "host_oom") and any(c in process for c in VLLM_CLASSES):
+        kind = "vllm_engine_died" if kind == "ray_actor_died" else kind
+    role = role_of(process, actor_roles or {}, kind)
+    out = {**attached, "kind": kind, "process": process, "role": role, "evidence": evidence[:600],
+           "hint": hint(kind, config, evidence=evidence, run_dir=run_dir), "retryable": RETRYABLE[kind]}
+    return out
+
+
+def _exception_text(exc: BaseException | None) -> str:
+    if exc is None:
+        return ""
+    try:
+        return "".join(traceback.format_exception(exc))
+    except Exception:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _log_text(run_dir: Path, log: str | None, tail_bytes: int = 200_000) -> str:
+    texts = []
+    for path in {run_dir / "engine.log", *([Path(log)] if log and Path(log).is_file() else [])}:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, path.stat().st_size - tail_bytes))
+                texts.append(fh.read().decode(errors="replace"))
+        except OSError:
+            continue
+    return "\n".join(texts)
+
+
+# kinds whose words in a log (not the error itself) are still conclusive: a warning that merely
+# mentions a module ('No module named flash_attn') or a permission is not
+_STRONG_IN_LOGS = {"cuda_oom", "host_oom", "collective_timeout", "vllm_engine_died"}
+
+
+def _match(text: str, strong_only: bool = False) -> tuple[str | None, str]:
+    for kind, pattern in PATTERNS:
+        if strong_only and kind not in _STRONG_IN_LOGS:
+            continue
+        found = pattern.search(text)
+        if found:
+            start = text.rfind("\n", 0, found.start()) + 1
+            end = text.find("\n", found.end())
+            return kind, text[start:end if end != -1 else None].strip()
+    return None, ""
+
+
+def _config_refused(exc: BaseException | None, text: str, steps_done: int) -> bool:
+    """An exception before the first step, raised in the engine's own config code, of the kinds
+    config validation raises (or argparse's refusal): the engine refused the plan at start."""
+    if steps_done > 0:
+        return False
+    if _ARGPARSE.search(text):
+        return True
+    last = _last_exception_line(text)
+    return bool(_CONFIG_ERRORS.search(last.split("(")[0].split(": ")[-1] if last.startswith("ray.") else last)
+                and _ENGINE_FRAMES.search(text))
+
+
+def _last_exception_line(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt|Failure)\b", line):
+            return line.strip()
+    return lines[-1].strip() if lines else ""
+
+
+def role_of(process: str, actor_roles: dict[str, tuple[str, ...]], kind: str = "") -> str:
+    """The process's part in the run: trainer, Ray actor (with its canonical roles), vLLM engine,
+    reward worker, rlbridge (the user's process)."""
+    actor = re.search(r"Ray actor (\S+)", process)
+    if actor:
+        name = actor.group(1)
+        from rlbridge.run.placement import roles_of
+
+        if any(c in name for c in VLLM_CLASSES):
+            return f"vLLM engine (Ray actor {name})"
+        roles = roles_of(name, actor_roles)
+        return f"Ray actor {name}" + (f" ({'/'.join(roles)})" if roles else "")
+    if "Ray driver" in process:
+        return "trainer (Ray driver)"
+    if "EngineCore" in process or "vLLM" in process:
+        return "vLLM engine"
+    if "reward" in process.lower():
+        return "reward worker"
+    return "trainer"
+
+
+def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = None) -> str:
+    """What to change after a failure of this kind: a knob, with a value computed from the config
+    where one can be."""
+    tr = getattr(config, "training", None)
+    ro = getattr(config, "rollout", None)
+    ck = getattr(config, "checkpoint", None)
+    rw = getattr(config, "rollout_workers", None)
+    restarts = "training.max_restarts=2 restarts it from the last complete checkpoint"
+    if kind == "cuda_oom":
+        parts = []
+        in_rollout = any(w in evidence for w in ("cumem_allocator", "cache blocks", "KV cache", "vllm", "EngineCore"))
+        if ro is not None and in_rollout:
+            parts.append(f"rollout.gpu_memory_utilization={max(0.05, round(ro.gpu_memory_utilization - 0.1, 2))} "
+                         f"(now {ro.gpu_memory_utilization}; it ran out in the rollout engine)")
+        if tr is not None:
+            micro = tr.micro_batch_size
+            parts.append(f"training.micro_batch_size={max(1, micro // 2)} (now {micro})" if micro and micro > 1
+                         else "training.micro_batch_size=1 or training.max_tokens_per_device (a token budget per device)")
+            if not tr.gradient_checkpointing:
+                parts.append("training.gradient_checkpointing=true")
+        return "GPU memory ran out: set " + (", ".join(parts) or "a smaller training.micro_batch_size") + \
+            "; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps when reserved memory is much above allocated"
+    if kind == "host_oom":
+        parts = []
+        if rw is not None and rw.num_workers > 1:
+            parts.append(f"rollout_workers.num_workers={rw.num_workers // 2} (now {rw.num_workers})")
+        if tr is not None and tr.micro_batch_size and tr.micro_batch_size > 1:
+            parts.append(f"training.micro_batch_size={tr.micro_batch_size // 2} (now {tr.micro_batch_size})")
+        limit = re.search(r"limit (\d+) MiB", evidence)
+        more = f"give the job more memory than its {limit.group(1)} MiB limit" if limit else "give the job more host memory"
+        return f"the kernel's (or Ray's) OOM killer ended a process of the run: {more}, or lower its peak: " + \
+            (", ".join(parts) or "smaller batches (training.micro_batch_size) or fewer reward workers") + f"; {restarts}"
+    if kind == "ray_actor_died":
+        return ("a Ray worker died (Ray's exit detail above; its own log is failure.log): if it says SIGKILL, "
+                f"look for an OOM kill on the node (dmesg); {restarts}")
+    if kind == "vllm_engine_died":
+        gmu = f"rollout.gpu_memory_utilization={max(0.05, round(ro.gpu_memory_utilization - 0.1, 2))} (now {ro.gpu_memory_utilization})" if ro else "a lower rollout.gpu_memory_utilization"
+        return f"the vLLM engine died: its traceback is in failure.log / engine.log; if it ran out of memory set {gmu}; {restarts}"
+    if kind == "collective_timeout":
+        return ("a rank did not reach a collective (stopped, died or much slower than its peers): `rlbridge stacks RUN_DIR` "
+                "while it hangs shows each rank's frame; NCCL_DEBUG=INFO names the peer; if the step is legitimately that long, "
+                f"raise the engine's collective timeout through backend_options; {restarts}")
+    if kind == "reward_faults":
+        frac = re.search(r"(\d+) of (\d+) samples", evidence)
+        now = rw.error_threshold if rw is not None else 0.5
+        if frac:
+            seen = int(frac.group(1)) / max(1, int(frac.group(2)))
+            return (f"fix the reward plugin named above ({frac.group(1)} of {frac.group(2)} samples faulted = {seen:.2f}); "
+                    f"only if those rows may score 0, raise rollout_workers.error_threshold above {seen:.2f} (now {now})")
+        return "fix the reward plugin named above, or set rollout_workers.on_error=zero (or skip) to score its faults as 0"
+    if kind == "nonfinite":
+        fields = re.search(r"had non-finite ([\w/., ]+?) \(", evidence)
+        names = fields.group(1) if fields else "a metric"
+        if names.startswith("reward/") and all(n.strip().startswith("reward/") for n in names.split(",")):
+            return f"a reward plugin returned NaN/inf ({names}): fix it, or rollout_workers.on_error=zero scores such samples 0"
+        lr = f"training.lr={tr.lr / 10:g} (now {tr.lr:g})" if tr is not None else "a lower training.lr"
+        clip = "" if tr is None or tr.grad_clip else ", training.grad_clip=1.0"
+        return f"{names} became NaN/inf: lower the learning rate, {lr}{clip}; training.on_nonfinite=warn records it and goes on"
+    if kind == "checkpoint_write_failed":
+        where = str(ck.dir) if ck is not None and ck.dir else str(run_dir / "checkpoints" if run_dir else "checkpoint.dir")
+        if re.search(r"Read-only file system|Permission denied|PermissionError", evidence):
+            return f"checkpoint.dir ({where}) is not writable by uid {os.getuid()}: make it writable or set checkpoint.dir to a writable directory"
+        free = _free_mib(where)
+        size = _newest_checkpoint_mib(where)
+        if free is not None and size is not None and free > 4 * size and "No space" not in evidence:
+            return (f"writing a checkpoint to {where} failed ({free:.0f} MiB free there, so not for space): the evidence "
+                    "names the error; set checkpoint.dir to a local, writable disk")
+        need = f"; one checkpoint is about {size:.0f} MiB" if size else ""
+        keep = "checkpoint.keep_last=1" if ck is None or ck.keep_last != 1 else "a larger disk"
+        return (f"the disk of checkpoint.dir ({where}) is full ({free:.0f} MiB free{need}): free space, set {keep}, "
+                "or point checkpoint.dir at a larger disk" if free is not None else
+                f"the disk of checkpoint.dir ({where}) is full: free space, set {keep}, or point checkpoint.dir at a larger disk")
+    if kind == "engine_import":
+        backend = getattr(config, "backend", "ENGINE")
+        return (f"the engine's Python environment lacks a module or has the wrong version: `rlbridge env create {backend}` "
+                f"rebuilds it (engine_env: auto uses it), or install a supported version; `rlbridge backends` lists the ranges")
+    if kind == "config_refused":
+        named = [f"backend_options.{engine}.{key}={value}" for engine, options in (getattr(config, "backend_options", None) or {}).items()
+                 for key, value in (options or {}).items() if str(value) and re.search(rf"\b{re.escape(str(value))}\b", evidence)]
+        which = f"it names the value of {', '.join(named)}: change or remove it" if named else "change the setting it names"
+        return (f"the engine refused the plan at start (its message is the evidence): {which}; "
+                "`rlbridge plan CONFIG --check` runs the engine's own config check without training")
+    if kind == "engine_process_died":
+        return f"a process of the run was killed from outside (no OOM kill recorded): see who sent the signal; {restarts}"
+    if kind == "hang":
+        bound = ("training.hang_factor / training.hang_min_s / training.hang_first_step_s set the bound "
+                 f"(now {tr.hang_factor:g} / {tr.hang_min_s:g} s / {tr.hang_first_step_s} s)" if tr is not None else
+                 "training.hang_factor, hang_min_s and hang_first_step_s set the bound")
+        if "reward worker" in evidence and rw is not None:
+            return (f"a reward call never returned: fix the plugin or the server it waits on; rollout_workers.timeout_s="
+                    f"{min(rw.timeout_s, 60):g} (now {rw.timeout_s:g}) ends such a call and scores it as a fault instead of "
+                    f"stalling the run; {bound}; {restarts}")
+        return f"no step within the bound: the stuck process and its frame are named above (stacks file); {bound}; {restarts}"
+    return "an error nothing above explains: read error.txt and engine.log (the traceback names the code)"
+
+
+def _free_mib(path: str) -> float | None:
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize / 2**20
+
+
+def _newest_checkpoint_mib(path: str) -> float | None:
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    dirs = sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    if not dirs:
+        return None
+    return sum(f.stat().st_size for f in dirs[-1].rglob("*") if f.is_file()) / 2**20
+
+
+# --- rlbridge doctor RUN_DIR ---------------------------------------------------------------------
+
+
+def explain(run_dir: Path | str) -> list[str]:
+    """`rlbridge doctor RUN_DIR`: how the run there ended, and for a failed or hung one what failed,
+    in which process, the evidence and what to change, in sentences."""
+    import json
+    import time
+
+    from rlbridge.run import runstate
+
+    run_dir = Path(run_dir)
+    lines: list[str] = []
+    summary_path = run_dir / "summary.json"
+    state = runstate.read_state(run_dir)
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    if state and state.get("status") == "running" and runstate.pid_alive(state.get("pid", -1)):
+        last = runstate.last_step(run_dir / "metrics.jsonl")
+        age = time.time() - (run_dir / "metrics.jsonl").stat().st_mtime if (run_dir / "metrics.jsonl").exists() else None
+        lines.append(f"{run_dir}: running (pid {state['pid']}), last step {last if last is not None else 'none yet'}"
+                     + (f", written {age:.0f} s ago" if age is not None else ""))
+        lines.append(f"`rlbridge stacks {run_dir}` shows where each of its processes is now.")
+        return lines
+    if summary is None:
+        previous = runstate.previous_run(run_dir) if state else None
+        if previous:
+            after = f" after step {previous['last_step']}" if "last_step" in previous else ""
+            return [f"{run_dir}: the run was killed{after} ({previous['reason']}); `rlbridge train CONFIG --resume` continues "
+                    "from its last complete checkpoint"]
+        return [f"{run_dir}: no summary.json or run_state.json: not a run directory, or the run never started"]
+    status = summary.get("status")
+    steps = summary.get("steps", 0)
+    lines.append(f"{run_dir}: {status} after {steps} step(s) on {summary.get('backend')} {summary.get('engine_version') or ''}".rstrip())
+    for r in summary.get("restarts", []):
+        lines.append(f"restart {r['n']} after step {r.get('after_step')}: {r.get('kind')} in {r.get('process')} "
+                     f"(resumed from {r.get('from_checkpoint') or 'the start'})")
+    failure = summary.get("failure")
+    if status == "completed" or not failure:
+        if summary.get("error"):
+            lines.append(f"error: {summary['error']}")
+        return lines
+    lines.append(f"cause: {failure.get('kind')} in {failure.get('process')} ({failure.get('role')})")
+    if failure.get("frame"):
+        lines.append(f"stuck in: {failure['frame']}")
+    if failure.get("evidence"):
+        lines.append(f"evidence: {failure['evidence']}")
+    lines.append(f"what to change: {failure.get('hint')}")
+    retry = "would be restarted" if failure.get("retryable") else "is not restarted (the same config would fail again)"
+    lines.append(f"with training.max_restarts this kind {retry}")
+    for key in ("log", "stacks"):
+        if failure.get(key):
+            lines.append(f"{key}: {failure[key]}")
+    return lines
