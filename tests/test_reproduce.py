@@ -125,3 +125,75 @@ def test_compare_verdicts():
     out = compare(base, shifted)
     assert out["verdict"] == "different" and out["statistics"]["differing_metrics"] == ["reward/mean"]
     assert compare(base, base[:-1])["verdict"] == "different"  # a step missing
+
+
+def test_deterministic_trl_run_turns_on_torch_determinism_and_reproduces_identically(tmp_path):
+    import torch
+    import yaml
+
+    from rlbridge.run.loading import load_config
+    from rlbridge.run.reproduce import reproduce
+    from rlbridge.run.runner import train
+
+    out = tmp_path / "deterministic"
+    try:
+        train(load_config(QUICKSTART, [*OVERRIDES, "training.deterministic=true", f"output_dir={out}"]), progress=False)
+        # transformers.enable_full_determinism ran (TRL's full_determinism): torch refuses nondeterministic kernels
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)  # process-wide: the other tests in this process run without it
+        torch.utils.deterministic.fill_uninitialized_memory = True
+    assert yaml.safe_load((out / "plan.yaml").read_text())["native"]["args"]["full_determinism"] is True
+    assert json.loads((out / "manifest.json").read_text())["deterministic"] is True
+    try:
+        report = reproduce(out, tmp_path / "rerun")
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.utils.deterministic.fill_uninitialized_memory = True
+    assert report["verdict"] == "identical", report
+
+
+@pytest.mark.parametrize("backend, version", [("verl", "0.5.0"), ("openrlhf", "0.10.4")])
+def test_deterministic_is_refused_where_the_engine_cannot_repeat_its_rollout(backend, version):
+    from rlbridge.errors import RLBridgeError
+    from rlbridge.run.loading import load_config
+    from rlbridge.run.runner import prepare
+
+    config = load_config(QUICKSTART, [f"backend={backend}", f"engine_version={version}", "training.deterministic=true"])
+    with pytest.raises(RLBridgeError, match="training.deterministic"):
+        prepare(config)
+    prepare(load_config(QUICKSTART, [f"backend={backend}", f"engine_version={version}"]))  # the knob alone is refused
+
+
+def test_per_request_seeds_differ_within_a_group_and_repeat_across_runs():
+    from rlbridge_adapters.openrlhf.patches import determinism as openrlhf
+    from rlbridge_adapters.verl.patches import v09_determinism as verl
+
+    group = [verl.request_seed(5, {"step": 3, "sample_index": 11, "rollout_n": n, "validate": False}) for n in range(8)]
+    assert len(set(group)) == 8 and group == [verl.request_seed(5, {"step": 3, "sample_index": 11, "rollout_n": n,
+                                                                       "validate": False}) for n in range(8)]
+    assert verl.request_seed(6, {"step": 3, "sample_index": 11, "rollout_n": 0, "validate": False}) != group[0]
+    requests = [openrlhf.request_seed("5", "1111", n) for n in range(8)]
+    assert len(set(requests)) == 8 and openrlhf.request_seed("6", "1111", 0) != requests[0]
+    assert all(0 <= s < 2**32 for s in group + requests)  # vLLM's SamplingParams.seed range
+
+
+def test_openrlhf_rollout_results_are_taken_in_dispatch_order():
+    from rlbridge_adapters.openrlhf.patches.determinism import _InOrderRay
+
+    class FinishedOutOfOrder:  # Ray's wait, as a stand-in: refs "b" and "c" are done, "a" is not yet
+        done = {"b", "c"}
+
+        def wait(self, refs, num_returns=1, timeout=None):
+            ready = [r for r in refs if r in self.done][:num_returns]
+            return ready, [r for r in refs if r not in ready]
+
+        def get(self, ref):
+            return ref
+
+    fake = FinishedOutOfOrder()
+    ray = _InOrderRay(fake)
+    assert ray.wait(["a", "b", "c"], num_returns=1, timeout=10.0) == ([], ["a", "b", "c"])  # not "b" first
+    fake.done.add("a")
+    assert ray.wait(["a", "b", "c"], num_returns=1, timeout=10.0) == (["a"], ["b", "c"])
+    assert ray.get("x") == "x"  # the rest is Ray itself

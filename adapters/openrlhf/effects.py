@@ -68,6 +68,7 @@ EFFECTS = {
     "training.grad_clip": {"actor.max_norm": 0.5},
     "training.seed": {"train.seed": 123},
     "training.torch_threads": {"launch.env.OMP_NUM_THREADS": "2"},
+    "training.deterministic": {"train.full_determinism_enable": True, "launch.env.RLBRIDGE_SEED": "0"},
     "training.gradient_checkpointing": {"actor.gradient_checkpointing_enable": True},
     "training.max_tokens_per_device": KnobEffect(
         {"train.dynamic_batch_enable": True, "train.max_tokens_per_gpu": 4096, "rollout.max_tokens_per_gpu": 4096},

@@ -6,7 +6,7 @@ the quickstart (8 prompts x group 8, 150 steps). Knobs the capability table reje
 
 from __future__ import annotations
 
-from rlbridge.contract.effects import REFUSED, TEMPLATE, KnobEffect
+from rlbridge.contract.effects import DPO_STAGE, REFUSED, SFT_STAGE, TEMPLATE, KnobEffect
 
 VLLM = ("rollout.engine=vllm",)
 
@@ -59,6 +59,7 @@ EFFECTS = {
     "training.grad_clip": {"max_grad_norm": 0.5},
     "training.seed": {"seed": 123, "data_seed": 123},
     "training.torch_threads": {"launch.torch_threads": 2},
+    "training.deterministic": {"full_determinism": True},
     "training.gradient_checkpointing": {"gradient_checkpointing": True},
     "resources.gpus_per_node": REFUSED,  # one training process
     "resources.cpus_per_node": KnobEffect({"launch.torch_threads": 3}, context=("training.torch_threads=null",)),
@@ -68,4 +69,12 @@ EFFECTS = {
     "checkpoint.interval": {"save_strategy": "steps", "save_steps": 5},
     "checkpoint.resume": {"launch.resume": True},
     "checkpoint.keep_last": {"save_total_limit": 2},
+    # the offline stages (adapters/trl/stages.py): SFTConfig / DPOConfig fields
+    "offline.max_length": KnobEffect({"max_length": 256}, context=SFT_STAGE),
+    "offline.completion_only_loss": KnobEffect({"completion_only_loss": False}, context=SFT_STAGE),
+    # bfd packing is padding-free, which needs flash attention (a GPU)
+    "offline.packing": KnobEffect({"packing": True, "packing_strategy": "bfd"}, context=(*SFT_STAGE, "resources.gpus_per_node=1", "model.dtype=float32")),
+    "offline.dpo_loss": KnobEffect({"loss_type": ["ipo"]}, context=DPO_STAGE),
+    "offline.dpo_beta": KnobEffect({"beta": 0.5}, context=DPO_STAGE),
+    "offline.reference_model": KnobEffect({"launch.reference_model": "org/reference"}, context=DPO_STAGE),
 }

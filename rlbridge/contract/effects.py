@@ -142,6 +142,7 @@ SAMPLES: dict[str, Sample] = {
     "training.grad_clip": Sample(0.5),
     "training.seed": Sample(123),
     "training.torch_threads": Sample(2),
+    "training.deterministic": Sample(True),
     "training.gradient_checkpointing": Sample(True),
     "training.max_tokens_per_device": Sample(4096),
     "training.sequence_packing": Sample(True),
@@ -162,4 +163,16 @@ SAMPLES: dict[str, Sample] = {
     "critic.value_clip": Sample(0.2),
     "critic.warmup_steps": Sample(3),
     "critic.micro_batch_size": Sample(4),
+    # the offline stages' knobs, set on the GRPO base: a backend that runs the stage plans them in its own
+    # KnobEffect context (SFT_STAGE, DPO_STAGE); on GRPO every backend refuses them, naming the knob
+    "offline.max_length": Sample(256),
+    "offline.completion_only_loss": Sample(False),
+    "offline.packing": Sample(True),
+    "offline.dpo_loss": Sample("ipo"),
+    "offline.dpo_beta": Sample(0.5),
+    "offline.reference_model": Sample("org/reference"),
 }
+
+# --set overrides that turn the quickstart into an offline stage (docs/stages.md): no rollout, no reward
+SFT_STAGE = ("algorithm={name: sft}", "rollout={}", "reward=[]", "data.train={type: generator, name: digit_sft}")
+DPO_STAGE = ("algorithm={name: dpo}", "rollout={}", "reward=[]", "data.train={type: generator, name: digit_preferences}")

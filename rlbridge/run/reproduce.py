@@ -3,9 +3,10 @@ manifest, into a new directory, and say whether the two agree step by step.
 
 The verdict is one of
 * identical: every step's metrics are equal (timings, throughput and memory are not compared);
-* same within noise: they differ, but the rerun's reward curve is not told apart from the original's
-  by the bench's statistics (rlbridge.run.bench_report.verdict: Welch's t-test on the per-step values);
-* different: the curves differ.
+* same within noise: they differ, but no metric's curve is told apart from the original's by the
+  bench's statistics (rlbridge.run.bench_report.verdict: Welch's t-test, here on the per-step values
+  of each run, the steps standing in for the bench's seeds);
+* different: some metric's curve differs, or a step is missing.
 The last two name the first step and metric that differ, and every difference between the two
 manifests (rlbridge.run.manifest.differences) that may explain it.
 """

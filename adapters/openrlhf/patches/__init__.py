@@ -15,6 +15,7 @@ from rlbridge.engine.engine_io import CpuDeviceIndex
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import Patch, PatchKind, Target, no_cuda, on_cpu
 from rlbridge.engine.vllm_cpu import is_vllm_cpu, use_unpacked_linear
+from rlbridge_adapters.openrlhf.patches.determinism import PATCHES as DETERMINISM_PATCHES
 
 RANGE = ">=0.11.0,<=0.11.2"
 
@@ -310,4 +311,4 @@ MERGED_LORA_SYNC = Patch(
 )
 
 
-PATCHES = [FLASH_ATTN, CUDA_CALLS, STORE_WEIGHT_SYNC, FLOAT32_VLLM, UNPACKED_LINEAR, MERGED_LORA_SYNC]
+PATCHES = [FLASH_ATTN, CUDA_CALLS, STORE_WEIGHT_SYNC, FLOAT32_VLLM, UNPACKED_LINEAR, MERGED_LORA_SYNC, *DETERMINISM_PATCHES]

@@ -2,5 +2,6 @@
 
 from rlbridge_adapters.verl.patches.v05_cpu import PATCHES as V05_CPU
 from rlbridge_adapters.verl.patches.v09_cpu import PATCHES as V09_CPU
+from rlbridge_adapters.verl.patches.v09_determinism import PATCHES as V09_DETERMINISM
 
-PATCHES = [*V05_CPU, *V09_CPU]
+PATCHES = [*V05_CPU, *V09_CPU, *V09_DETERMINISM]

@@ -1,0 +1,72 @@
+"""verl 0.9.x with training.deterministic (actor_rollout_ref.rollout.full_determinism): one vLLM
+sampling seed per request instead of one per replica."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+
+from rlbridge.engine.importhooks import when_imported
+from rlbridge.engine.patches import Patch, PatchKind, Target
+
+RANGE = ">=0.9.0,<=0.9.1"
+
+
+def _deterministic(native: dict) -> bool:
+    return bool(native.get("overrides", {}).get("actor_rollout_ref.rollout.full_determinism"))
+
+
+def request_seed(seed: int, trajectory: dict) -> int:
+    """A seed of its own for each sample of each step, the same in every run: from the rollout seed,
+    the step, the prompt's dataset index and the sample's number in its group (verl's trajectory info)."""
+    key = f"{seed}:{trajectory.get('step')}:{trajectory.get('sample_index')}:{trajectory.get('rollout_n')}:{trajectory.get('validate')}"
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
+
+
+def _per_request_seeds() -> None:
+    def patch(module):
+        worker = module.AgentLoopWorker
+        original = worker._run_agent_loop
+        if getattr(original, "_rlbridge", False):
+            return
+
+        @functools.wraps(original)
+        async def _run_agent_loop(self, sampling_params, trajectory, **kwargs):
+            config = self.rollout_config
+            if config.full_determinism and "seed" not in sampling_params:
+                sampling_params = {**sampling_params, "seed": request_seed(int(config.seed), trajectory)}
+            return await original(self, sampling_params, trajectory, **kwargs)
+
+        _run_agent_loop._rlbridge = True
+        worker._run_agent_loop = _run_agent_loop
+
+    when_imported("verl.experimental.agent_loop.agent_loop", patch)
+
+
+PER_REQUEST_SEEDS = Patch(
+    name="verl-per-request-seeds",
+    engine="verl",
+    versions=RANGE,
+    kind=PatchKind.UPSTREAM_BUG,
+    fixes="With actor_rollout_ref.rollout.full_determinism every request of a vLLM replica gets the same sampling seed "
+    "(vllm_async_server.py:627 sampling_params.setdefault('seed', replica_rank + config.seed)), so the group_size "
+    "samples of one prompt are the same completion: every GRPO group has zero advantage and nothing is learned",
+    why="Give each request its own seed, derived from the rollout seed, the step, the prompt's index and the sample's "
+    "number in its group (verl's trajectory info), before the server's setdefault: samples differ within a group and "
+    "repeat run to run. The server keeps a seed the request already has.",
+    probe=lambda: True,
+    apply=_per_request_seeds,
+    when=_deterministic,
+    diff="""\
+--- a/verl/experimental/agent_loop/agent_loop.py
++++ b/verl/experimental/agent_loop/agent_loop.py
+@@ async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
++        if self.rollout_config.full_determinism and "seed" not in sampling_params:
++            key = f"{self.rollout_config.seed}:{trajectory['step']}:{trajectory['sample_index']}:{trajectory['rollout_n']}"
++            sampling_params = {**sampling_params, "seed": int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)}
+""",
+    targets=(Target("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker._run_agent_loop", ("e9deaa529b84",)),
+             Target("verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMHttpServer.generate", ("cbe408d62fce",))),
+)
+
+PATCHES = [PER_REQUEST_SEEDS]
