@@ -10,8 +10,11 @@
    (examples/native_rewards/trl_reward.py:digit_share, digit_match in TRL's convention; the built-in
    digit_match declares isolate=False and is never pooled) with rollout_workers.mode inline and
    process, the pool's extra reward time as a share of step time (target <= 5 %).
+5. ray (not among the default parts: it needs Ray, an engine environment's Python, and the engine
+   lock): the CPU-heavy reward on 1 and 2 Ray actors of rollout_workers.mode ray, placed on the
+   CPU-only node of a simulated two-node cluster; samples per second and their ratio.
 
-Usage: python benchmarks/cpu_rollout.py [--part scaling,sandbox,judge,latency,overhead] [--steps 40]
+Usage: python benchmarks/cpu_rollout.py [--part scaling,sandbox,judge,latency,overhead,ray] [--steps 40]
 Prints one JSON object per part; the load average is printed too (a shared machine skews 1 and 2).
 """
 
@@ -65,6 +68,51 @@ def scaling(samples: int = 64, repeats: int = 3) -> dict:
         rates[workers] = best
     return {"part": "scaling", "samples_per_s_1_worker": round(rates[1], 1), "samples_per_s_2_workers": round(rates[2], 1),
             "speedup": round(rates[2] / rates[1], 2), "target": ">= 1.8", "loadavg": os.getloadavg()}
+
+
+def ray_actors(samples: int = 64, repeats: int = 3, actor_counts: tuple[int, ...] = (1, 2)) -> dict:
+    """rollout_workers.mode ray: the CPU-heavy reward on 1 and 2 Ray actors, placed by the custom
+    resource on the CPU-only node of a simulated two-node cluster (ray.cluster_utils.Cluster on
+    loopback, as tests/engines/test_ray_cluster.py): samples per second per actor count. Needs Ray
+    (an engine environment's Python) and, on a shared machine, the engine lock."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    import ray._private.ray_constants as ray_constants
+
+    from rlbridge.contract.rewards import RewardInput
+    from rlbridge.engine.workers import RewardScorer, Settings
+
+    # the actors import this module by name; every Ray process on loopback (see the test's helper)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), str(REPO), os.environ.get("PYTHONPATH", "")])
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    most = max(actor_counts)
+    cluster = Cluster(initialize_head=True, head_node_args={"node_ip_address": "127.0.0.1", "num_cpus": 1, "num_gpus": 0})
+    try:
+        cpu_node = cluster.add_node(node_ip_address="127.0.0.1", num_cpus=most, num_gpus=0, resources={"rollout_cpu": most})
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        spec = [{"name": "burn", "weight": 1.0, "args": {}, "factory": f"{Path(__file__).stem}:burn"}]
+        inputs = [RewardInput(prompt="p", completion=str(i), completion_ids=[i]) for i in range(samples)]
+        rates, placed = {}, set()
+        for actors in actor_counts:
+            settings = Settings(mode="ray", num_workers=actors, batch_size=4, timeout_s=600)
+            with RewardScorer(spec, settings) as scorer:
+                scorer.score(inputs[:4])  # warm: actors started, plugin built
+                placed |= {a["node_id"] for a in scorer._pool.where()}
+                best = 0.0
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    scorer.score(inputs)
+                    best = max(best, samples / (time.perf_counter() - t0))
+            rates[actors] = best
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    return {"part": "ray", **{f"samples_per_s_{n}_actors": round(r, 1) for n, r in rates.items()},
+            "speedup": round(rates[most] / rates[min(actor_counts)], 2), "actors_on_cpu_node_only": placed == {cpu_node.node_id},
+            "loadavg": os.getloadavg()}
 
 
 def sandbox(runs: int = 200, parallel: int = 2) -> dict:
@@ -184,7 +232,7 @@ def main() -> None:
     opts = parser.parse_args()
     for part in opts.part.split(","):
         result = {"scaling": scaling, "sandbox": sandbox, "judge": judge, "latency": latency,
-                  "overhead": lambda: overhead(opts.steps)}[part]()
+                  "overhead": lambda: overhead(opts.steps), "ray": ray_actors}[part]()
         print(json.dumps(result), flush=True)
 
 

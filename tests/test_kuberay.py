@@ -107,3 +107,10 @@ def test_dry_run_prints_the_manifests(tmp_path):
     assert [o["kind"] for o in objects] == ["ConfigMap", "RayJob"]
     assert kuberay.validate(objects[1]) == []
     assert (tmp_path / "run" / "submit" / "rayjob.yaml").read_text() == res.stdout
+
+
+def test_ray_reward_actors_are_refused_on_an_engine_without_ray():
+    from rlbridge.run.runner import prepare
+
+    with pytest.raises(ConfigError, match=r"rollout_workers\.mode: ray .* backend 'trl' runs without Ray"):
+        prepare(load_config(QUICKSTART, ["rollout_workers.mode=ray"]))

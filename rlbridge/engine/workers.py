@@ -68,6 +68,8 @@ class Settings:
     on_error: str = "zero"
     error_threshold: float = 0.5
     batch_wait_ms: float = 5.0
+    ray_resource: str = "rollout_cpu"
+    ray_num_cpus: float = 1.0
 
     @classmethod
     def from_any(cls, value: Any) -> "Settings":
@@ -217,6 +219,125 @@ def _warm() -> int:
     return os.getpid()
 
 
+# --- rollout_workers.mode: ray -------------------------------------------------------------------
+
+
+class RewardActor:
+    """One Ray actor of the pool: the run's rewards built once at its start (as a process worker's
+    initializer does), then one call at a time (a sync actor runs its methods serially)."""
+
+    def __init__(self, specs_json: str) -> None:
+        _init_worker(specs_json)
+
+    def run(self, fn: Callable, args: tuple) -> Any:
+        return fn(*args)
+
+    def where(self) -> dict:
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+
+def _pebble_expired():
+    import pebble
+
+    return pebble.ProcessExpired
+
+
+class RayActorPool:
+    """`rollout_workers.mode: ray`: the worker pool as num_workers Ray actors of ray_num_cpus CPUs each,
+    with pebble's ProcessPool interface (`schedule(fn, args, timeout) -> Future`), so that the scorer
+    treats both alike. A call past its timeout kills the actor (`ray.kill`) and starts a replacement;
+    an actor that dies is replaced and its call fails as a crash (pebble.ProcessExpired). When the
+    cluster offers the custom resource ray_resource (CPU-only nodes), every actor asks for
+    ray_num_cpus of it and so runs there. Needs Ray initialised in this process (a Ray engine's)."""
+
+    def __init__(self, settings: Settings, specs_json: str) -> None:
+        import queue
+        from concurrent.futures import ThreadPoolExecutor
+
+        import ray
+
+        if not ray.is_initialized():
+            raise RLBridgeError("rollout_workers.mode is 'ray', but this engine process is not part of a Ray cluster: "
+                                "mode ray needs a Ray engine (verl, OpenRLHF); use rollout_workers.mode: process")
+        self.settings, self._specs_json = settings, specs_json
+        resource = settings.ray_resource
+        options: dict[str, Any] = {"num_cpus": settings.ray_num_cpus, "max_restarts": 0, "max_task_retries": 0}
+        if ray.cluster_resources().get(resource, 0) >= settings.ray_num_cpus:
+            options["resources"] = {resource: settings.ray_num_cpus}
+            self.placement = f"on the nodes with the custom resource '{resource}'"
+        else:
+            self.placement = f"anywhere (no node offers the custom resource '{resource}')"
+        self._actor_class = ray.remote(**options)(RewardActor)
+        self._free: queue.Queue = queue.Queue()
+        self._actors = []
+        for _ in range(settings.num_workers):
+            self._free.put(self._new_actor())
+        ray.get([a.where.remote() for a in self._actors], timeout=300)  # every actor built its rewards
+        self._threads = ThreadPoolExecutor(max_workers=settings.num_workers, thread_name_prefix="rlbridge-ray-pool")
+        self.replaced = 0
+        log.info("rollout_workers: %d Ray actors of %s CPU(s) %s", settings.num_workers, settings.ray_num_cpus, self.placement)
+
+    def _new_actor(self):
+        actor = self._actor_class.remote(self._specs_json)
+        self._actors.append(actor)
+        return actor
+
+    def _replace(self, actor) -> Any:
+        import ray
+
+        ray.kill(actor, no_restart=True)
+        self._actors.remove(actor)
+        self.replaced += 1
+        return self._new_actor()
+
+    def schedule(self, fn: Callable, args: tuple = (), timeout: float | None = None) -> Future:
+        return self._threads.submit(self._run, fn, args, timeout)
+
+    def _run(self, fn: Callable, args: tuple, timeout: float | None) -> Any:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        actor = self._free.get()
+        try:
+            ref = actor.run.remote(fn, args)
+            try:
+                return ray.get(ref, timeout=timeout)
+            except GetTimeoutError:
+                actor = self._replace(actor)
+                raise FutureTimeout() from None
+            except RayActorError as exc:
+                actor = self._replace(actor)
+                raise _pebble_expired()(f"Ray actor died: {type(exc).__name__}", code=None, pid=None) from None
+            except RayTaskError as exc:  # the call raised: its own exception, with the actor's traceback
+                error = RuntimeError(f"{type(exc.cause).__name__ if exc.cause else 'error'}: {exc.cause}")
+                error.traceback = str(exc)  # type: ignore[attr-defined]
+                raise error from None
+        finally:
+            self._free.put(actor)
+
+    def where(self) -> list[dict]:
+        """Node id and pid of every live actor (tests, benchmarks)."""
+        import ray
+
+        return ray.get([a.where.remote() for a in self._actors], timeout=60)
+
+    def stop(self) -> None:
+        import ray
+
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        for actor in self._actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # Ray already shut down: its actors went with it
+                pass
+        self._actors = []
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
 # --- the engine-process side ----------------------------------------------------------------------
 
 
@@ -312,6 +433,9 @@ class RewardScorer:
             return self._start_pool()
 
     def _start_pool(self):
+        if self._pool is None and self.settings.mode == "ray":
+            self._pool = RayActorPool(self.settings, self._specs_json)
+            atexit.register(self.close)
         if self._pool is None:
             import multiprocessing
 
@@ -673,7 +797,7 @@ def step_environment(env: Any, action: str, scorer: RewardScorer | None = None) 
 
     scorer = scorer or engine_scorer()
     pool = None
-    if scorer.settings.mode == "process" and not _env_portable(env):
+    if scorer.settings.mode in ("process", "ray") and not _env_portable(env):
         pool = scorer._get_pool()
     outcome, message = None, ""
     if pool is None:
