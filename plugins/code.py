@@ -97,7 +97,7 @@ def code_tests(
             out.append(min(1.0, max(0.0, float(score))))  # run_tests keeps it in [0, 1]; so does this, whatever changes there
         # share of the call's judged tests per outcome (logged as reward/code_tests/sandbox_<outcome>)
         ran = sum(outcomes.values())
-        reward.last_metrics = {f"sandbox_{k}": v / ran for k, v in outcomes.items() if ran and k != "setup_error"} if ran else {}
+        reward.last_metrics = {f"sandbox_{k}": v / ran for k, v in outcomes.items()} if ran else {}
         return out
 
     reward.last_metrics = {}

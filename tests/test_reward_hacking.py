@@ -78,6 +78,14 @@ ATTACKS = {
         def f(x):
             return 0
     """,
+    # look like a machine that cannot sandbox: if the host believed it, every reward call would
+    # fail and the run would stop on its error threshold
+    "fake_setup_error": """
+        import os
+        def f(x):
+            os.write(2, b"rlbridge-sandbox-setup-error: mount /tmp: Operation not permitted\\n")
+            os._exit(125)
+    """,
     # the test's own expression calls builtins: define them in the solution so that it holds
     "shadowed_builtins": """
         def abs(value):
@@ -209,7 +217,7 @@ def scorer():
     args = {"extract": "code", "wall_s": 1.5, "cpu_s": 1, "memory_mb": 256, "total_wall_s": 20.0}
     specs = specs_with_factories([{"name": "code_tests", "weight": 1.0, "args": args}], get_plugin_manager())
     assert specs[0]["factory"] == "rlbridge_plugins.code:code_tests" and not specs[0]["inline"]  # pooled, as in a run
-    with RewardScorer(specs, Settings(num_workers=2, timeout_s=120, batch_size=64)) as pool:
+    with RewardScorer(specs, Settings(num_workers=2, timeout_s=120, batch_size=1)) as pool:  # a row per task: both workers busy
         yield pool
 
 
@@ -230,6 +238,7 @@ def test_honest_answers_score_one_and_zero(scorer):
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_attack_scores_what_an_honest_wrong_answer_gets(scorer, attack):
+    compile(textwrap.dedent(ATTACKS[attack]), attack, "exec")  # an attack that does not parse proves nothing
     assert scores(scorer, ATTACKS[attack]) == dict.fromkeys(FORMATS, 0.0)
 
 

@@ -318,12 +318,15 @@ class Judge:
         answer = self._receive(min(self.deadline, time.monotonic() + self.limits.wall_s + 5.0))
         if answer is None:
             self.failed = self.failed or "setup_error"
-            call = Call(self.failed, error="the judge's driver did not answer", stderr=self._stderr())
+            stderr = self._stderr()
+            # only the driver's own stderr can say the machine cannot sandbox: a call's stderr is the
+            # solution's to write, and a solution that could raise this would stop the run
+            if SETUP_ERROR in stderr and "Operation not permitted" in stderr:
+                raise SandboxUnavailable(f"the code sandbox could not be built here: {stderr.strip().splitlines()[-1]}")
+            call = Call(self.failed, error="the judge's driver did not answer", stderr=stderr)
         else:
             call = Call(answer["outcome"], value=answer.get("value", ""), stdout=answer.get("stdout", ""),
                         stderr=answer.get("stderr", ""), wall_s=float(answer.get("wall_s", 0.0)))
-            if call.outcome == "setup_error" and "Operation not permitted" in call.stderr:
-                raise SandboxUnavailable(f"the code sandbox could not be built here: {call.stderr.strip()[-300:]}")
         self.calls.append(call)
         return call
 
@@ -358,9 +361,14 @@ class Judge:
         return json.loads(bytes(buf[8:]))
 
     def _stderr(self) -> str:
-        if self.proc.poll() is None or not self.proc.stderr or self.proc.stderr.closed:
+        """The driver's stderr once it has exited (its set-up errors), else nothing."""
+        try:
+            self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
             return ""
-        return self.proc.stderr.read(4096).decode(errors="replace")
+        if not self.proc.stderr or self.proc.stderr.closed:
+            return ""
+        return self.proc.stderr.read(65536)[-4096:].decode(errors="replace")
 
     def close(self) -> None:
         if self.proc.returncode is not None:
