@@ -120,10 +120,11 @@ def test_dry_run_prints_the_batch_script_with_the_allocation_and_the_launcher_se
                       "--constraint=h100"):
         assert f"#SBATCH {directive}\n" in script, directive
     assert "module load cuda/12.4\n" in script and "MAX_REQUEUES=3\n" in script
-    assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3 --container-mounts=/lustre:/lustre" in script
+    assert "--container-image='nvcr.io#nvidia/pytorch:25.01-py3' --container-mounts=/lustre:/lustre" in script
     assert "ray start --head --block" in script and "--port=6390" in script and 'ray start --block --address="$RAY_ADDRESS"' in script
     assert "python -m rlbridge train" in script and "trap on_term TERM INT" in script
     assert (tmp_path / "run" / "submit" / "job.sbatch").read_text() == script
+    assert subprocess.run(["bash", "-n", str(tmp_path / "run" / "submit" / "job.sbatch")]).returncode == 0  # valid shell
     job = yaml.safe_load((tmp_path / "run" / "submit" / "config.yaml").read_text())
     assert job["checkpoint"]["resume"] == "auto" and job["resources"]["ray_address"] == "auto"
 
