@@ -9,9 +9,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from rlbridge.errors import RLBridgeError
 
@@ -21,9 +18,40 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-# Wide tables when output goes to a file or pipe (rich would wrap at 80 columns).
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
+class _Console:
+    """A rich Console made on first use: importing rich's console costs `rlbridge --help` and commands
+    that print plain text a tenth of their start-up time (benchmarks/startup.py)."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console = None
+
+    def __getattr__(self, name: str):
+        if self._console is None:
+            from rich.console import Console
+
+            stream = sys.stderr if self._stderr else sys.stdout
+            # wide tables when output goes to a file or pipe (rich would wrap at 80 columns)
+            self._console = Console(stderr=self._stderr, width=None if stream.isatty() else 200)
+        return getattr(self._console, name)
+
+
+def Table(*columns, **options):  # noqa: N802 - rich's Table, imported when a command prints one
+    from rich.table import Table as RichTable
+
+    return RichTable(*columns, **options)
+
+
+def escape(markup: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(markup)
+
+
+out = _Console()
+err = _Console(stderr=True)
 _state = {"debug": False}
 
 SetOption = typer.Option(None, "--set", "-s", help="Override a config key: --set training.steps=10 (repeatable).")
@@ -206,7 +234,7 @@ def backends(
         for name, reg in sorted(pm.items["backend"].items()):
             caps = Table("knob", "support", "native", "note", title=f"capabilities of '{name}'", title_justify="left")
             for cap in reg.item().capabilities():
-                caps.add_row(cap.knob, cap.support.value, cap.native, cap.note)
+                caps.add_row(cap.knob, cap.support.value, ", ".join(cap.native), cap.note)
             out.print(caps)
 
 
@@ -227,8 +255,9 @@ def plugins() -> None:
 @app.command()
 def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout.")) -> None:
     """The JSON Schema of the config file."""
-    from rlbridge.contract.config import RunConfig
+    from rlbridge.contract.config import RunConfig, document_fields
 
+    document_fields()
     text = json.dumps(RunConfig.model_json_schema(), indent=2) + "\n"
     if output:
         output.write_text(text)

@@ -21,7 +21,6 @@ cannot take its family's arguments is refused when the run is planned, with the 
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
 import statistics
@@ -121,6 +120,8 @@ def _call(fn: Callable, *positional: Any, **kwargs: Any) -> Any:
 
 
 def _await(awaitable) -> Any:
+    import asyncio  # here: a tenth of `rlbridge plan`'s start-up, and only async reward functions need it
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
