@@ -378,3 +378,35 @@ def test_a_killed_engine_process_is_restarted_from_its_checkpoint_and_the_metric
             assert got.get(key) == ref.get(key), (got["step"], key, got.get(key), ref.get(key))
     lines = explain(run)
     assert any(line.startswith("restart 1 after step 3: engine_process_died") for line in lines), lines
+
+
+def test_a_hang_is_restarted_and_once_the_budget_is_spent_the_run_fails_with_the_last_cause(tmp_path):
+    """The reward stops answering from its third call on, with training.max_restarts=1: the watchdog
+    stops the engine process (its own process tree), the run restarts from checkpoint-2, hangs again
+    on its first step there (the first-step bound), and then fails with that hang as its cause;
+    summary.json lists the restart and metrics.jsonl keeps steps 1-2 once."""
+    pytest.importorskip("trl")
+    plugin = tmp_path / "stalls_plugin.py"
+    plugin.write_text(STALLS)
+    state = tmp_path / "state"
+    state.mkdir()
+    run = tmp_path / "run"
+    cfg = load_config(write_config(tmp_path, MINIMAL), [
+        f"output_dir={run}", "training.steps=6", f"plugins=[{plugin}]", "checkpoint.interval=2",
+        f"reward=[{{name: digit_match}}, {{name: stalls, args: {{state_dir: '{state}'}}}}]",
+        "rollout_workers.timeout_s=600", "training.hang_factor=3", "training.hang_min_s=4", "training.hang_first_step_s=25",
+        "training.max_restarts=1", "training.restart_backoff_s=0.5",
+    ])
+    with pytest.raises(Exception, match="hang"):
+        train(cfg, progress=False)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["engine_python"] == sys.executable, summary
+    [restart] = summary["restarts"]
+    assert restart["kind"] == "hang" and restart["after_step"] == 2 and restart["from_checkpoint"].endswith("checkpoint-2"), restart
+    failure = summary["failure"]
+    assert failure["kind"] == "hang" and failure["role"] == "reward worker" and "stalls" in failure["frame"], failure
+    assert "training.hang_first_step_s 25 for the first step" in failure["evidence"], failure  # the restart's first step
+    assert Path(failure["stacks"]).name == "hang-2.txt" and (run / "stacks" / "hang-1.txt").exists()
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    left = [p for p in stacks.tree(os.getpid()) if "spawn_main" in p["cmdline"] or "rlbridge.engine.child" in p["cmdline"]]
+    assert not left, left

@@ -96,3 +96,18 @@ def test_trl_on_error_fail_stops_the_run_naming_plugin_error_and_row(tmp_path):
     msg = str(info.value)
     assert "reward 'always_raises'" in msg and "missing column 'tests'" in msg and '"prompt"' in msg
     assert "rollout_workers.on_error" in msg
+    failure = json.loads((tmp_path / "run" / "summary.json").read_text())["failure"]
+    assert failure["kind"] == "reward_faults" and not failure["retryable"], failure
+
+
+def test_trl_reward_faults_over_the_threshold_fail_the_run_with_their_cause(tmp_path):
+    """on_error: zero (the default) scores faults 0 until more than error_threshold of the samples
+    scored so far (at least 16) faulted; then the run fails, its cause the plugin and the fraction."""
+    cfg, pm = _run(tmp_path, "reward=[{name: digit_match}, {name: always_raises}]", "rollout_workers.error_threshold=0.25")
+    with pytest.raises(Exception, match="error_threshold"):
+        train(cfg, pm, progress=False)
+    failure = json.loads((tmp_path / "run" / "summary.json").read_text())["failure"]
+    assert failure["kind"] == "reward_faults" and "always_raises" in failure["evidence"], failure
+    # the pool counts each plugin's samples: always_raises faulted on 8 of the 16 scored in step 1
+    assert "8 of 16 samples" in failure["evidence"], failure
+    assert "rollout_workers.error_threshold above 0.50 (now 0.25)" in failure["hint"], failure

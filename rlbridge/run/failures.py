@@ -252,11 +252,15 @@ def _match(text: str, strong_only: bool = False) -> tuple[str | None, str]:
     for kind, pattern in PATTERNS:
         if strong_only and kind not in _STRONG_IN_LOGS:
             continue
-        found = pattern.search(text)
-        if found:
+        lines = []
+        for found in pattern.finditer(text):
             start = text.rfind("\n", 0, found.start()) + 1
             end = text.find("\n", found.end())
-            return kind, text[start:end if end != -1 else None].strip()
+            lines.append(text[start:end if end != -1 else None])
+            if not lines[-1].startswith(" "):  # a message line, not a traceback's source line
+                return kind, lines[-1].strip()
+        if lines:
+            return kind, lines[0].strip()
     return None, ""
 
 
@@ -348,6 +352,9 @@ def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = N
         now = rw.error_threshold if rw is not None else 0.5
         if frac:
             seen = int(frac.group(1)) / max(1, int(frac.group(2)))
+            if seen >= 1.0:
+                return (f"every sample so far ({frac.group(2)}) had a fault: the reward plugin named above is broken for this "
+                        "data; fix it (its error and row are the evidence, reward_faults.jsonl has them all)")
             return (f"fix the reward plugin named above ({frac.group(1)} of {frac.group(2)} samples faulted = {seen:.2f}); "
                     f"only if those rows may score 0, raise rollout_workers.error_threshold above {seen:.2f} (now {now})")
         return "fix the reward plugin named above, or set rollout_workers.on_error=zero (or skip) to score its faults as 0"
