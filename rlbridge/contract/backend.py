@@ -265,10 +265,6 @@ class TrainingContext(Protocol):
         """Record one evaluation on data.eval after training step `step`: canonical `eval/...` metrics
         (they go to eval_metrics.jsonl; metrics.jsonl keeps one row per training step)."""
 
-    def emit_eval(self, step: int, metrics: dict[str, Any]) -> Any:
-        """Record one evaluation on data.eval after training step `step`: canonical `eval/...` metrics
-        (they go to eval_metrics.jsonl; metrics.jsonl keeps one row per training step)."""
-
 
 class Backend(ABC):
     """Base class of engine adapters. Subclasses set the class attributes and the four methods."""
@@ -458,24 +454,6 @@ class Backend(ABC):
     def patches(self) -> list:
         """The version-gated patches (rlbridge.engine.patches.Patch) this adapter may apply in its engine process."""
         return []
-
-    # --- optional extension points, each with its default ---
-    def render_native(self, plan: Plan) -> str:
-        """`rlbridge plan`'s text: the native configuration as this engine's users read it (a launch
-        command, a config class call...). Default: the plan as YAML."""
-        return plan.to_yaml()
-
-    def recipe_importer(self) -> Any:
-        """What reads this engine's recipes for `rlbridge import` (rlbridge.run.importer.RecipeImporter),
-        or None: `rlbridge import --from <this backend>` is then refused naming the backend."""
-        return None
-
-    native_arm: ClassVar[str | None] = None
-    """Module of this engine's bench arm of kind `native` (rlbridge.run.bench): the plan run by the
-    engine's own entry point, without rlbridge around it, to measure rlbridge's overhead. Run with the
-    engine environment's Python as `-m MODULE prepare JOB.json OUT_DIR` (outside the timed command; it
-    writes OUT_DIR/native_cmd.json: argv, env, cwd, metrics file) and `-m MODULE canonical RAW OUT`
-    (the engine's per-step log to canonical metric names). None: no native arm."""
 
     # --- optional extension points, each with its default ---
     def render_native(self, plan: Plan) -> str:
