@@ -39,10 +39,11 @@ def test_openrlhf_max_staleness_is_the_async_queue_size():
     assert "train.partial_rollout_enable" not in without_partial
 
 
-def test_openrlhf_max_staleness_0_is_the_synchronous_plan_unchanged():
-    sync = _settings("backend=openrlhf")
-    assert _settings("backend=openrlhf", "rollout.max_staleness=0") == sync
-    assert not {k for k in sync if "async" in k or "partial_rollout" in k}
+@pytest.mark.parametrize("backend", ["trl", "verl", "openrlhf"])
+def test_max_staleness_0_is_the_synchronous_plan_unchanged(backend):
+    sync = _settings(f"backend={backend}")
+    assert _settings(f"backend={backend}", "rollout.max_staleness=0", "rollout.weight_sync_interval=1") == sync
+    assert not {k for k in sync if "async" in k or "partial_rollout" in k or "staleness" in k}
 
 
 @pytest.mark.parametrize("overrides, match", [
@@ -120,6 +121,30 @@ def test_openrlhf_instrumentation_tags_samples_and_reports_staleness():
     status, step = trainer.train_step(second, 1)
     assert status["rlbridge/staleness_max"] == 1.0 and status["rlbridge/staleness_mean"] == 1.0
     assert status["rlbridge/trainer_idle"] >= 0.0
+
+
+def test_a_buffered_sample_keeps_the_stamp_of_the_call_that_generated_it():
+    """OpenRLHF serves the extras of an over-sized vLLM call (--rollout.vllm_generate_batch_size) from a
+    buffer in later calls: their generation started at the first call, not the one that returns them."""
+    from rlbridge_adapters.openrlhf import asynchrony
+
+    class SamplesGenerator:
+        def __init__(self):
+            self.buffer = [object.__new__(type("Experience", (), {})) for _ in range(4)]
+
+        def generate_samples(self, **kwargs):
+            served, self.buffer = self.buffer[:2], self.buffer[2:]  # one vLLM call made all four
+            return served, None, 1, False
+
+    asynchrony.instrument_generator(types.SimpleNamespace(SamplesGenerator=SamplesGenerator))
+    generator = SamplesGenerator()
+    kept = list(generator.buffer)
+    generator.generate_samples()
+    first_start = kept[0]._rlbridge_generation[0]
+    assert not hasattr(kept[2], "_rlbridge_generation")
+    generator.buffer = kept  # as if the first call had left them all in the buffer
+    generator.generate_samples()
+    assert kept[0]._rlbridge_generation[0] == first_start  # not restamped
 
 
 def test_openrlhf_async_metrics_are_canonical():

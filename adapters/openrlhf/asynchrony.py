@@ -99,7 +99,10 @@ def instrument_generator(module) -> None:
         result = original(self, *args, **kwargs)
         end = self._rlbridge_last_end = time.time()
         for sample in result[0] or ():
-            sample._rlbridge_generation = (start, end, idle)  # travels with the sample through the Ray queue
+            # travels with the sample through the Ray queue; a sample served from OpenRLHF's buffer of extras
+            # (--rollout.vllm_generate_batch_size above the batch) keeps the stamp of the call that generated it
+            if not hasattr(sample, "_rlbridge_generation"):
+                sample._rlbridge_generation = (start, end, idle)
         return result
 
     generate_samples._rlbridge = True
