@@ -147,7 +147,9 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("vllm_engine_died", re.compile(r"EngineDeadError|AsyncEngineDeadError|EngineCore encountered (?:a fatal error|an issue)|"
                                     r"Engine core proc \S+ died unexpectedly|EngineCore_DP\d+ died|Engine process failed to start")),
     ("ray_actor_died", re.compile(r"ActorDiedError|RayActorError|The actor died unexpectedly|WorkerCrashedError|"
-                                  r"The actor is dead because its worker process has died|Worker exit type")),
+                                  r"The actor is dead because its worker process has died|Worker exit type|"
+                                  # Ray's own processes (raylet, GCS) died: the workers on that node went with them
+                                  r"RaySystemError|NodeDiedError|LocalRayletDiedError|OwnerDiedError|has been marked dead")),
     ("engine_import", re.compile(r"ModuleNotFoundError|ImportError: |cannot import name|No module named|undefined symbol|"
                                  r"EngineNotAvailableError|is outside the supported range|is not installed in this environment|"
                                  r"(?:requires|needs) \S+ ?[<>=!~]=? ?[\d.]+,? but (?:you have|found|\S+ is installed)")),

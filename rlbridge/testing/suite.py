@@ -316,6 +316,9 @@ def test_a_killed_engine_worker_fails_the_run_naming_it_and_leaves_no_process(ba
     actor = killed["name"].split("::", 1)[1].split(".")[0].split()[0]
     assert str(killed["pid"]) in failure["process"] or actor in failure["process"], (killed, failure)
     assert failure["error"] and os.path.exists(failure["log"]), failure
+    # its cause (rlbridge.run.failures): a dead Ray worker, with Ray's account and a hint that names the restart knob
+    assert failure["kind"] in ("ray_actor_died", "vllm_engine_died") and failure["retryable"], failure
+    assert failure["role"] and "training.max_restarts" in failure["hint"], failure
     deadline = time.time() + 30
     while time.time() < deadline and any(_alive(p) for p in set(descendants()) - before):
         time.sleep(0.5)
@@ -459,3 +462,74 @@ def test_sigkill_of_the_whole_run_mid_training_then_resume_continues(backend, tm
         for got, want in zip(final, rows(reference), strict=True):
             for key in REPRODUCED:
                 assert got.get(key) == want.get(key), (got["step"], key, got.get(key), want.get(key))
+
+
+CHAOS_STEPS = 4
+
+
+@pytest.mark.engine
+@pytest.mark.matrix_only  # several minutes on a Ray engine (make compat); TRL's restart test is tests/test_faults.py
+def test_chaos_a_random_process_of_the_run_killed_at_a_random_step_is_restarted_and_the_run_completes(backend, tmp_path):
+    """With training.max_restarts=2, a killer SIGKILLs one process of the run's tree chosen at random
+    (the engine process, a Ray worker or actor, the vLLM engine, Ray's own processes) once a step
+    chosen at random is written: the run restarts by itself from its last complete checkpoint, ends
+    with steps 1..4 once each, and summary.json lists the restart with its cause."""
+    import random
+    import signal
+    import sys
+    import threading
+    import time
+
+    from rlbridge.engine.lifeline import descendants
+
+    if not backend.scores_in_engine_workers:
+        pytest.skip(f"{backend.name} trains in one process: tests/test_faults.py kills and restarts it")
+    seed = int(os.environ.get("RLBRIDGE_CHAOS_SEED", time.time()))
+    rng = random.Random(seed)
+    kill_after = rng.choice([1, 2, 3])
+    run = tmp_path / "run"
+    overrides = [
+        f"backend={backend.name}", f"output_dir={run}", f"training.steps={CHAOS_STEPS}", "training.batch_size=2",
+        "algorithm.group_size=4", "rollout.max_new_tokens=8", "resources.gpus_per_node=auto", "checkpoint.interval=1",
+        "training.max_restarts=2", "training.restart_backoff_s=1", "training.hang_min_s=180", "training.hang_first_step_s=900",
+    ]
+    killed: dict = {}
+
+    def kill_one():
+        deadline = time.time() + 1200
+        metrics = run / "metrics.jsonl"
+        while time.time() < deadline and not done.is_set():
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= kill_after:
+                plot = {p for p in descendants() if b"rlbridge.run.report" in _cmdline(p)}
+                victims = sorted(set(descendants()) - plot)
+                if victims:
+                    pid = rng.choice(victims)
+                    killed.update(pid=pid, cmd=_cmdline(pid)[:200].decode(errors="replace"), after_step=kill_after)
+                    os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.1)
+
+    done = threading.Event()
+    killer = threading.Thread(target=kill_one, daemon=True)
+    killer.start()
+    try:
+        summary = train(load_config(QUICKSTART, overrides), progress=False)
+    finally:
+        done.set()
+        killer.join(timeout=5)
+    assert killed, f"nothing was killed (seed {seed})"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, CHAOS_STEPS + 1)), (seed, killed, rows)
+    assert summary["status"] == "completed" and summary["engine_python"] == sys.executable
+    # a process whose death the engine outlives (an idle Ray worker) needs no restart; any other one gets one
+    for restart in summary["restarts"]:
+        assert restart["kind"] in ("engine_process_died", "ray_actor_died", "vllm_engine_died", "host_oom", "collective_timeout", "hang"), restart
+    print(f"chaos seed {seed}: killed {killed}; restarts {summary['restarts']}")
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ")
+    except OSError:
+        return b""
