@@ -40,7 +40,7 @@ def burn(loops: int = BURN_LOOPS):
 
     def reward(inputs):
         out = []
-        for x in inputs:
+        for _ in inputs:
             acc = 0
             for i in range(loops):
                 acc = (acc * 31 + i) % 1_000_003

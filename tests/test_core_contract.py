@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from rlbridge import hookimpl
-from rlbridge.contract.backend import Backend, Support, approximated, canonical_knobs, honoured, rejected
+from rlbridge.contract.backend import Backend, approximated, canonical_knobs, honoured, rejected
 from rlbridge.errors import CapabilityError, RLBridgeError
 from rlbridge.run.loading import load_config
 from rlbridge.contract.registry import PluginManager, get_plugin_manager, reset_plugin_manager
@@ -172,7 +172,7 @@ def test_duplicate_plugin_names_are_an_error(tmp_path, monkeypatch):
     importlib.invalidate_caches()
     reset_plugin_manager()
     with pytest.raises(RLBridgeError, match="reward 'digit_match' is registered twice"):
-        get_plugin_manager().items
+        _ = get_plugin_manager().items  # collecting the registrations raises
 
 
 def test_plan_imports_no_torch(tmp_path):

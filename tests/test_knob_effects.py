@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import QUICKSTART, REPO, run_cli
-from rlbridge.errors import CapabilityError, ConfigError, RLBridgeError
+from rlbridge.errors import CapabilityError, ConfigError
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import prepare
 

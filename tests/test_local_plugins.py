@@ -3,7 +3,6 @@ module name, in the user's process and in every process of the run (through RLBR
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap

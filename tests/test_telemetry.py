@@ -6,7 +6,6 @@ a raising sink is reported by name and loses nothing; samples.jsonl; the HTML re
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -428,7 +427,7 @@ def test_engine_reward_events_become_the_steps_samples_and_cross_the_child_pipe(
     ctx = RecordingCtx()
     follower = EventFollower(tmp_path / "events.jsonl", ctx, to_canonical, lambda native: "actor/pg_loss" in native)
     # step 1: per-sample events, as verl 0.9's reward loop and OpenRLHF's reward executor write them
-    for i, (p, c, total) in enumerate([("1111", "11", 1.0), ("2222", "2a", 0.5), ("3333", "zz", 0.0)]):
+    for p, c, total in [("1111", "11", 1.0), ("2222", "2a", 0.5), ("3333", "zz", 0.0)]:
         follower._handle({"kind": "reward_sample", "total": total, "plugins": {"digit_match": total}, **sample_fields(x(p, c))})
     follower._handle({"kind": "metrics", "step": 1, "data": {"actor/pg_loss": 0.1}})
     # step 2: one batch event, as verl 0.5's reward manager writes it

@@ -18,7 +18,7 @@ from typing import Any
 from packaging.version import Version
 
 from rlbridge.contract.backend import (
-    Backend, Capability, offline_stages_rejected, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, rejected, resolved_dtype,
+    Backend, Capability, offline_stages_rejected, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.engine.engine_io import PASSTHROUGH_CHAT_TEMPLATE

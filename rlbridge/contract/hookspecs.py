@@ -38,10 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-PROJECT = "rlbridge"
-hookspec = pluggy.HookspecMarker(PROJECT)
-hookimpl = pluggy.HookimplMarker(PROJECT)
-
 from rlbridge.contract.descriptors import (
     DataSourcePlugin,
     EnvironmentPlugin,
@@ -50,6 +46,10 @@ from rlbridge.contract.descriptors import (
     RewardPlugin,
     TelemetrySinkPlugin,
 )
+
+PROJECT = "rlbridge"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
 
 if TYPE_CHECKING:  # types only: backend and config import nothing from here, so no cycle either way
     from rlbridge.contract.backend import Backend, Plan

@@ -24,6 +24,12 @@ from rlbridge.errors import PluginNotFoundError, RLBridgeError, did_you_mean
 if TYPE_CHECKING:
     from rlbridge.contract.backend import Backend
 
+__all__ = [
+    "ENTRY_POINT_GROUP", "KINDS", "PluginManager", "Registered", "get_plugin_manager", "reset_plugin_manager",
+    # the descriptors, re-exported
+    "DataSourcePlugin", "EnvironmentPlugin", "ModelBuilderPlugin", "PlacementPolicy", "RewardPlugin", "TelemetrySinkPlugin",
+]
+
 ENTRY_POINT_GROUP = "rlbridge"
 
 

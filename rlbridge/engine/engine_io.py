@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlbridge.contract.rewards import BoundReward, RewardInput, score
+from rlbridge.contract.rewards import BoundReward, RewardInput
 
 from rlbridge.engine.events import EVENTS_ENV, REWARDS_ENV, write_event  # noqa: F401 (adapters import them from here)
 

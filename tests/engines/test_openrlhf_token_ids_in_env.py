@@ -9,7 +9,6 @@ import asyncio
 import json
 from types import SimpleNamespace
 
-import pytest
 
 from .openrlhf_runtime import require_openrlhf_runtime  # noqa: E402
 

@@ -105,7 +105,7 @@ def test_legacy_manager_zeroes_and_counts_a_faulty_plugin(env, fn, outcome):
     assert tensor[:, 3].tolist() == [4.0] * 4 and tensor.sum().item() == 16.0  # only the healthy plugin's 4 tokens
     assert out["reward_extra_info"][f"rlbridge/{fn.__name__}"] == [0.0] * 4
     assert _fault_counts(events) == {outcome: 4}
-    faults = [json.loads(l) for l in events.read_text().splitlines() if json.loads(l)["kind"] == "reward_fault"]
+    faults = [json.loads(line) for line in events.read_text().splitlines() if json.loads(line)["kind"] == "reward_fault"]
     assert faults and faults[0]["plugin"] == fn.__name__ and '"prompt": "1111"' in faults[0]["row"]
 
 
