@@ -161,3 +161,14 @@ def test_adapter_tests_are_declared_by_the_adapter(engine):
     named = {str(p.relative_to(REPO)) for p in (REPO / "tests").rglob(f"test_{engine}_*.py")}
     assert set(package.TESTS) >= named, f"{engine}/package.py TESTS misses {sorted(named - set(package.TESTS))}"
     assert all((REPO / t).exists() for t in package.TESTS)
+
+
+def test_ruff_finds_nothing():
+    """`ruff check` with the rules in pyproject.toml ([tool.ruff]): unused and undefined names,
+    redefinitions, bugbear's likely bugs. ruff is in the `test` extra."""
+    import importlib.util
+
+    assert importlib.util.find_spec("ruff"), "ruff is not installed: pip install -e '.[test]'"
+    paths = ["rlbridge", "adapters", "plugins", "tests", "benchmarks", "scripts"]
+    res = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *paths], cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
