@@ -16,7 +16,8 @@ import re
 from collections.abc import Sequence
 
 from rlbridge import hookimpl
-from rlbridge.contract.registry import DataSourcePlugin, RewardPlugin
+from rlbridge.contract.environments import Environment, StepResult
+from rlbridge.contract.registry import DataSourcePlugin, EnvironmentPlugin, RewardPlugin
 from rlbridge.contract.rewards import RewardInput
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.DOTALL)
@@ -178,6 +179,67 @@ def humaneval(num_rows: int = 164, start: int = 0) -> list[dict]:
         # str.format fills {code}: the prompt's own braces doubled
         "code_template": p["prompt"].replace("{", "{{").replace("}", "}}") + "{code}",
     } for p in problems]
+
+
+class CodeInterpreter(Environment):
+    """A code task as an episode: the policy may run Python with the `python` tool (each run in the
+    sandbox, with the limits below; its output comes back as the tool message) before its final
+    answer, which is judged like code_tests (the row's `tests`, `code_template`; the judge of
+    rlbridge.engine.sandbox.run_tests) and is the episode's reward, in [0, 1]. The tool's output is
+    context for the policy only, never a verdict.
+
+    extract: how the answer's program is read (code_tests' extract: code or expression); wall_s,
+    cpu_s, memory_mb: limits of each tool run and of each judged call; tool_output_chars: the most
+    of a tool run's output the policy sees; total_wall_s: the judge's bound for the final answer."""
+
+    tools = ("python",)
+
+    def __init__(self, extract: str = "code", wall_s: float = 5.0, cpu_s: int = 2, memory_mb: int = 256,
+                 tool_output_chars: int = 2000, total_wall_s: float = 30.0) -> None:
+        if extract not in ("code", "expression"):
+            raise ValueError(f"code_interpreter: extract must be 'code' or 'expression', not {extract!r}")
+        if tool_output_chars < 1:
+            raise ValueError("code_interpreter: tool_output_chars must be >= 1")
+        self.extract, self.tool_output_chars, self.total_wall_s = extract, tool_output_chars, total_wall_s
+        self.limits = {"wall_s": wall_s, "cpu_s": cpu_s, "memory_mb": memory_mb}
+        self.tests: list = []
+        self.template = ""
+
+    def reset(self, row, prompt):
+        tests = row.get("tests") or []
+        self.tests = json.loads(tests) if isinstance(tests, str) else list(tests)
+        self.template = row.get("code_template") or ""
+        return prompt
+
+    def python(self, code: str) -> str:
+        """Run a Python program in a sandbox and see what it printed (stdout, then stderr).
+
+        Args:
+            code: the program to run.
+        """
+        from rlbridge.engine.sandbox import Limits, run_python
+
+        result = run_python({"main.py": code}, limits=Limits(**self.limits))
+        text = result.stdout + (f"\n{result.stderr}" if result.stderr else "")
+        if len(text) > self.tool_output_chars:
+            text = text[: self.tool_output_chars] + "\n...(output cut)"
+        return text if result.outcome == "ok" else f"{text}\n[{result.outcome}]"
+
+    def step(self, action):
+        from rlbridge.engine.sandbox import Limits, run_tests
+
+        code = extract_code(action, self.extract)
+        if not self.tests or code is None:
+            return StepResult(reward=0.0, done=True)
+        solution = self.template.format(code=code) if self.template else code
+        score, _ = run_tests(solution, self.tests, Limits(**self.limits), self.total_wall_s)
+        return StepResult(reward=min(1.0, max(0.0, float(score))), done=True)
+
+
+@hookimpl
+def rlbridge_register_environments():
+    return [EnvironmentPlugin("code_interpreter", CodeInterpreter,
+                              "a code task with a `python` tool run in the sandbox; the final answer judged like code_tests")]
 
 
 @hookimpl
