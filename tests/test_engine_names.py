@@ -1,0 +1,69 @@
+"""Engine knowledge lives in the adapters (issue 31): outside adapters/<engine>/, the core (rlbridge/)
+and the built-in plugins (plugins/) name an engine in code only in the files listed here, each with
+why. Prose does not count (comments, docstrings, the documentation strings under attributes); code
+does: identifiers and every other string, error messages included. The engines are the in-tree
+backends, found through the `rlbridge` entry points. A file that stops naming an engine must leave the
+list, so the list only shrinks: adding an engine touches its own folder, not these files."""
+
+import ast
+import io
+import re
+import tokenize
+
+from conftest import REPO
+
+# file -> why it still names engines (what would move it into the adapters)
+ALLOWED = {
+    "rlbridge/contract/native_rewards.py": "each engine's native reward calling convention (portable native rewards); "
+                                           "belongs in adapters/<engine>/ as a declared convention",
+    "rlbridge/contract/config.py": "reward[].native: Literal of the engines whose native reward functions run anywhere",
+    "rlbridge/cli.py": "the product's one-line description and examples in --help texts",
+    "rlbridge/run/importer.py": "verl's default reward function when a verl recipe names none",
+    "rlbridge/run/bench.py": "examples in arm-parsing error messages",
+    "rlbridge/run/bench_report.py": "CPU time is complete only for TRL's process tree (should read scores_in_engine_workers)",
+    "rlbridge/contract/metrics.py": "metric descriptions that name where engines report them",
+    "rlbridge/run/knobdoc.py": "the generated docs/knobs.md's introduction names each engine's native key spelling",
+    "rlbridge/run/failures.py": "engine package paths that mark a traceback frame as the engine's",
+    "rlbridge/envs/provenance.py": "the distributions a run manifest records (could come from each Backend.distribution)",
+    "rlbridge/run/runner.py": "the hint that names the Ray engines for rollout_workers.mode: ray",
+    "rlbridge/engine/workers.py": "the hint that names the Ray engines for rollout_workers.mode: ray",
+    "rlbridge/testing/suite.py": "the kill-and-resume test's slow reward is a native TRL-convention function",
+    "rlbridge/run/submit.py": "the hint to create verl's environment for Ray",
+    "rlbridge/run/stacks.py": "engine package paths in Python stacks",
+    "rlbridge/envs/compat.py": "the TRL+vLLM compatibility cell's test file",
+    "plugins/sync_changed.py": "the engines whose weight-sync seam the changed-tensors plugin supports",
+}
+
+
+CODE_TOKENS = {tokenize.NAME, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}  # 3.12 splits f-strings
+
+
+def _engines() -> set[str]:
+    from rlbridge.contract.registry import get_plugin_manager
+
+    return {name for name, r in get_plugin_manager().items["backend"].items() if r.item.__module__.startswith("rlbridge_adapters.")}
+
+
+def _names_an_engine_in_code(path, pattern) -> bool:
+    source = path.read_text()
+    prose = {line for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+             for line in range(node.lineno, node.end_lineno + 1)}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT or (token.type == tokenize.STRING and token.start[0] in prose):
+            continue
+        if token.type in CODE_TOKENS and pattern.search(token.string):
+            return True
+    return False
+
+
+def test_engine_names_outside_the_adapters_are_on_the_allow_list():
+    engines = _engines()
+    assert {"trl", "verl", "openrlhf"} <= engines  # (the probe finds the in-tree adapters)
+    pattern = re.compile(rf"(?<![A-Za-z0-9])({'|'.join(sorted(engines))})(?![A-Za-z0-9])", re.IGNORECASE)
+    naming = {str(p.relative_to(REPO)) for folder in ("rlbridge", "plugins") for p in (REPO / folder).rglob("*.py")
+              if _names_an_engine_in_code(p, pattern)}
+    unlisted = sorted(naming - set(ALLOWED))
+    assert not unlisted, f"these files name an engine in code; move that knowledge into adapters/<engine>/: {unlisted}"
+    gone = sorted(set(ALLOWED) - naming)
+    assert not gone, f"these files no longer name an engine: remove them from ALLOWED in {__name__}: {gone}"
