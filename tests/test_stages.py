@@ -152,3 +152,69 @@ def test_pipeline_sft_rm_grpo_learns_skips_finished_stages_and_reports(tmp_path)
     assert report.returncode == 0, report.stderr
     page = (tmp_path / "r.html").read_text()
     assert "Pipeline pipeline: completed" in page and "reward_model" in page and "loss/sft" in page
+
+
+FLAKY = '''
+from pathlib import Path
+
+from rlbridge import hookimpl
+from rlbridge.contract.registry import RewardPlugin
+
+
+def flaky(flag: str):
+    calls = []
+
+    def reward(inputs):
+        calls.append(1)
+        if len(calls) > 6 and Path(flag).exists():
+            raise RuntimeError("flaky: failing on purpose while the flag file exists")
+        return [x.completion.count(x.answer) / max(len(x.completion), 1) for x in inputs]
+
+    return reward
+
+
+@hookimpl
+def rlbridge_register_rewards():
+    return [RewardPlugin("flaky", flaky, "digit share; raises after 6 calls while FLAG exists")]
+'''
+
+
+def test_a_failed_pipeline_stage_resumes_from_its_checkpoint_and_finished_ones_are_not_rerun(tmp_path):
+    from rlbridge.run.pipeline import run_pipeline
+
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    flag = tmp_path / "fail"
+    flag.touch()
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(f"""\
+output_dir: {tmp_path / "out"}
+stages:
+  - {{name: sft, config: {CONFIGS / "sft.yaml"}, set: {{training.steps: 4, data.eval: null, data.eval_interval: 10}}}}
+  - name: grpo
+    config: {CONFIGS / "quickstart.yaml"}
+    set:
+      model.path: "{{sft.model}}"
+      plugins: [{tmp_path / "flaky.py"}]
+      reward: [{{name: flaky, args: {{flag: "{flag}"}}}}]
+      rollout_workers: {{mode: inline, on_error: fail}}
+      training: {{steps: 10, batch_size: 2, lr: 5.0e-3}}
+      algorithm.group_size: 4
+      rollout.max_new_tokens: 8
+      checkpoint.interval: 5
+      telemetry.progress: false
+""")
+    with pytest.raises(Exception, match="failing on purpose"):
+        run_pipeline(pipeline)  # grpo dies at step 7, after its checkpoint of step 5
+    record = json.loads((tmp_path / "out" / "pipeline.json").read_text())
+    assert [s["status"] for s in record["stages"]] == ["completed", "failed"] and record["status"] == "failed"
+    metrics = tmp_path / "out" / "grpo" / "metrics.jsonl"
+    before = metrics.read_text().splitlines()
+    assert [json.loads(line)["step"] for line in before][:5] == [1, 2, 3, 4, 5]
+    flag.unlink()
+    record = run_pipeline(pipeline)
+    sft, grpo = record["stages"]
+    assert sft["skipped"] and not grpo["skipped"] and grpo["resumed"], record
+    assert grpo["summary"]["status"] == "completed"
+    after = metrics.read_text().splitlines()
+    assert after[:5] == before[:5]  # kept, not trained again (a fresh run rewrites them, with other timings)
+    assert [json.loads(line)["step"] for line in after if json.loads(line)["step"] > 5] == [6, 7, 8, 9, 10]
