@@ -229,7 +229,6 @@ def _drop_privileges(job, uid, work):
     os.chdir(work)
     os.environ.clear()
     os.environ.update(job["env"])
-    os.environ.update({"HOME": work, "TMPDIR": work})
 
 
 def _call_in_child(job, req, uid, work, fds):
@@ -241,6 +240,7 @@ def _call_in_child(job, req, uid, work, fds):
             os.dup2(fd, target)
         os.closerange(len(fds), 1 << 16)
         _drop_privileges(job, uid, work)
+        os.environ.update({"HOME": work, "TMPDIR": work})
     except BaseException as exc:
         os.write(2, f"rlbridge-sandbox-setup-error: {exc}\n".encode())
         os._exit(125)
@@ -510,34 +510,22 @@ def main():
         os.write(2, f"rlbridge-sandbox-setup-error: {exc}\n".encode())
         os._exit(125)
     null = os.open("/dev/null", os.O_RDONLY)
+    # set-up failures of the child are told on this pipe, which it closes before the program runs:
+    # a program that prints the set-up error line and exits 125 is a failed program, not a machine
+    # that cannot sandbox
+    status_r, status_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
+            os.close(status_r)
             os.dup2(null, 0)
-            os.setsid()
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            lim = job["limits"]
-            # CPU: SIGXCPU at cpu_s (the outcome cpu_limit), SIGKILL a second later if caught
-            resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu_s"], lim["cpu_s"] + 1))
-            for res, value in (
-                (resource.RLIMIT_AS, lim["memory_mb"] * 2**20),
-                (resource.RLIMIT_NPROC, lim["nproc"]),
-                (resource.RLIMIT_FSIZE, lim["fsize_mb"] * 2**20),
-                (resource.RLIMIT_NOFILE, lim["nofile"]),
-                (resource.RLIMIT_CORE, 0),
-            ):
-                resource.setrlimit(res, (value, value))
-            _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-            os.chdir(work)
-            os.closerange(3, 1024)
-            os.environ.clear()
-            os.environ.update(job["env"])
+            _drop_privileges(job, uid, work)
         except BaseException as exc:
-            os.write(2, f"rlbridge-sandbox-setup-error: {exc}\n".encode())
+            os.write(status_w, str(exc).encode(errors="replace"))
             os._exit(125)
+        os.closerange(3, 1 << 16)
         run_program(job, work)
+    os.close(status_w)
     # PID 1: reap everything; when the program exits, leave (the kernel kills the rest)
     while True:
         try:
@@ -545,7 +533,12 @@ def main():
         except ChildProcessError:
             os._exit(125)
         if got == pid:
-            os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+            report = os.read(status_r, 4096)
+            if report:
+                os.write(2, SETUP_MARK + b" " + report + b"\n")
+                os._exit(125)
+            code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+            os._exit(1 if code == 125 else code)  # 125 is the set-up error's alone
 
 
 if __name__ == "__main__":  # run as a script by the sandbox, never imported for effect

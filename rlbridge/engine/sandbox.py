@@ -193,7 +193,8 @@ def run_python(
 
 
 def _outcome(returncode: int, stderr: str) -> str:
-    if SETUP_ERROR in stderr or returncode == 125 and "unshare:" in stderr:
+    # 125 is PID 1's own (a program's 125 is passed on as 1): only the sandbox's set-up can end so
+    if returncode == 125 and (SETUP_ERROR in stderr or "unshare:" in stderr):
         return "setup_error"
     if returncode == 0:
         return "ok"
