@@ -410,3 +410,24 @@ def test_a_hang_is_restarted_and_once_the_budget_is_spent_the_run_fails_with_the
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     left = [p for p in stacks.tree(os.getpid()) if "spawn_main" in p["cmdline"] or "rlbridge.engine.child" in p["cmdline"]]
     assert not left, left
+
+
+def _proc(pid, role, frames, state="S", active=False):
+    return {"pid": pid, "ppid": 1, "state": state, "cmdline": "", "exe": "python", "role": role,
+            "threads": [{"name": "MainThread", "active": active,
+                         "frames": [{"name": n, "file": f, "line": 1} for n, f in frames]}]}
+
+
+def test_the_stuck_process_is_the_one_in_plugin_code_not_an_idle_peer_or_the_waiting_trainer():
+    site = "/venv/lib/python3.11/site-packages"
+    procs = [
+        _proc(10, "rlbridge train (trainer, engine in process)",
+              [("Condition.wait", "/usr/lib/python3.11/threading.py"), ("RewardScorer._score_one", "/repo/rlbridge/engine/workers.py")]),
+        _proc(11, "reward worker", [("Channel._make_poll_method.<locals>.unix_poll", f"{site}/pebble/pool/channel.py"),
+                                    ("<module>", "<string>")]),
+        _proc(12, "reward worker", [("stalls.<locals>.reward", "/tmp/plugin.py"), ("_score_chunk", "/repo/rlbridge/engine/workers.py")]),
+    ]
+    assert stacks.stuck(procs)["pid"] == 12
+    assert stacks.stuck(procs)["frame"] == "stalls.<locals>.reward (/tmp/plugin.py:1)"
+    procs.append(_proc(13, "Ray actor WorkerDict.update_actor", [("all_reduce", f"{site}/torch/distributed/c10d.py")], state="T"))
+    assert stacks.stuck(procs)["pid"] == 13 and stacks.stuck(procs)["stopped"]  # a stopped rank comes first
