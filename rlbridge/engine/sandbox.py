@@ -16,6 +16,11 @@ Layers (docs/sandbox.md says what each one stops):
 4. rlimits: CPU seconds, address space, processes (per that uid), file size, open files, no core.
 5. The host side: a clean environment (no host variables), a wall-clock timeout that SIGKILLs the
    whole process group (PID 1 of the namespace with it), and a cap on captured output.
+
+`run_python` runs one program. `Judge` / `run_tests` judge a solution against tests with the
+verdict on the host: the sandbox's PID 1 runs each call of the solution in a fresh process under a
+fresh uid and sends back its return value as data; the tests and expected values never enter the
+sandbox (docs/sandbox.md, "The judge").
 """
 
 from __future__ import annotations
@@ -55,9 +60,9 @@ class SandboxUnavailable(RLBridgeError):
 @dataclass
 class Limits:
     wall_s: float = 10.0
-    """Wall-clock limit; the whole sandbox is killed at this point."""
+    """Wall-clock limit; the whole sandbox is killed at this point (in a Judge: each call's processes)."""
     cpu_s: int = 5
-    """CPU seconds of the program (RLIMIT_CPU)."""
+    """CPU seconds of the program (RLIMIT_CPU; in a Judge, of each call's process)."""
     memory_mb: int = 512
     """Address space per process (RLIMIT_AS), MiB."""
     nproc: int = 32
@@ -67,7 +72,8 @@ class Limits:
     nofile: int = 64
     """Open file descriptors (RLIMIT_NOFILE)."""
     output_bytes: int = 65536
-    """stdout + stderr kept; more kills the program (outcome output_limit)."""
+    """stdout + stderr kept; more kills the program (outcome output_limit). In a Judge, per call,
+    and the most a call's reported value may take."""
 
 
 @dataclass
@@ -246,7 +252,8 @@ class CallFailed(BaseException):
     failed either way (Judge records every failed call)."""
 
     def __init__(self, call: Call) -> None:
-        super().__init__(f"{call.outcome}: {call.error or call.stderr.strip().splitlines()[-1:] or ''}")
+        last = call.stderr.strip().splitlines()[-1:]
+        super().__init__(f"{call.outcome}: {call.error or (last[0] if last else '')}")
         self.call = call
 
 
