@@ -83,7 +83,7 @@ def run_matrix(engine: str | None = None, version: str | None = None, echo=print
             elif test == "e2e-gpu" and not gpu:
                 outcome = {"status": "not run", "reason": "no GPU"}
             else:
-                outcome = _run_tests(env, test, cell["engine"])
+                outcome = _run_tests(env, test, cell["engine"], cell.get("ci_select"))
             outcome.update(
                 engine=cell["engine"], version=str(cell["version"]), test=test, required=list(cell["tests"]),
                 date=started.date().isoformat(), started=started.isoformat(timespec="seconds"), rlbridge=__version__,
@@ -117,7 +117,7 @@ def _relevant(case, engine: str) -> bool:
     return engine in params or f"test_{engine}" in classname
 
 
-def _run_tests(env: Path, test: str, engine: str) -> dict[str, Any]:
+def _run_tests(env: Path, test: str, engine: str, ci_select: str | None = None) -> dict[str, Any]:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     report = env / ".rlbridge" / f"junit-{test}.xml"
     log = env / ".rlbridge" / f"pytest-{test}-{stamp}.log"
@@ -125,6 +125,8 @@ def _run_tests(env: Path, test: str, engine: str) -> dict[str, Any]:
     args = list(TEST_KINDS[test])
     if os.environ.get(CI_CELLS_ENV) and "engine" in args:  # CI keeps one end-to-end run per engine seam
         args[args.index("engine")] = "engine and not matrix_only"
+        if ci_select:  # the cell's own CI selection (matrix.yaml `ci_select`: the seams this cell proves)
+            args += ["-k", ci_select]
     cmd = [str(env_python(env)), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args, f"--junitxml={report}"]
     started = time.time()
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -136,7 +138,10 @@ def _run_tests(env: Path, test: str, engine: str) -> dict[str, Any]:
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
     failures, skips, passed, missing = [], [], 0, []
+    durations = {}
     for case in suite.iter("testcase"):
+        if case.find("skipped") is None:
+            durations[case.get("name")] = round(float(case.get("time") or 0), 1)
         bad = next((case.find(t) for t in ("failure", "error") if case.find(t) is not None), None)
         skipped = case.find("skipped")
         if bad is not None:
@@ -157,7 +162,10 @@ def _run_tests(env: Path, test: str, engine: str) -> dict[str, Any]:
         status, reason = "fail", "no test of " + engine + " ran: " + ("; ".join(skips)[:300] or "none selected")
     else:
         status, reason = "pass", ""
-    out = {"status": status, "reason": reason, "passed": passed, **counts, "seconds": elapsed, "log": str(log)}
+    # what each test that ran cost, slowest first (docs/engine-environments.md quotes them for the CI cells)
+    slowest = dict(sorted(durations.items(), key=lambda kv: -kv[1])[:15])
+    out = {"status": status, "reason": reason, "passed": passed, **counts, "seconds": elapsed, "log": str(log),
+           "test_seconds": slowest}
     if skips and status == "pass":
         out["skipped_tests"] = skips
     return out

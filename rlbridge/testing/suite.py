@@ -132,6 +132,10 @@ def recorder_plugin(tmp_path, monkeypatch):
     reset_plugin_manager()
 
 
+# eval prompts are 3 digits long, the training ones 4: the recorder tells the engine's eval calls apart
+TWO_STEP_EVAL = ['data.eval={"type": "generator", "name": "digit_copy", "args": {"num_rows": 4, "repeat": 3}}', "data.eval_interval=2"]
+
+
 @pytest.mark.engine
 def test_two_step_run_calls_the_reward_shim_and_streams_canonical_metrics(backend, recorder_plugin, tmp_path):
     overrides = [
@@ -141,10 +145,16 @@ def test_two_step_run_calls_the_reward_shim_and_streams_canonical_metrics(backen
         "model.path=builtin:tiny-bpe",  # a BPE tokenizer: re-encoding decoded text would not give back the engine's ids
         "training.on_nonfinite=warn",  # a NaN must reach the assertion below, not stop the run first
     ]
-    summary = train(load_config(QUICKSTART, overrides), progress=False)
+    # evaluation at the last step, where the engine evaluates: the same run proves the eval seam (CI's Ray
+    # cells keep this run and leave the two-run seed test to make compat, compat_matrix/matrix.yaml)
+    evaluates = not requirement_unmet(backend, load_config(QUICKSTART, [*overrides, *TWO_STEP_EVAL]), "data.eval", "data.eval_interval")
+    summary = train(load_config(QUICKSTART, [*overrides, *(TWO_STEP_EVAL if evaluates else [])]), progress=False)
     assert summary["status"] == "completed"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
+    if evaluates:
+        evals = [json.loads(line) for line in (tmp_path / "run" / "eval_metrics.jsonl").read_text().splitlines()]
+        assert evals and all(math.isfinite(e["eval/reward/mean"]) for e in evals), evals
     for row in rows:
         missing = REQUIRED_METRICS - set(row)
         assert not missing, missing
@@ -156,8 +166,10 @@ def test_two_step_run_calls_the_reward_shim_and_streams_canonical_metrics(backen
     # a separate rollout engine (vLLM) gets the updated weights every step, measured at the engine's seam
     if yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["rollout"]["engine"] == "vllm":
         assert all(r.get("weight_sync/bytes", 0) > 0 and r.get("weight_sync/tensors", 0) > 0 for r in rows), rows
-    samples = [json.loads(line) for line in recorder_plugin.read_text().splitlines()]
+    calls = [json.loads(line) for line in recorder_plugin.read_text().splitlines()]
+    samples = [x for x in calls if len(x["prompt"]) == 4]
     assert len(samples) == 2 * 2 * 4  # steps x prompts x group
+    assert not evaluates or len(calls) > len(samples)  # and the evaluation scored its prompts through the same shim
     if backend.scores_in_engine_workers:  # declared: the engine calls reward plugins in its own processes
         assert os.getpid() not in {x["pid"] for x in samples}
     for x in samples:
