@@ -143,8 +143,25 @@ def test_a_reward_that_never_returns_is_a_hang_named_with_its_process_and_frame(
         f"reward=[{{name: digit_match}}, {{name: stalls, args: {{state_dir: '{state}'}}}}]",
         "rollout_workers.timeout_s=600", "training.hang_factor=3", "training.hang_min_s=4", "training.hang_first_step_s=300",
     ])
+    live: dict = {}
+
+    def stacks_while_it_stalls():  # `rlbridge stacks RUN_DIR` on the live run, before the watchdog fires
+        deadline = time.time() + 240
+        calls = state / "calls"
+        while time.time() < deadline and not (calls.exists() and calls.read_text() == "3"):
+            time.sleep(0.2)
+        time.sleep(1.0)
+        live["res"] = run_cli("stacks", str(run))
+
+    import threading
+
+    looker = threading.Thread(target=stacks_while_it_stalls, daemon=True)
+    looker.start()
     with pytest.raises(Exception, match="hang"):
         train(cfg, progress=False)
+    looker.join(timeout=60)
+    assert live["res"].returncode == 0, live["res"].stderr
+    assert "stuck: reward worker" in live["res"].stdout and "stalls.<locals>.reward" in live["res"].stdout, live["res"].stdout
     summary = json.loads((run / "summary.json").read_text())
     failure = summary["failure"]
     assert summary["status"] == "failed" and summary["steps"] == 2, summary
