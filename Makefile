@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlbridge-installed
 
-.PHONY: install demo test test-engines test-fast compat clean browser
+.PHONY: install demo test test-engines test-fast compat clean browser slurm
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ test-engines: install
 browser:
 	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "no chromium: the report's browser test will be skipped"; }
+
+# A real Slurm for the launcher's tests (tests/test_slurm.py): Debian's slurm-wlm and munge, started
+# on loopback by the tests themselves (scripts/slurm-local.sh); best effort, as for Chromium.
+slurm:
+	@command -v slurmctld >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  scripts/slurm-local.sh install >/dev/null || echo "no slurm: the Slurm launcher's tests will be skipped"; }
 
 # Everything but the real engine runs (seconds).
 test-fast: install

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`make test`: the whole suite in phases, overlapped where they can be, each one timed.
 
-    install       the project's venv (`make install`) and Chromium for the report's browser test
+    install       the project's venv (`make install`), Chromium for the report's browser test and a
+                  local Slurm for the launcher's tests (`make browser slurm`)
     envs          the CI cells' engine environments, created in the background (ENV_STREAMS at once,
                   one shared pip cache) while the suite that needs none runs
     pytest        tests/ except the tests that run an engine in its environment and the matrix_only ones
@@ -152,7 +153,7 @@ def main() -> int:
     say(f"make test: cells {' '.join(cells)}; {streams} environment streams, {test_jobs} test jobs at once "
         f"within {mem_budget:.0f} GiB; logs in {LOGS.relative_to(REPO)}/")
 
-    install = run_phase("install", ["make", "--no-print-directory", "install", "browser"], LOGS / "install.log")
+    install = run_phase("install", ["make", "--no-print-directory", "install", "browser", "slurm"], LOGS / "install.log")
     if not install.ok:
         return finish()
 
