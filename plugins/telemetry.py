@@ -27,6 +27,7 @@ from typing import Any
 from rlbridge import hookimpl
 from rlbridge.contract.registry import TelemetrySinkPlugin
 from rlbridge.errors import ConfigError
+from rlbridge.helpers import flatten
 
 # Files of the run directory a tracking sink uploads as artifacts, when they exist (patches.json is
 # the patch report: which runtime patches were applied to the engine).
@@ -79,25 +80,6 @@ class CsvSink:
 
 
 # --- shared helpers -----------------------------------------------------------------------------
-
-
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested config as dotted keys: {'training': {'steps': 2}} -> {'training.steps': 2};
-    list items get their index ('reward.0.name')."""
-    out: dict[str, Any] = {}
-    if isinstance(data, dict):
-        items = data.items()
-    elif isinstance(data, list):
-        items = ((str(i), v) for i, v in enumerate(data))
-    else:
-        return {prefix: data}
-    for key, value in items:
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, (dict, list)) and value:
-            out.update(flatten(value, name))
-        else:
-            out[name] = value
-    return out
 
 
 def run_files(run_dir: Path) -> list[Path]:
@@ -239,7 +221,7 @@ class MlflowSink:
         tags = {"rlbridge.backend": config.backend, "rlbridge.output_dir": str(Path(run_dir).resolve()), **self.tags}
         run = self.client.create_run(experiment_id, run_name=self.run_name or config.run_name, tags=tags)
         self.run_id = run.info.run_id
-        params = [Param(_MLFLOW_KEY.sub("_", k)[:250], str(v)[:6000]) for k, v in flatten(config.model_dump(mode="json")).items()]
+        params = [Param(_MLFLOW_KEY.sub("_", k)[:250], str(v)[:6000]) for k, v in flatten(config.model_dump(mode="json"), lists=True).items()]
         for i in range(0, len(params), 100):  # MLflow's batch limit
             self.client.log_batch(self.run_id, params=params[i:i + 100])
         for path in run_files(Path(run_dir)):  # config and plan now: a crash still leaves them

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import CapabilityError, ConfigError, EngineNotAvailableError
+from rlbridge.helpers import flatten  # adapters import it from here too
 
 
 # Knobs the core handles itself for every engine; a backend does not declare them.
@@ -199,17 +200,6 @@ def one_stop_condition(why: str) -> Callable[[RunConfig], str | None]:
         return None
 
     return check
-
-
-def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as dotted keys (an empty dict stays a leaf)."""
-    flat: dict[str, Any] = {}
-    for key, value in mapping.items():
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def launch_settings(native: dict[str, Any], skip: tuple[str, ...]) -> dict[str, Any]:

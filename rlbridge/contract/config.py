@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "sft", "dpo", "reward_model")
 OFFLINE_STAGES = ("sft", "dpo", "reward_model")  # train on fixed rows: no rollout, no reward (docs/stages.md)
 GROUP_ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")  # advantage from a group of samples of one prompt
 

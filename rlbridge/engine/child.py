@@ -70,7 +70,6 @@ def main(job_path: str) -> int:
         ctx = ChildContext(config, plan, Path(job["run_dir"]), pm, events)
         ctx._send(kind="started", pid=os.getpid(), engine_version=backend.require_engine(), python=sys.executable)
         backend.run(plan, ctx)
-        ctx._send(kind="done")
         return 0
     except KeyboardInterrupt:
         return 130

@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlbridge.contract.rewards import BoundReward, RewardInput
+from rlbridge.contract.rewards import RewardInput
+from rlbridge.helpers import process_tree_rss
 
 from rlbridge.engine.events import EVENTS_ENV, REWARDS_ENV, write_event  # noqa: F401 (adapters import them from here)
 
@@ -37,24 +38,6 @@ class CpuDeviceIndex(str):
 
 
 # --- events -------------------------------------------------------------------------------------
-
-
-def process_tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and all its descendants (the engine's workers), MiB."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0
-    for proc in procs:
-        try:
-            total += proc.memory_info().rss
-        except psutil.Error:
-            pass
-    return total / 2**20
 
 
 class EventFollower(threading.Thread):
@@ -135,7 +118,7 @@ class EventFollower(threading.Thread):
                 if self.stop.is_set():
                     break
                 if time.monotonic() - sampled >= 1.0:  # a /proc scan of the whole tree: ms of CPU, once a second
-                    self.peak_mb = max(self.peak_mb, process_tree_rss_mb(os.getpid()))
+                    self.peak_mb = max(self.peak_mb, process_tree_rss(os.getpid()) / 2**20)
                     sampled = time.monotonic()
                 time.sleep(0.2)
 
@@ -332,21 +315,6 @@ def _error_lines(lines: list[str]) -> list[str]:
 
 
 # --- rewards inside engine processes --------------------------------------------------------------
-
-_bound: list[BoundReward] | None = None
-
-
-def bound_rewards() -> list[BoundReward]:
-    """The run's reward plugins, built once per engine process from RLBRIDGE_REWARDS."""
-    global _bound
-    if _bound is None:
-        from rlbridge.contract.native_rewards import reward_fn
-        from rlbridge.contract.registry import get_plugin_manager
-
-        pm = get_plugin_manager()
-        specs = json.loads(os.environ[REWARDS_ENV])
-        _bound = [BoundReward(s["name"], s["weight"], reward_fn(s, pm, f"reward[{i}]")) for i, s in enumerate(specs)]
-    return _bound
 
 
 def score_inputs(inputs: list[RewardInput]) -> tuple[list[float], dict[str, list[float | None]]]:

@@ -25,8 +25,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rlbridge.helpers import pid_alive as _alive  # the one copy (tests and the suite import it from here)
+
 LIFELINE_FD_ENV = "RLBRIDGE_LIFELINE_FD"
-PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -43,11 +44,6 @@ def _prctl(option: int, value: int) -> bool:
 def become_subreaper() -> bool:
     """Orphaned descendants are re-parented to this process instead of init (Linux >= 3.4)."""
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
-
-
-def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
-    """Ask the kernel to send `sig` to this process when its parent thread exits."""
-    return _prctl(PR_SET_PDEATHSIG, int(sig))
 
 
 def _parents() -> dict[int, int]:
@@ -82,21 +78,6 @@ def descendants(pid: int | None = None) -> list[int]:
         out.append(p)
         todo.extend(children.get(p, []))
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes (its parent has not reaped it yet)
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 def _reap() -> None:

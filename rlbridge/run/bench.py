@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rlbridge import __version__
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, RLBridgeError
+from rlbridge.helpers import flatten, process_tree_rss
 from rlbridge.run.loading import format_validation_error, load_config
 
 # Keys that differ per run by construction, never a difference between arms.
@@ -155,15 +156,6 @@ def bench_dir(spec: BenchSpec, spec_path: Path, output: str | Path | None) -> Pa
     return Path(output) if output else Path(spec.output_dir.replace("{name}", spec_path.stem))
 
 
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict) and data:
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: data}
-
-
 def _covered(key: str, declared: set[str]) -> bool:
     return any(key == d or key.startswith(d + ".") or d.startswith(key + ".") for d in declared)
 
@@ -187,7 +179,7 @@ def arm_config(spec: BenchSpec, spec_path: Path, arm: ArmSpec, seed: int) -> Run
 
 def differences(configs: dict[str, RunConfig]) -> dict[str, dict[str, Any]]:
     """Canonical keys whose values differ between arms: {key: {arm: value}}."""
-    flat = {arm: _flatten(cfg.model_dump(mode="json")) for arm, cfg in configs.items()}
+    flat = {arm: flatten(cfg.model_dump(mode="json")) for arm, cfg in configs.items()}
     keys = sorted({k for f in flat.values() for k in f})
     out = {}
     for key in keys:
@@ -291,21 +283,6 @@ def _tree_cpu(proc) -> float:
         with contextlib.suppress(psutil.Error):
             t = p.cpu_times()
             total += t.user + t.system + t.children_user + t.children_system
-    return total
-
-
-def _tree_rss(proc) -> int:
-    """Resident memory of a process and all its descendants (bytes)."""
-    import psutil
-
-    total = 0
-    try:
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            total += p.memory_info().rss
     return total
 
 
@@ -463,7 +440,7 @@ def run_one(job: RunJob, run_dir: Path, lock: list[Path] | None = None, on_step=
                     for step, _ in tail.arrivals[seen:]:
                         step_cpu[step] = cpu
                 if now - last_mem >= 0.2:
-                    peak = max(peak, _tree_rss(ps))
+                    peak = max(peak, process_tree_rss(proc.pid))
                     last_mem = now
                 if on_step and tail.arrivals:
                     on_step(tail.arrivals[-1][0])

@@ -20,6 +20,7 @@ import yaml
 
 from rlbridge.contract.metrics import CANONICAL
 from rlbridge.errors import RLBridgeError
+from rlbridge.helpers import flatten
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 SUMMARY_KEYS = (
@@ -61,17 +62,8 @@ def metric_names(runs: list[Run]) -> list[str]:
     return fixed + sorted(present - set(fixed))
 
 
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict) and data:
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: data}
-
-
 def config_differences(runs: list[Run]) -> list[tuple[str, list[Any]]]:
-    flat = [_flatten(run.config) for run in runs]
+    flat = [flatten(run.config) for run in runs]
     keys = sorted({k for f in flat for k in f})
     missing = object()
     diffs = []

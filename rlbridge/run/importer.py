@@ -36,7 +36,6 @@ from rlbridge.run.recipe import Recipe, Setting, same
 _NOT_SEARCHED = {"backend", "output_dir", "engine_env", "engine_version", "telemetry", "backend_options",
                  "reward", "environment", "placement.args", "data.train.args", "data.eval.args"}
 _PLACEHOLDER_REWARD = {"name": "digit_match"}
-RECIPE_WEIGHT = 1000  # a setting the recipe makes outweighs any number of engine defaults reproduced
 KINDS = {
     "mapped": "mapped to a canonical knob",
     "same": "rlbridge's plan sets the same value itself",
@@ -792,10 +791,6 @@ def _default_at(path: str) -> Any:
             return None
         model = args[0]
     return _dump(model.model_fields[parts[-1]].get_default(call_default_factory=True))
-
-
-def _dump_value(value: Any) -> Any:
-    return None if value is _MISSING else value
 
 
 def write(result: ImportResult, output: Path) -> Path:

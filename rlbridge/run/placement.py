@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 PLACEMENT_FILE = "placement.json"
-ROLES = ("actor", "rollout", "reference", "critic", "reward")
 
 
 def roles_of(class_name: str, table: dict[str, tuple[str, ...]]) -> tuple[str, ...]:

@@ -18,23 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from rlbridge.errors import RLBridgeError
+from rlbridge.helpers import pid_alive
 
 STATE_FILE = "run_state.json"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
-    except OSError:
-        return True
 
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:
