@@ -7,6 +7,7 @@ Needs root and `unshare` (util-linux) and TRL; skipped elsewhere with the reason
 """
 
 import json
+import os
 
 import pytest
 
@@ -16,6 +17,7 @@ from rlbridge.contract.models import builtin_model_dir  # noqa: E402
 from rlbridge.contract.registry import get_plugin_manager  # noqa: E402
 from rlbridge.engine.sandbox import SandboxUnavailable, check_available  # noqa: E402
 from rlbridge_adapters.trl.environment import EnvironmentRollout, trainer_class  # noqa: E402
+from rlbridge_plugins.code import CodeInterpreter  # noqa: E402
 
 try:
     check_available()
@@ -43,8 +45,8 @@ def trainer(tmp_path_factory):
                train_dataset=Dataset.from_list([ROW]), processing_class=tok, rollout_func=lambda prompts, trainer: None)
 
 
-def play(trainer, turns):
-    """One episode with the policy's turns scripted; the rollout's output."""
+def play(trainer, turns, episodes=1):
+    """Episodes with the policy's turns scripted (the same for each); the rollout's output."""
     tok = trainer.processing_class
     queue = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in turns]
 
@@ -55,8 +57,8 @@ def play(trainer, turns):
     trainer._generate_single_turn = generate
     rollout = EnvironmentRollout({"name": "code_interpreter", "args": {"extract": "expression", "wall_s": 3, "cpu_s": 1},
                                   "max_turns": 3}, "prompt", use_chat_template=False)
-    trainer._rlbridge_rows = [ROW]
-    return rollout([ROW["prompt"]], trainer)
+    trainer._rlbridge_rows = [ROW] * episodes
+    return rollout([ROW["prompt"]] * episodes, trainer)
 
 
 def test_tool_runs_in_the_sandbox_and_the_answer_is_judged(trainer):
@@ -80,3 +82,35 @@ def test_the_tool_sees_no_tests_and_the_answer_cannot_fake_a_pass(trainer):
     text = trainer.processing_class.decode(out["completion_ids"][0])
     assert "asserts seen: 0 0" in text, text
     assert out["rlbridge_environment_reward"] == [0.0]
+
+
+def test_a_turns_tool_calls_run_at_once_in_the_worker_pool(trainer):
+    # two episodes call the tool in the same turn: each run prints when it started and ended
+    code = "import time\\nstart = time.time()\\ntime.sleep(0.6)\\nprint('ran', start, time.time())"
+    tool = '<tool_call>{"name": "python", "arguments": {"code": "' + code + '"}}</tool_call>'
+    out = play(trainer, [tool, "x * 7"], episodes=2)
+    tok = trainer.processing_class
+    spans = [[float(v) for v in tok.decode(ids).split("ran ")[1].split()[:2]] for ids in out["completion_ids"]]
+    assert max(s for s, _ in spans) < min(e for _, e in spans), spans  # they overlapped
+    assert out["rlbridge_environment_reward"] == [1.0, 1.0]
+
+
+class WorkerPid(CodeInterpreter):
+    """code_interpreter with a tool that says which process ran it."""
+
+    tools = ("python", "pid")
+
+    def pid(self) -> str:
+        """The process id of the process that runs this tool."""
+        return str(os.getpid())
+
+
+def test_tools_run_in_a_worker_process_and_keep_the_episodes_state():
+    from rlbridge.engine.workers import RewardScorer, Settings, call_environment_tool
+
+    env = WorkerPid()
+    env.reset(ROW, ROW["prompt"])
+    with RewardScorer([], Settings(num_workers=1)) as scorer:
+        assert call_environment_tool(env, "pid", {}, scorer) != str(os.getpid())
+        assert "42" in call_environment_tool(env, "python", {"code": "print(6 * 7)"}, scorer)
+    assert env.tests == json.loads(ROW["tests"])  # the state that came back

@@ -105,6 +105,8 @@ class EnvironmentRollout:
             if new_logprobs is None:
                 logprobs = None
             still = []
+            follow: dict[int, list[dict[str, Any]]] = {}  # episode -> the messages its next turn sees
+            tool_calls: list[tuple[int, str | None, Any]] = []
             for k, i in enumerate(active):
                 ids = list(new_ids[k])[: budget - len(completion[i])]
                 completion[i] += ids
@@ -117,13 +119,17 @@ class EnvironmentRollout:
                 calls = parse_tool_calls(text) if self.schemas and not last else []
                 if calls:
                     calls_made[i] += len(calls)
-                    messages = [{"role": "tool", "content": self._call_tool(envs[i], name, args)} for name, args in calls]
+                    follow[i] = []
+                    tool_calls += [(i, name, args) for name, args in calls]
                 else:
                     result = self._guard(envs[i].step, text)
                     totals[i] += float(result.reward)
-                    if result.done or last:
-                        continue
-                    messages = [{"role": "user", "content": result.feedback}]
+                    if not (result.done or last):
+                        follow[i] = [{"role": "user", "content": result.feedback}]
+            # this turn's tool calls of every episode at once, each through the worker pool
+            for (i, _, _), content in zip(tool_calls, self._call_tools(envs, tool_calls)):
+                follow[i].append({"role": "tool", "content": content})
+            for i, messages in follow.items():
                 suffix = tok(self._render(tok, messages), add_special_tokens=False)["input_ids"]
                 if len(completion[i]) + len(suffix) >= budget:
                     continue  # no room for another turn: the episode ends here
@@ -158,8 +164,31 @@ class EnvironmentRollout:
             return "".join(m["content"] for m in messages)
         return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
+    def _call_tools(self, envs: list, calls: list[tuple[int, str | None, Any]]) -> list[str]:
+        """The texts of (episode, name, arguments) tool calls, run concurrently (each in the worker
+        pool, rlbridge.engine.workers.call_environment_tool; one episode's calls in their order)."""
+        if len(calls) < 2:
+            return [self._call_tool(envs[i], name, args) for i, name, args in calls]
+        from concurrent.futures import ThreadPoolExecutor
+
+        by_episode: dict[int, list[int]] = {}
+        for n, (i, _, _) in enumerate(calls):
+            by_episode.setdefault(i, []).append(n)
+        out: list[str] = [""] * len(calls)
+
+        def episode_calls(numbers: list[int]) -> None:
+            for n in numbers:
+                i, name, args = calls[n]
+                out[n] = self._call_tool(envs[i], name, args)
+
+        with ThreadPoolExecutor(min(len(by_episode), 32)) as pool:
+            list(pool.map(episode_calls, by_episode.values()))
+        return out
+
     def _call_tool(self, env, name: str | None, arguments: Any) -> str:
         """The tool's text, or an error message the policy sees (as TRL's and verl's tool loops do)."""
+        from rlbridge.engine.workers import call_environment_tool
+
         if name is None:
             return str(arguments)
         if name not in self.env_class.tools:
@@ -167,7 +196,7 @@ class EnvironmentRollout:
         if not isinstance(arguments, dict):
             return f"Invalid arguments for '{name}': expected an object, got {arguments!r}"
         try:
-            return str(getattr(env, name)(**arguments))
+            return call_environment_tool(env, name, arguments)
         except Exception as exc:
             return f"Error executing tool '{name}': {type(exc).__name__}: {exc}"
 

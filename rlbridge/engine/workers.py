@@ -787,6 +787,25 @@ def _env_portable(env: Any) -> str:
     return _env_inline[cls]
 
 
+def _env_tool(env: Any, name: str, arguments: dict) -> tuple[Any, Any]:
+    """One task: one of an episode's tools in a worker; the episode's state comes back with the text."""
+    return env, getattr(env, name)(**arguments)
+
+
+def call_environment_tool(env: Any, name: str, arguments: dict, scorer: RewardScorer | None = None) -> str:
+    """`env.<name>(**arguments)`, one of the environment's tools, through the run's worker pool (as
+    step_environment: the episode's state comes back; an environment that cannot go to a worker
+    runs inline). Thread-safe, so that a rollout loop can run several episodes' calls at once. A
+    tool that raises, runs past rollout_workers.timeout_s (TimeoutError) or kills its worker
+    (RuntimeError) raises here: the caller turns that into the text the policy sees."""
+    scorer = scorer or engine_scorer()
+    if scorer.settings.mode not in ("process", "ray") or _env_portable(env):
+        return str(getattr(env, name)(**arguments))
+    new_env, text = scorer.call(_env_tool, env, name, arguments)
+    env.__dict__.update(new_env.__dict__)
+    return str(text)
+
+
 def step_environment(env: Any, action: str, scorer: RewardScorer | None = None) -> Any:
     """`env.step(action)` through the run's worker pool: a step that hangs, crashes its worker,
     raises or returns a NaN/inf reward is counted like a reward fault (reward/timeouts, ...) and,
