@@ -44,7 +44,8 @@ class DataSourcePlugin:
 class ModelBuilderPlugin:
     name: str
     build: Callable[..., str]
-    """Called with (cache_dir); creates the model directory if missing and returns its path."""
+    """Called with (model_dir), the model's own directory in the cache; creates the model there if
+    missing and returns the path to load."""
     description: str = ""
 
 
@@ -52,7 +53,7 @@ class ModelBuilderPlugin:
 class PlacementPolicy:
     name: str
     layout: Callable[..., dict[str, Any]]
-    """Called with (config); returns {role: devices} or raises RLBridgeError."""
+    """Called with (config); returns {role: device count, "shared": bool} or raises ConfigError."""
     description: str = ""
 
 

@@ -103,8 +103,9 @@ def rlbridge_register_data_sources() -> list[DataSourcePlugin]:
 
 @hookspec
 def rlbridge_register_model_builders() -> list[ModelBuilderPlugin]:
-    """Return model builders for `model.path: builtin:NAME`: a function `(cache_dir, seed) -> path`
-    that creates a model directory (weights, config, tokenizer) locally, idempotently.
+    """Return model builders for `model.path: builtin:NAME`: a function `(model_dir) -> path`, called
+    with the model's own directory in rlbridge's cache (`<cache>/models/NAME`), that creates the model
+    there (weights, config, tokenizer) locally if it is missing, and returns the path to load.
     Called once when model builders are first looked up, in the user's process or the engine
     environment's child process (whichever materialises the model first); results concatenated.
     """
@@ -112,8 +113,10 @@ def rlbridge_register_model_builders() -> list[ModelBuilderPlugin]:
 
 @hookspec
 def rlbridge_register_placement_policies() -> list[PlacementPolicy]:
-    """Return placement policies for `placement.policy`: a name and a function that turns
-    (config, resources) into a role -> devices layout, raising RLBridgeError when impossible.
+    """Return placement policies for `placement.policy`: a name and a function `(config) -> layout`
+    that turns the resolved RunConfig (its `resources` and `placement.args`) into {role: device count,
+    "shared": bool} (e.g. colocate's {"actor": 2, "rollout": 2, "reference": 2, "shared": True}),
+    raising ConfigError (naming placement.args) when impossible.
     Called once, in the user's process (the layout is part of the plan), when placement policies
     are first looked up; results concatenated.
     """
