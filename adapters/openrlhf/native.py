@@ -59,13 +59,14 @@ def reward_func(queries, prompts, labels):
 
 
 def install_patches_only() -> None:
-    """boot/sitecustomize.py in a native arm's processes: the CPU-enablement patches, nothing else."""
+    """boot/sitecustomize.py in a native arm's processes: the CPU-enablement patches (and those marked
+    in_native_arms: what --train.full_determinism_enable needs to repeat), nothing else."""
     from rlbridge.engine.importhooks import when_imported
     from rlbridge.engine.patches import PatchKind, apply_from_environment
     from rlbridge_adapters.openrlhf.boot import NATIVE_ENV
     from rlbridge_adapters.openrlhf.patches import PATCHES
 
-    apply_from_environment([p for p in PATCHES if p.kind == PatchKind.CPU_ENABLEMENT], NATIVE_ENV, "RLBRIDGE_UNUSED")
+    apply_from_environment([p for p in PATCHES if p.kind == PatchKind.CPU_ENABLEMENT or p.in_native_arms], NATIVE_ENV, "RLBRIDGE_UNUSED")
     if os.environ.get(RAY_ENV):
         when_imported("ray", _cpu_ray_init)
 

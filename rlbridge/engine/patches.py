@@ -52,6 +52,9 @@ class Patch:
     check: Callable[[], bool] | None = None
     """Runs the unpatched path here (in a fresh process, by `rlbridge patches check`): True when
     the failure the patch fixes still happens, False when upstream now works. None: cannot run here."""
+    in_native_arms: bool = False
+    """Also installed in a bench's native arm (which otherwise gets the CPU enablements only): a fix
+    without which an engine switch the plan sets does not do what it says (full_determinism's seeds)."""
 
     def applies_to(self, version: str | None) -> bool:
         return version is not None and SpecifierSet(self.versions).contains(Version(version), prereleases=True)

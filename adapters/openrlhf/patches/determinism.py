@@ -93,6 +93,7 @@ PER_REQUEST_SEEDS = Patch(
     probe=lambda: True,
     apply=_per_request_seeds,
     when=_deterministic,
+    in_native_arms=True,  # the engine's own full_determinism needs it to repeat
     targets=(Target("openrlhf.utils.agent", "SingleTurnAgentExecutor.execute", ("696bec43943c",)),
              Target("openrlhf.utils.agent", "MultiTurnAgentExecutor.execute", ("72618d9f386e",))),
 )
@@ -110,6 +111,7 @@ ORDERED_COLLECTION = Patch(
     probe=lambda: True,
     apply=_ordered_collection,
     when=_deterministic,
+    in_native_arms=True,  # the engine's own full_determinism needs it to repeat
     targets=(Target("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._generate_vllm", ("9cf0821a8b1d",)),),
 )
 

@@ -13,5 +13,5 @@ elif os.environ.get("RLBRIDGE_VERL_PATCHES_ONLY"):
     from rlbridge_adapters.verl.boot import NATIVE_ENV as _rlbridge_native_env
     from rlbridge_adapters.verl.patches import PATCHES as _rlbridge_patches
 
-    _rlbridge_apply([p for p in _rlbridge_patches if p.kind == _rlbridge_kind.CPU_ENABLEMENT], _rlbridge_native_env,
+    _rlbridge_apply([p for p in _rlbridge_patches if p.kind == _rlbridge_kind.CPU_ENABLEMENT or p.in_native_arms], _rlbridge_native_env,
                     "RLBRIDGE_VERL_PATCH_REPORT_UNUSED")

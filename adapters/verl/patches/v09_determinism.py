@@ -58,6 +58,7 @@ PER_REQUEST_SEEDS = Patch(
     probe=lambda: True,
     apply=_per_request_seeds,
     when=_deterministic,
+    in_native_arms=True,  # the engine's own full_determinism needs it to repeat
     diff="""\
 --- a/verl/experimental/agent_loop/agent_loop.py
 +++ b/verl/experimental/agent_loop/agent_loop.py
