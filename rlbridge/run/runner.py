@@ -328,6 +328,7 @@ def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, res
                     raise error from None
                 exc.failure = failure
                 raise
+        _stop_leftovers(ctx.run_dir)
         wait = min(600.0, training.restart_backoff_s * 2 ** len(restarts))
         checkpoint = ctx.checkpoints[-1]["path"] if ctx.checkpoints else None
         restarts.append({"n": len(restarts) + 1, "kind": failure["kind"], "process": failure["process"],
@@ -343,6 +344,28 @@ def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, res
         plan = backend.plan(config)  # the same plan, resuming
         plan.layout = layout
         ctx.restarted(plan, restarts[-1])
+
+
+def _stop_leftovers(run_dir: Path) -> None:
+    """Before a restart: SIGKILL what the failed attempt left running (a killed engine process's Ray
+    cluster or vLLM engine, re-parented away from it). Every process of a run inherits the run's patch
+    directory in its environment (rlbridge.engine.patch_report); this process and its other children
+    (the plot helper started before it was set) are spared."""
+    import signal
+
+    from rlbridge.engine.patch_report import PATCH_DIR_ENV
+
+    needle = f"{PATCH_DIR_ENV}={(run_dir / 'patches').resolve()}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle not in fh.read().split(b"\0"):
+                    continue
+            os.kill(int(entry), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 def _stop_engine(ctx) -> None:
