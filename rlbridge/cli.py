@@ -186,6 +186,11 @@ def plan(
         out.print(table)
         for note in prepared.plan.approximations:
             out.print(f"approximated: {escape(note)}")
+        from rlbridge.run.importer import default_differences
+
+        for d in default_differences(prepared.backend, prepared.config, prepared.plan.native):
+            out.print(f"differs from {prepared.plan.backend}'s own default: {d.key}: {prepared.plan.backend} {d.engine!r}, "
+                      f"rlbridge {d.planned!r} ({d.reason})", markup=False, highlight=False, emoji=False)
         return
     if as_json:
         print(json.dumps(prepared.plan.to_dict(), indent=2))

@@ -22,19 +22,31 @@ REFUSED = {  # a recipe rlbridge cannot run as written: one line, with its line 
 RECIPES = sorted(p for p in REAL.glob("*/*") if p.suffix in (".sh", ".py", ".yaml"))
 
 
-@pytest.mark.parametrize("path", RECIPES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_real_recipe_imports_without_editing(path, monkeypatch):
+_RESULTS: dict = {}
+
+
+def _imported(path, monkeypatch):
+    """One import per recipe for the tests below (each takes 10-30 s on 2 cores)."""
     for k, v in ENV.items():
         monkeypatch.setenv(k, v)
+    if path not in _RESULTS:
+        _RESULTS[path] = import_recipe(str(path), path.parent.name, VERSIONS.get(path.parent.name))
+    return _RESULTS[path]
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_recipe_imports_without_editing(path, monkeypatch):
     engine = path.parent.name
     name = f"{engine}/{path.name}"
     if name in REFUSED:
+        for k, v in ENV.items():
+            monkeypatch.setenv(k, v)
         with pytest.raises(ConfigError) as exc:
             import_recipe(str(path), engine, VERSIONS.get(engine))
         where, hint = REFUSED[name]
         assert where in str(exc.value) and hint in str(exc.value) and "\n" not in str(exc.value)
         return
-    result = import_recipe(str(path), engine, VERSIONS.get(engine))
+    result = _imported(path, monkeypatch)
     assert result.entries, name
     lines = len(path.read_text().splitlines())
     for e in result.entries:
@@ -43,6 +55,45 @@ def test_real_recipe_imports_without_editing(path, monkeypatch):
             assert e.detail, e.key  # every conflict says why
     # the round trip: every setting the report calls mapped/same/option is in the plan (re-checked by the solver)
     assert not [e for e in result.entries if e.kind == "conflict" and e.detail.startswith("the final plan has")]
+
+
+@pytest.mark.parametrize("path", [p for p in RECIPES if f"{p.parent.name}/{p.name}" not in REFUSED],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_plan_is_the_engines_own_resolved_config_except_listed_differences(path, monkeypatch):
+    """The engine's own resolved config for the recipe (verl: its packaged main_ppo defaults plus the
+    overrides; OpenRLHF: train_ppo_ray's argparse defaults plus the flags; TRL: GRPOConfig's defaults plus
+    the file) against the imported config's plan, key by key: every difference is a recipe setting the report
+    does not call reproduced (owned, action, reward, conflict), a key rlbridge sets itself (the importer's
+    special keys), or listed under 'differs' with both values and a reason."""
+    from rlbridge.contract.registry import get_plugin_manager
+    from rlbridge.run.importer import resolve_config
+    from rlbridge.run.recipe import Setting, same
+
+    result = _imported(path, monkeypatch)
+    backend = get_plugin_manager().backend(result.recipe.engine)
+    importer = backend.recipe_importer()
+    data = {"run_name": "run", **result.config, "engine_version": result.recipe.version}
+    data["resources"] = {"gpus_per_node": 1, **result.config.get("resources", {})}  # as the import planned it
+    if not data["reward"] or any("do not plan" in n for n in result.notes):
+        data["reward"] = [{"name": "digit_match"}]  # the import's placeholder: the recipe's own reward does not plan here
+    config = resolve_config(data)
+    view = importer.view(backend.plan(config).native, config)
+    engine = dict(getattr(importer, "engine_defaults", importer.defaults)(result.recipe))
+    engine.update({s.key: s.value for s in result.recipe.settings})
+    listed = {d.key for d in result.differences}
+    unreproduced = {e.key for e in result.entries if e.kind not in ("mapped", "same", "option")}
+    unreproduced |= {s.spelling for s in result.recipe.settings if s.spelling}
+    silent = []
+    for key, value in engine.items():
+        if key not in view or same(view[key], value) or (isinstance(value, str) and ("${" in value or "rlbridge-import" in value)):
+            continue
+        if key in listed or key in unreproduced or importer.special(Setting(key, value)):
+            continue
+        silent.append(f"{key}: engine {value!r}, plan {view[key]!r}")
+    assert not silent, "differences not listed with a reason:\n" + "\n".join(silent)
+    for d in result.differences:
+        assert d.reason and not same(d.engine, d.planned)
+        assert f"  {d.key}: " in result.report()
 
 
 def _one_line(tmp_path, engine, text, name, **kw):

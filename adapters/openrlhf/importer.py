@@ -11,6 +11,7 @@ against the version always.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,20 @@ ACTION = {
     "reward.num_nodes": "a neural reward model's placement", "reward.num_gpus_per_node": "a neural reward model's placement",
     "reward_num_nodes": "a neural reward model's placement", "reward_num_gpus_per_node": "a neural reward model's placement",
     "train.agent_func_path": "the recipe's agent: write an environment plugin (environment:), which rlbridge runs as an OpenRLHF agent",
+}
+
+
+# Where rlbridge's OpenRLHF plan departs from train_ppo_ray's defaults, and why
+DIFFERENCES = {
+    "train.colocate_all": "placement.policy: colocate (rlbridge's default, on GPUs) shares the GPUs between actor, reference "
+                          "and vLLM; placement.policy: separate keeps OpenRLHF's default",
+    "actor.eps_clip_low_high": "algorithm.clip_low / clip_high, always written; null in OpenRLHF means eps_clip for both",
+    "actor.lr_scheduler": "training.lr_schedule (constant, linear or cosine); OpenRLHF's cosine_with_min_lr has no canonical value",
+    "critic.lr_scheduler": "training.lr_schedule (constant, linear or cosine); OpenRLHF's cosine_with_min_lr has no canonical value",
+    "actor.lr_warmup_ratio": "training.warmup_steps (OpenRLHF's default warms up 3 % of the run)",
+    "ckpt.max_num": "checkpoint.keep_last (null keeps every checkpoint)",
+    "data.prompt_dataset": "rlbridge writes the config's data.train into the run directory",
+    "data.label_key": "data.answer_key",
 }
 
 
@@ -103,6 +118,38 @@ def parser_flags(version: str) -> set[str] | None:
     return set(flags)
 
 
+def parser_defaults(version: str) -> dict[str, Any] | None:
+    """{flag: default} of train_ppo_ray's parser: from the OpenRLHF engine environment when it exists (cached),
+    else the copy made from it for that version (recipe_defaults/parser-VERSION.json), else None."""
+    from rlbridge.envs.create import env_path, env_python, is_complete
+    from rlbridge.machine import cache_dir
+
+    vendored = Path(__file__).parent / "recipe_defaults" / f"parser-{version}.json"
+    path = env_path("openrlhf", version)
+    if is_complete(path):
+        cached = cache_dir() / "import" / f"openrlhf-{version}-defaults.json"
+        if cached.exists():
+            return json.loads(cached.read_text())
+        code = "from rlbridge_adapters.openrlhf.importer import _print_parser_flags; _print_parser_flags()"
+        try:
+            res = subprocess.run([str(env_python(path)), "-c", code], capture_output=True, text=True, timeout=120,
+                                 env={**os.environ, "RLBRIDGE_PARSER_DEFAULTS": "1"})
+        except (OSError, subprocess.SubprocessError):
+            res = None
+        if res is not None and res.returncode == 0:
+            found = json.loads(res.stdout.strip().splitlines()[-1])
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps(found, sort_keys=True))
+            return found
+    if vendored.exists():
+        return json.loads(vendored.read_text())
+    # the copy of the same minor version, nearest below or above (0.11.0 reads 0.11.2's): flags rarely change in a patch
+    minor = Version(version).release[:2]
+    near = sorted((Version(p.stem.removeprefix("parser-")), p) for p in vendored.parent.glob("parser-*.json")
+                  if Version(p.stem.removeprefix("parser-")).release[:2] == minor)
+    return json.loads(near[-1][1].read_text()) if near else None
+
+
 def _print_parser_flags() -> None:
     """Run inside an OpenRLHF environment: print the parser's option names as JSON (nothing is launched)."""
     import argparse
@@ -121,6 +168,15 @@ def _print_parser_flags() -> None:
         ns["hierarchize"] = _load_by_path("rlbridge_openrlhf_config", config_py).hierarchize
     exec(compile(ast.Module(main.body[:split], []), str(path), "exec"), ns)
     names = sorted({opt[2:] for action in ns["parser"]._actions for opt in action.option_strings if opt.startswith("--")})
+    if os.environ.get("RLBRIDGE_PARSER_DEFAULTS"):  # {flag: default} of every option, as train_ppo_ray's parser declares it
+        defaults = {}
+        for action in ns["parser"]._actions:
+            for opt in action.option_strings:
+                if opt.startswith("--") and opt != "--help" and action.default is not argparse.SUPPRESS:
+                    value = action.default
+                    defaults[opt[2:]] = value if isinstance(value, (int, float, str, bool, list, type(None))) else str(value)
+        print(json.dumps(defaults, sort_keys=True))
+        return
     print(json.dumps(names))
 
 
@@ -204,5 +260,17 @@ class OpenRLHFRecipeImporter:
                 out.append(RecipeReward({"native": "openrlhf", "function": f"{s.value}:reward_func"}, [s]))
         return out
 
+    def difference_reason(self, key: str, config: RunConfig) -> str | None:
+        """Why rlbridge's plan sets `key` to other than OpenRLHF's default (None: the knob that sets it says why)."""
+        return DIFFERENCES.get(key)
+
     def defaults(self, recipe: Recipe) -> dict[str, Any]:
-        return {}
+        """train_ppo_ray's own argparse defaults for this version (flags spelled as the recipe's keys): what
+        a recipe that leaves a flag unset runs with (e.g. --rollout.n_samples_per_prompt 1, KL k1 in the reward)."""
+        found = parser_defaults(recipe.version)
+        if found is None:
+            recipe.notes.append((None, f"OpenRLHF {recipe.version}'s defaults are unknown here (no environment, no vendored copy): "
+                                       "flags the recipe leaves unset take rlbridge's defaults"))
+            return {}
+        v = Version(recipe.version)
+        return {(DOTTED.get(k, k) if v < DOTTED_SINCE else k): value for k, value in found.items()}

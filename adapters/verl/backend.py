@@ -37,6 +37,21 @@ AGENT_NAME = "rlbridge_environment"  # the name of rlbridge's agent loop in the 
 AGENT_LOOP_FILE = "rlbridge_agent_loops.yaml"
 TOOL_CONFIG_FILE = "rlbridge_tools.yaml"
 PROMPT_LENGTH_AUTO = "auto"
+# Settings rlbridge's verl plan makes on CPU only, each differing from verl's default, and why
+CPU_ONLY = {
+    "actor_rollout_ref.actor.strategy": "fsdp2",
+    "actor_rollout_ref.ref.strategy": "fsdp2",
+    "critic.strategy": "fsdp2",
+    "actor_rollout_ref.actor.use_torch_compile": False,
+    "data.dataloader_num_workers": 0,
+}
+CPU_ONLY_REASONS = {
+    "actor_rollout_ref.actor.strategy": "CPU only: verl's FSDP1 hard-codes sync_module_states=True, which torch refuses without a GPU",
+    "actor_rollout_ref.ref.strategy": "CPU only: verl's FSDP1 hard-codes sync_module_states=True, which torch refuses without a GPU",
+    "critic.strategy": "CPU only: verl's FSDP1 hard-codes sync_module_states=True, which torch refuses without a GPU",
+    "actor_rollout_ref.actor.use_torch_compile": "CPU only: torch.compile costs minutes on a CPU and gains nothing there",
+    "data.dataloader_num_workers": "CPU only: data-loader processes compete with the engine for the CPU's cores",
+}
 # Keys rlbridge sets as defaults rather than from a canonical knob: backend_options.verl may change them.
 ADAPTER_DEFAULTS = {
     "data.truncation", "data.dataloader_num_workers", "data.prompt_key",
@@ -306,9 +321,7 @@ class VerlBackend(Backend):
             "data.shuffle": config.data.shuffle,
             "++data.seed": tr.seed,  # in verl's data config from 0.7; 0.5 reads it with .get (so: add or override)
             "data.truncation": "error",
-            "data.dataloader_num_workers": 0,
             "actor_rollout_ref.model.path": "<model_dir>",
-            "actor_rollout_ref.actor.strategy": "fsdp2",
             "actor_rollout_ref.actor.ppo_mini_batch_size": mini // algo.group_size,
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
             "actor_rollout_ref.actor.ppo_epochs": algo.epochs_per_rollout,
@@ -321,8 +334,6 @@ class VerlBackend(Backend):
             "actor_rollout_ref.actor.optim.lr": tr.lr,
             "actor_rollout_ref.actor.optim.weight_decay": tr.weight_decay,
             "actor_rollout_ref.actor.optim.lr_warmup_steps": tr.warmup_steps if tr.warmup_steps else -1,
-            "actor_rollout_ref.actor.use_torch_compile": False,
-            "actor_rollout_ref.ref.strategy": "fsdp2",
             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
             "actor_rollout_ref.rollout.name": rollout_name,
             "actor_rollout_ref.rollout.dtype": resolved_dtype(config),
@@ -369,7 +380,6 @@ class VerlBackend(Backend):
             o["actor_rollout_ref.actor.fsdp_config.full_determinism"] = True
             o["actor_rollout_ref.ref.fsdp_config.full_determinism"] = True
         if estimator == "gae":
-            o["critic.strategy"] = "fsdp2"
             if version >= Version("0.7.0"):
                 o["critic.data_loader_seed"] = tr.seed
         knobs.translate(config, o, micro, version)
@@ -380,8 +390,9 @@ class VerlBackend(Backend):
         else:
             o["reward_model.reward_manager"] = REWARD_MANAGER
         cpu = gpus == 0
-        if cpu:
+        if cpu:  # what a CPU needs; on GPUs the plan keeps verl's own defaults (fsdp, torch.compile, 8 loader workers)
             o["trainer.device"] = "cpu"
+            o.update({k: v for k, v in CPU_ONLY.items() if k != "critic.strategy" or estimator == "gae"})
             o["+actor_rollout_ref.model.override_config.attn_implementation"] = "sdpa"
             if estimator == "gae":
                 o["+critic.model.override_config.attn_implementation"] = "sdpa"

@@ -23,6 +23,8 @@ from rlbridge.run.recipe import Recipe, Setting, find_command, read_mapping
 from rlbridge_adapters.verl.package import DEFAULT_VERSION
 
 MARKERS = ("verl.trainer.main_ppo",)
+# verl's own scorer of a recipe that names no reward: one function, keyed by each row's data_source
+DEFAULT_SCORER = "verl.utils.reward_score:default_compute_score"
 # What rlbridge sets itself, by key prefix, and why (these are dropped, and listed in the report).
 OWNED = {
     "trainer.logger": "logging: rlbridge writes metrics.jsonl and telemetry sinks (telemetry.sinks)",
@@ -45,6 +47,25 @@ ACTION = {
     "reward_model.model.": "a neural reward model: not a canonical reward kind yet",
     "actor_rollout_ref.rollout.multi_turn.tool_config_path": "verl tools: write an environment plugin with tools (environment:)",
     "actor_rollout_ref.rollout.agent.agent_loop_config_path": "a verl agent loop: write an environment plugin (environment:)",
+}
+
+
+# Where rlbridge's verl plan departs from verl's defaults on any machine, and why (the CPU-only ones: CPU_ONLY_REASONS)
+DIFFERENCES = {
+    "data.seed": "training.seed: rlbridge seeds every run (42 unless set); verl's null leaves the data order unseeded",
+    "actor_rollout_ref.rollout.seed": "training.seed: rlbridge seeds every run",
+    "actor_rollout_ref.actor.data_loader_seed": "training.seed: rlbridge seeds every run",
+    "critic.data_loader_seed": "training.seed: rlbridge seeds every run",
+    "trainer.val_before_train": "rlbridge evaluates every data.eval_interval steps, not before the first",
+    "actor_rollout_ref.rollout.val_kwargs.do_sample": "evaluation samples as training does (rollout.temperature), as on TRL and OpenRLHF",
+    "actor_rollout_ref.rollout.val_kwargs.temperature": "evaluation samples as training does (rollout.temperature), as on TRL and OpenRLHF",
+    "actor_rollout_ref.rollout.val_kwargs.top_p": "evaluation samples as training does (rollout.top_p)",
+    "actor_rollout_ref.rollout.val_kwargs.top_k": "evaluation samples as training does (rollout.top_k)",
+    "algorithm.norm_adv_by_std_in_grpo": "algorithm.advantage_normalization; verl reads it only in its GRPO-family estimators",
+    "trainer.resume_mode": "checkpoint.resume: rlbridge resumes only when asked (verl's auto resumes from any checkpoint it finds)",
+    "trainer.save_freq": "checkpoint.interval",
+    "trainer.test_freq": "data.eval_interval (-1 without data.eval)",
+    "trainer.experiment_name": "run_name (rlbridge's run directory is named by it)",
 }
 
 
@@ -218,7 +239,21 @@ class VerlRecipeImporter:
                 name = by_key.get(prefix + "name")
                 used = [function] + ([name] if name is not None else [])
                 out.append(RecipeReward({"native": "verl", "function": f"{function.value}:{name.value if name else 'compute_score'}"}, used))
+        if not out:
+            # no reward of its own: verl scores with its built-in default_compute_score, chosen by each row's
+            # data_source (gsm8k, math, ...); the import keeps that function, run unchanged (where verl is installed)
+            out.append(RecipeReward({"native": "verl", "function": DEFAULT_SCORER}, []))
         return out
+
+    def difference_reason(self, key: str, config: RunConfig) -> str | None:
+        """Why rlbridge's plan sets `key` to other than verl's default (None: the knob that sets it says why)."""
+        from rlbridge_adapters.verl.backend import CPU_ONLY_REASONS
+
+        return CPU_ONLY_REASONS.get(key) or DIFFERENCES.get(key)
+
+    def engine_defaults(self, recipe: Recipe) -> dict[str, Any]:
+        """verl's packaged defaults, every key (what the report compares the plan with)."""
+        return {k: v for k, v in (packaged_defaults(recipe.version) or {}).items() if not (isinstance(v, str) and "${" in v)}
 
     def defaults(self, recipe: Recipe) -> dict[str, Any]:
         defaults = packaged_defaults(recipe.version) or {}

@@ -94,6 +94,50 @@ class Entry:
 
 
 @dataclass
+class Difference:
+    """An engine default (of a key the recipe leaves unset) that rlbridge's plan does not keep, and why."""
+
+    key: str
+    engine: Any
+    planned: Any
+    reason: str
+
+
+def default_differences(backend: Backend, config: RunConfig, native: dict[str, Any], skip: set[str] = frozenset(),
+                        knobs_of: dict[str, list[str]] | None = None) -> list[Difference]:
+    """Every key of the engine's own defaults that the plan sets to another value (keys in `skip`, the
+    recipe's own, left out), each with the reason: the adapter's stated one (`difference_reason`), else the
+    canonical knob that sets it. A key the plan leaves out keeps the engine's default."""
+    importer = backend.recipe_importer()
+    if importer is None:
+        return []
+    version = str(backend.target_version(config)) if config.engine_version or backend.installed_version() else importer.default_version
+    extras = {"config_class": native["config_class"]} if "config_class" in native else {}
+    recipe = Recipe(backend.name, "<plan>", version, [], extras=extras)
+    try:  # every default the engine has (the solver's own list may leave out run bookkeeping such as verl's resume_mode)
+        defaults = getattr(importer, "engine_defaults", importer.defaults)(recipe)
+    except RLBridgeError:
+        return []
+    view = importer.view(native, config)
+    reason_of = getattr(importer, "difference_reason", lambda key, cfg: None)
+    owners = backend.owned_native_keys()
+    out = []
+    for key, value in defaults.items():
+        if key in skip or key not in view or same(view[key], value) or importer.special(Setting(key, value)):
+            continue
+        if isinstance(value, str) and ("${" in value or "rlbridge-import" in value):
+            continue  # an interpolation (its value is another key's), or the importer's placeholder output_dir
+        knobs = (knobs_of or {}).get(key) or ([owners[key]] if key in owners else [])
+        if knobs_of is None and knobs and all(not same(_dump(_value_at(config, k)), _dump(_default_at(k))) for k in knobs):
+            continue  # plan --explain: a knob the config sets itself (the table above shows it), not a silent change
+        reason = reason_of(key, config)
+        if reason is None and knobs:
+            reason = "follows " + Solver.knob_detail(config, knobs)
+        out.append(Difference(key, value, view[key], reason or f"rlbridge's {backend.name} adapter sets it"))
+    return out
+
+
+@dataclass
 class ImportResult:
     config: dict[str, Any]
     """The canonical config, as written to the YAML file."""
@@ -101,6 +145,8 @@ class ImportResult:
     recipe: Recipe
     notes: list[str] = field(default_factory=list)
     defaults_matched: tuple[int, int] = (0, 0)
+    differences: list[Difference] = field(default_factory=list)
+    """The engine's defaults of keys the recipe leaves unset that the plan does not keep, each with its reason."""
 
     def by_kind(self, kind: str) -> list[Entry]:
         return [e for e in self.entries if e.kind == kind]
@@ -111,7 +157,8 @@ class ImportResult:
         counts = ", ".join(f"{len(self.by_kind(k))} {k}" for k in KINDS)
         lines.append(f"# {len(self.entries)} settings: {counts}")
         if self.defaults_matched[1]:
-            lines.append(f"# {r.engine} defaults the recipe leaves unset, reproduced: {self.defaults_matched[0]} of {self.defaults_matched[1]}")
+            lines.append(f"# {r.engine} defaults the recipe leaves unset, reproduced: {self.defaults_matched[0]} of {self.defaults_matched[1]}"
+                         + (f"; the {len(self.differences)} others are listed under 'differs'" if self.differences else ""))
         for kind, title in KINDS.items():
             entries = self.by_kind(kind)
             if not entries:
@@ -120,6 +167,10 @@ class ImportResult:
             for e in entries:
                 where = f"{r.source}:{e.line}" if e.line else r.source
                 lines.append(f"  {e.key}={_show(e.value)}  ({where})" + (f"\n      -> {e.detail}" if e.detail else ""))
+        if self.differences:
+            lines.append(f"\ndiffers: {r.engine}'s own defaults of keys the recipe leaves unset, which the plan changes")
+            for d in self.differences:
+                lines.append(f"  {d.key}: {r.engine} {_show(d.engine)}, rlbridge {_show(d.planned)}\n      -> {d.reason}")
         for line, note in r.notes:
             lines.append(f"note: {r.where(line)}: {note}")
         for note in self.notes:
@@ -131,6 +182,7 @@ class ImportResult:
             "source": self.recipe.source, "engine": self.recipe.engine, "version": self.recipe.version,
             "settings": [{"key": e.key, "value": e.value, "line": e.line, "kind": e.kind, "detail": e.detail} for e in self.entries],
             "notes": [f"{self.recipe.where(line)}: {n}" for line, n in self.recipe.notes] + self.notes,
+            "differences": [{"key": d.key, "engine": d.engine, "planned": d.planned, "reason": d.reason} for d in self.differences],
         }
 
     def to_yaml(self) -> str:
@@ -142,7 +194,9 @@ class ImportResult:
 def _show(value: Any) -> str:
     if isinstance(value, dict):
         value = {k: v for k, v in value.items() if v not in (None, {}, [])}
-    return json.dumps(value) if isinstance(value, (list, dict)) or value is None else str(value)
+    if isinstance(value, (list, dict)) or value is None:
+        return json.dumps(value, default=lambda o: o.model_dump(mode="json", exclude_defaults=True) if isinstance(o, BaseModel) else str(o))
+    return str(value)
 
 
 # --- entry point --------------------------------------------------------------------------------
@@ -659,7 +713,10 @@ class Solver:
         self.entries.sort(key=lambda e: (list(KINDS).index(e.kind), order.get(e.line or 0, 0)))
         matched = sum(1 for k, v in self.defaults.items() if k in final_view and same(final_view[k], v))
         defaults_seen = sum(1 for k in self.defaults if k in final_view)  # keys the plan leaves out keep the default
-        return ImportResult(self.output(data), self.entries, self.recipe, self.output_notes(data), (matched, defaults_seen))
+        final_config = resolve_config(data)
+        differences = default_differences(self.backend, final_config, self.backend.plan(final_config).native,
+                                          skip=set(self.target) | {s.key for s, _ in self.reward_settings}, knobs_of=knobs_of)
+        return ImportResult(self.output(data), self.entries, self.recipe, self.output_notes(data), (matched, defaults_seen), differences)
 
     def recipe_conflict(self, data: dict[str, Any], key: str, x: Any, all_leaves: list[Leaf]) -> str | None:
         """Why a setting is in conflict with the recipe itself, found by the plan: the knob that owns the
@@ -754,7 +811,11 @@ class Solver:
         if not self.rewards and any(".py:" in r.spec.get("function", "") for r in self.recipe_rewards):
             notes.append("reward: a reward function file's path is as the recipe wrote it (relative to where the recipe was "
                          "launched); rlbridge reads FILE.py relative to the config file, so check it there")
-        elif not self.rewards:
+        elif not self.rewards and any(r.spec.get("function") == "verl.utils.reward_score:default_compute_score" for r in self.recipe_rewards):
+            notes.append("reward: the recipe names no reward, so verl scores with its built-in default_compute_score (by each "
+                         "row's data_source: gsm8k, math, ...); the config runs that function unchanged, which needs verl "
+                         "importable where the rewards run (verl's environment; other engines' environments do not have it)")
+        elif not self.rewards and not self.recipe_rewards:
             notes.append("reward: the config has none yet; rlbridge rewards are plugins (`rlbridge plugins`): "
                          "add one with --reward NAME or edit reward:, see the 'action' settings above")
         if not self.explicit_version:
@@ -763,6 +824,12 @@ class Solver:
         if "train" not in data.get("data", {}):
             notes.append("data.train: the recipe names no training data rlbridge can read; the config keeps rlbridge's default generator")
         return notes
+
+
+def resolve_config(data: dict[str, Any]) -> RunConfig:
+    from rlbridge.run.runner import resolve
+
+    return resolve(RunConfig.model_validate(data))
 
 
 def _valid_reward(spec: dict[str, Any]) -> bool:
