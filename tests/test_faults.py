@@ -449,3 +449,12 @@ def test_the_stuck_process_is_the_one_in_plugin_code_not_an_idle_peer_or_the_wai
     assert stacks.stuck(procs)["frame"] == "stalls.<locals>.reward (/tmp/plugin.py:1)"
     procs.append(_proc(13, "Ray actor WorkerDict.update_actor", [("all_reduce", f"{site}/torch/distributed/c10d.py")], state="T"))
     assert stacks.stuck(procs)["pid"] == 13 and stacks.stuck(procs)["stopped"]  # a stopped rank comes first
+
+
+def test_rlbridge_s_own_refusals_at_start_are_config_refused_or_engine_import(tmp_path):
+    from rlbridge.errors import ConfigError, EngineNotAvailableError
+
+    refused = classify(ConfigError("checkpoint.resume: no complete checkpoint-* directory in /x to resume from"), tmp_path)
+    assert refused["kind"] == "config_refused" and "checkpoint.resume" in refused["evidence"] and not refused["retryable"]
+    missing = classify(EngineNotAvailableError("backend 'verl': verl is not installed in this environment"), tmp_path)
+    assert missing["kind"] == "engine_import", missing

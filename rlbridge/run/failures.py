@@ -196,6 +196,13 @@ def classify(
     killed = "SIGKILL" in str(attached.get("how", "")) or "SIGKILL" in primary or "Worker exit type" in primary
     if oom_lines and (kind in (None, "ray_actor_died", "engine_process_died", "vllm_engine_died") or killed):
         kind, evidence = "host_oom", "; ".join(oom_lines)
+    if kind is None and exc is not None:  # rlbridge's own refusals name the field and the fix already
+        from rlbridge.errors import CapabilityError, ConfigError, EngineNotAvailableError, PluginNotFoundError
+
+        if isinstance(exc, EngineNotAvailableError):
+            kind, evidence = "engine_import", f"{type(exc).__name__}: {exc}"
+        elif isinstance(exc, (ConfigError, CapabilityError, PluginNotFoundError)):
+            kind, evidence = "config_refused", f"{type(exc).__name__}: {exc}"
     if kind is None and exc is not None and _SAVE_FRAMES.search(primary):
         kind, evidence = "checkpoint_write_failed", _last_exception_line(primary)
         where = str(getattr(getattr(config, "checkpoint", None), "dir", None) or run_dir / "checkpoints")
