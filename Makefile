@@ -57,5 +57,8 @@ clean:
 	rm -rf $(VENV) runs .pytest_cache
 
 # The whole compatibility matrix: one engine environment per cell (several GB, tens of minutes).
+# Then the main environment's matrix_only tests (engines trained in their environments from here,
+# the bench's native arms...), which CI's pytest phases leave out.
 compat: install
 	$(BIN)/rlbridge compat run
+	$(BIN)/python -m pytest -q -ra -m matrix_only

@@ -146,7 +146,9 @@ def test_trl_run_with_tensorboard_mlflow_wandb_reads_back_equal_to_metrics_jsonl
     assert wsum["name"] == "tele"
 
 
-ENGINE_CELLS = [("verl", "0.9.1"), ("openrlhf", "0.11.2")]
+# The seam is the engine-neutral event stream from an engine environment to the user's sinks: CI proves it
+# on verl, make compat on OpenRLHF too (an engine run each, minutes on CPU).
+ENGINE_CELLS = [("verl", "0.9.1"), pytest.param("openrlhf", "0.11.2", marks=pytest.mark.matrix_only)]
 
 
 @pytest.mark.engine
