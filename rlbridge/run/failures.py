@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,6 @@ class OomCounters:
     cgroup: str | None = None
     cgroup_count: int | None = None
     limit_bytes: int | None = None
-    extra: dict[str, int] = field(default_factory=dict)  # other processes' cgroups (the engine process)
 
     @classmethod
     def now(cls, pid: int | None = None) -> "OomCounters":
@@ -56,22 +55,15 @@ class OomCounters:
         count, limit = _cgroup_oom(path) if path else (None, None)
         return cls(_vmstat_oom(), path, count, limit)
 
-    def watch(self, pid: int) -> None:
-        """Also count OOM kills in the memory cgroup of `pid` (an engine process started in another one)."""
-        path = memory_cgroup(pid)
-        if path and path != self.cgroup and path not in self.extra:
-            count, _ = _cgroup_oom(path)
-            if count is not None:
-                self.extra[path] = count
-
     def kills_since(self) -> list[str]:
         """Evidence of OOM kills since `now()`: one line per counter that grew."""
         out = []
         host = _vmstat_oom()
         if self.host is not None and host is not None and host > self.host:
             out.append(f"/proc/vmstat oom_kill {self.host} -> {host} (the kernel's OOM killer ran during the run)")
-        for path, before in ([(self.cgroup, self.cgroup_count)] if self.cgroup else []) + list(self.extra.items()):
-            after, limit = _cgroup_oom(path)
+        if self.cgroup:  # the engine processes inherit this process's cgroup
+            after, limit = _cgroup_oom(self.cgroup)
+            before, path = self.cgroup_count, self.cgroup
             if before is not None and after is not None and after > before:
                 where = f"memory cgroup {path}" + (f" (limit {limit / 2**20:.0f} MiB)" if limit else "")
                 out.append(f"{where}: oom_kill {before} -> {after}")
@@ -450,7 +442,8 @@ def explain(run_dir: Path | str) -> list[str]:
     summary_path = run_dir / "summary.json"
     state = runstate.read_state(run_dir)
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-    if state and state.get("status") == "running" and runstate.pid_alive(state.get("pid", -1)):
+    if state and state.get("status") == "running" and isinstance(state.get("pid"), int) and state["pid"] > 0 \
+            and runstate.pid_alive(state["pid"]):
         last = runstate.last_step(run_dir / "metrics.jsonl")
         age = time.time() - (run_dir / "metrics.jsonl").stat().st_mtime if (run_dir / "metrics.jsonl").exists() else None
         lines.append(f"{run_dir}: running (pid {state['pid']}), last step {last if last is not None else 'none yet'}"
