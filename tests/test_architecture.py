@@ -21,7 +21,17 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[1]
-ENGINES = ("trl", "verl", "openrlhf")
+
+
+def _in_tree_engines() -> tuple[str, ...]:
+    """The backends rlbridge ships, found through the `rlbridge` entry points."""
+    from rlbridge.contract.registry import PluginManager
+
+    backends = PluginManager().items["backend"].items()
+    return tuple(sorted(name for name, r in backends if r.item.__module__.startswith("rlbridge_adapters.")))
+
+
+ENGINES = _in_tree_engines()
 
 
 def test_core_layers_hold():

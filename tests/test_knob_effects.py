@@ -13,9 +13,14 @@ import sys
 import pytest
 
 from conftest import QUICKSTART, REPO, run_cli
+from rlbridge.contract.registry import PluginManager
 from rlbridge.errors import CapabilityError, ConfigError
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import prepare
+
+
+# every registered backend, found through the `rlbridge` entry points
+BACKENDS = sorted(PluginManager().items["backend"])
 
 
 def _prepare(*overrides: str):
@@ -104,7 +109,7 @@ def test_openrlhf_nested_options_become_cli_flags_not_dict_strings():
 
 # ---- cross-field checks in the core, the same on every backend ----
 
-@pytest.mark.parametrize("backend", ["trl", "verl", "openrlhf"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("overrides, field", [
     (["algorithm.clip_low=1.5"], "clip_low"),
     (["algorithm.clip_high=0.1"], "clip_high"),
@@ -121,7 +126,7 @@ def test_core_cross_field_checks(backend, overrides, field):
     assert field in str(info.value)
 
 
-@pytest.mark.parametrize("backend", ["trl", "verl", "openrlhf"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_mini_batch_must_hold_whole_groups_for_every_algorithm(backend):
     # verl counts mini batches in prompts: 2 samples of a group of 4 was ppo_mini_batch_size 0
     with pytest.raises(ConfigError, match="training.mini_batch_size"):
@@ -134,7 +139,7 @@ def test_mini_batch_must_split_over_the_training_devices(backend):
         _prepare(f"backend={backend}", "resources.gpus_per_node=3", "rollout.engine=vllm")
 
 
-@pytest.mark.parametrize("backend", ["trl", "verl", "openrlhf"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_multi_node_is_refused_everywhere(backend):
     # every run starts a private single-node Ray cluster (address="local")
     with pytest.raises(CapabilityError, match="resources.nodes"):
