@@ -8,6 +8,7 @@ DEFAULT_VERSION = "0.11.2"
 TESTS = (
     "tests/engines/test_openrlhf_reward_faults_in_env.py",
     "tests/engines/test_openrlhf_in_env.py",
+    "tests/engines/test_openrlhf_async_in_env.py",
     "tests/engines/test_openrlhf_lora_sync_in_env.py",
     "tests/engines/test_openrlhf_token_ids_in_env.py",
     "tests/test_openrlhf_plan.py",
