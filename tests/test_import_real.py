@@ -144,3 +144,11 @@ def test_cli_prints_errors_literally_with_exit_2(tmp_path):
         assert res.returncode == 2, res.stderr
         assert expected in res.stderr and "Traceback" not in res.stderr and "\U0001f4af" not in res.stderr
         assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1, res.stderr
+    # the forms that made the old word scanner loop forever, through the whole command, with a time limit
+    looped = tmp_path / "looped.sh"
+    looped.write_text("python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=grpo \\\n  data.train_batch_size=16 "
+                      "2>&1 | tee log.txt &\nwait\necho done >&2 &>> log.txt\n")
+    res = subprocess.run([sys.executable, "-m", "rlbridge", "import", str(looped), "--from", "verl", "--reward", "digit_match"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "data.train_batch_size=16" in res.stdout and "2>&1" not in res.stdout

@@ -694,6 +694,10 @@ class Solver:
             refused = self.refusal(data, opt_key, opt_value)
             if refused:
                 why += f"; backend_options refuses it: {refused}"
+                owner = self.backend.owned_native_keys().get(key)
+                owner_refused = self.knob_refusal(data, owner, x) if owner else None
+                if owner_refused:  # the advice would be refused too: say so, with the reason, not a dead end
+                    why += f"; {owner}={_show(x)} is refused too: {owner_refused}"
             within = self.recipe_conflict(data, key, x, all_leaves)
             if within:
                 why = within + "; " + why
@@ -779,6 +783,18 @@ class Solver:
                 return key
         return entry.key
 
+    def knob_refusal(self, data: dict[str, Any], path: str, value: Any) -> str | None:
+        """Why the plan refuses the canonical knob `path` at `value` (None: it plans)."""
+        from rlbridge.run.runner import resolve
+
+        try:
+            self.backend.plan(resolve(RunConfig.model_validate(set_path(data, path, value))))
+        except RLBridgeError as exc:
+            return str(exc)
+        except (ValidationError, ValueError, TypeError) as exc:
+            return str(exc).splitlines()[0]
+        return None
+
     def refusal(self, data: dict[str, Any], key: str, value: Any) -> str | None:
         from rlbridge.run.runner import resolve
 
@@ -795,6 +811,13 @@ class Solver:
         """The canonical config to write: only what differs from the defaults, placeholders removed."""
         config = RunConfig.model_validate(data)
         out = config.model_dump(mode="json", exclude_defaults=True)
+        # a value equal to its default but set on purpose stays written when leaving it out would change what
+        # the config loads as (training.steps: 100 beside training.epochs: without it, epochs alone clear steps)
+        full = config.model_dump(mode="json")
+        reloaded = RunConfig.model_validate({**out, "reward": out.get("reward") or [_PLACEHOLDER_REWARD]}).model_dump(mode="json")
+        for leaf in leaves():
+            if get_path(reloaded, leaf.path) != get_path(full, leaf.path) and get_path(full, leaf.path) is not _MISSING:
+                out = set_path(out, leaf.path, get_path(full, leaf.path))
         out.pop("run_name", None) if out.get("run_name") == "run" else None
         if not self.explicit_version:
             out.pop("engine_version", None)
