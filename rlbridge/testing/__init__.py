@@ -30,11 +30,14 @@ QUICKSTART = Path(__file__).with_name("quickstart.yaml")
 
 def standard_configs() -> list[Path]:
     """The ready-to-run run configs of the checkout when rlbridge runs from one (bench specs,
-    `bench-*.yaml`, are not run configs), else the quickstart."""
+    `bench-*.yaml`, and pipelines, a top-level `stages` list, are not run configs), else the quickstart."""
+    import yaml
+
     checkout = QUICKSTART.resolve().parent
     if checkout.name != "configs":
         return [QUICKSTART]
-    return sorted(p for p in checkout.glob("*.yaml") if not p.name.startswith("bench-"))
+    return sorted(p for p in checkout.glob("*.yaml")
+                  if not p.name.startswith("bench-") and "stages" not in (yaml.safe_load(p.read_text()) or {}))
 
 
 def requirement_unmet(backend: Backend, config: RunConfig, *knobs: str) -> str | None:
