@@ -20,7 +20,6 @@ ALLOWED = {
     "rlbridge/cli.py": "the product's one-line description and examples in --help texts",
     "rlbridge/run/importer.py": "verl's default reward function when a verl recipe names none",
     "rlbridge/run/bench.py": "examples in arm-parsing error messages",
-    "rlbridge/run/bench_report.py": "CPU time is complete only for TRL's process tree (should read scores_in_engine_workers)",
     "rlbridge/contract/metrics.py": "metric descriptions that name where engines report them",
     "rlbridge/run/knobdoc.py": "the generated docs/knobs.md's introduction names each engine's native key spelling",
     "rlbridge/run/failures.py": "engine package paths that mark a traceback frame as the engine's",

@@ -48,6 +48,15 @@ SCALARS = [
 ]
 
 
+def _runs_in_ray_workers(backend: str) -> bool:
+    """Whether the backend's engine works in Ray workers (Backend.scores_in_engine_workers), whose CPU
+    time a native run's process tree does not hold; unknown backends count as one process tree."""
+    from rlbridge.contract.registry import get_plugin_manager
+
+    registered = get_plugin_manager().items["backend"].get(backend)
+    return bool(registered and registered.item.scores_in_engine_workers)
+
+
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -248,7 +257,7 @@ def native_overhead(arms: dict[str, Any], runs: list[dict[str, Any]], jobs) -> l
             rb = [h.get("reward/mean") for h in _history(nat)]
             # CPU time is the measured process tree's: complete for TRL (one process), not for a native
             # Ray engine, whose workers are children of Ray's raylet, outside the tree (rlbridge reaps its own)
-            whole_tree = arm["backend"] == "trl"
+            whole_tree = not _runs_in_ray_workers(arm["backend"])
             pairs.append({
                 "seed": run["seed"],
                 "first": "rlbridge" if run.get("started_at", 0) <= nat.get("started_at", 0) else "native",
