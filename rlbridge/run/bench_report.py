@@ -382,8 +382,8 @@ def markdown(data: dict[str, Any], plots: list[str]) -> str:
             lines.append(f"| {o['rlbridge_arm']} | {o['native_arm']} | {len(o['pairs'])} ({o.get('rlbridge_first', '-')}) | "
                          f"{_fmt(o['median_wall_ratio'])} | {per_pair} | {_fmt(o['median_step_ratio'])} | {_fmt(o['median_fixed_extra_s'])} | "
                          f"{_fmt(o['median_cpu_ratio'])} | {o['rewards_identical_all']} |")
-        lines.append("\nCPU time: TRL only (a native Ray engine's workers run under Ray's raylet, outside the measured "
-                     "process tree). Identical rewards: the reward curves agree at every step of every pair.")
+        lines.append("\nCPU time: engines that train in one process tree only (a native Ray engine's workers run under "
+                     "Ray's raylet, outside the measured process tree). Identical rewards: the reward curves agree at every step of every pair.")
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     lines += ["", "Definitions: " + "; ".join(f"{k}: {v}" for k, v in data["statistics"].items()) + "."]
