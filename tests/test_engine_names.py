@@ -23,7 +23,6 @@ ALLOWED = {
     "rlbridge/contract/metrics.py": "metric descriptions that name where engines report them",
     "rlbridge/run/knobdoc.py": "the generated docs/knobs.md's introduction names each engine's native key spelling",
     "rlbridge/run/failures.py": "engine package paths that mark a traceback frame as the engine's",
-    "rlbridge/envs/provenance.py": "the distributions a run manifest records (could come from each Backend.distribution)",
     "rlbridge/run/runner.py": "the hint that names the Ray engines for rollout_workers.mode: ray",
     "rlbridge/engine/workers.py": "the hint that names the Ray engines for rollout_workers.mode: ray",
     "rlbridge/testing/suite.py": "the kill-and-resume test's slow reward is a native TRL-convention function",

