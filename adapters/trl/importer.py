@@ -324,8 +324,9 @@ class TRLRecipeImporter:
                     # steps_per_generation): the recipe is for several processes, so TRL's declared defaults stand
                     recipe.notes.append((None, f"TRL {class_name} checks batch sizes on one process here ({first}); the "
                                                "recipe is for several, so the defaults are the class's declared ones"))
+                    # None is left out: for these fields (output_dir, generation_batch_size...) TRL computes the value
                     out = {name: f.default for name, f in fields.items() if name not in ("use_cpu", "bf16", "fp16", "tf32")
-                           and isinstance(f.default, (int, float, str, bool, type(None)))}
+                           and isinstance(f.default, (int, float, str, bool))}
                     out["config_class"] = class_name
                     return out
                 line = next((s.line for s in recipe.settings if isinstance(s.value, str) and s.value and s.value in first), None)

@@ -104,7 +104,7 @@ class Difference:
 
 
 def default_differences(backend: Backend, config: RunConfig, native: dict[str, Any], skip: set[str] = frozenset(),
-                        knobs_of: dict[str, list[str]] | None = None) -> list[Difference]:
+                        knobs_of: dict[str, list[str]] | None = None, recipe: Recipe | None = None) -> list[Difference]:
     """Every key of the engine's own defaults that the plan sets to another value (keys in `skip`, the
     recipe's own, left out), each with the reason: the adapter's stated one (`difference_reason`), else the
     canonical knob that sets it. A key the plan leaves out keeps the engine's default."""
@@ -113,7 +113,8 @@ def default_differences(backend: Backend, config: RunConfig, native: dict[str, A
         return []
     version = str(backend.target_version(config)) if config.engine_version or backend.installed_version() else importer.default_version
     extras = {"config_class": native["config_class"]} if "config_class" in native else {}
-    recipe = Recipe(backend.name, "<plan>", version, [], extras=extras)
+    if recipe is None:  # plan --explain: the engine's defaults of an empty recipe
+        recipe = Recipe(backend.name, "<plan>", version, [], extras=extras)
     try:  # every default the engine has (the solver's own list may leave out run bookkeeping such as verl's resume_mode)
         defaults = getattr(importer, "engine_defaults", importer.defaults)(recipe)
     except RLBridgeError:
@@ -719,7 +720,8 @@ class Solver:
         defaults_seen = sum(1 for k in self.defaults if k in final_view)  # keys the plan leaves out keep the default
         final_config = resolve_config(data)
         differences = default_differences(self.backend, final_config, self.backend.plan(final_config).native,
-                                          skip=set(self.target) | {s.key for s, _ in self.reward_settings}, knobs_of=knobs_of)
+                                          skip=set(self.target) | {s.key for s, _ in self.reward_settings}, knobs_of=knobs_of,
+                                          recipe=self.recipe)
         return ImportResult(self.output(data), self.entries, self.recipe, self.output_notes(data), (matched, defaults_seen), differences)
 
     def recipe_conflict(self, data: dict[str, Any], key: str, x: Any, all_leaves: list[Leaf]) -> str | None:
