@@ -359,6 +359,8 @@ class Backend(ABC):
                 if problem:
                     raise CapabilityError(f"backend '{self.name}' cannot honour {knob}={_show(value)}: {problem}")
             if cap.support is Support.APPROXIMATED and (cap.approximate_when is None or cap.approximate_when(config)):
+                if config.is_offline and _rl_only(knob):
+                    continue  # no rollout, reward or placement of engine roles in an offline stage: nothing approximated
                 notes.append(f"{knob}: {cap.note}")
         return notes
 
@@ -473,6 +475,12 @@ class Backend(ABC):
         """Train according to `plan`, in this process, calling `ctx.emit_step` once per training
         step with the engine's metrics mapped to canonical names, and `ctx.checkpoint_saved`
         after every checkpoint."""
+
+
+def _rl_only(knob: str) -> bool:
+    from rlbridge.contract.config import RL_ONLY
+
+    return knob in RL_ONLY or knob.split(".", 1)[0] in RL_ONLY or knob.startswith("placement.")
 
 
 def _explicitly_set(config: BaseModel, knob: str) -> bool:

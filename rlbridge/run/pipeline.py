@@ -111,6 +111,10 @@ def stage_config(pipeline: PipelineConfig, stage: StageSpec, base: Path, models:
     `--set STAGE.key=value`, in its run directory."""
     from rlbridge.run.loading import load_config
 
+    for key in [*stage.set, *(o.partition("=")[0] for o in overrides)]:
+        if key.strip() in ("output_dir", "run_name"):
+            raise ConfigError(f"stages[{stage.name}]: {key.strip()} is the pipeline's (OUTPUT_DIR/{stage.name}); set the "
+                              "pipeline's output_dir instead")
     sets = [f"{key}={json.dumps(value)}" for key, value in _substitute(stage.set, models).items()]
     config = load_config(base / stage.config, [*sets, *overrides])
     config.run_name = stage.name
