@@ -194,10 +194,16 @@ def test_the_verl_quickstart_runs_as_a_slurm_job_on_a_ray_head_the_job_starts(sl
     if tuple(int(x) for x in verl.__version__.split(".")[:2]) < (0, 9):
         pytest.skip("one engine version proves the seam: verl 0.9")
     out = tmp_path / "run"
-    res = _submit(out, "backend=verl", "engine_env=current", "training.steps=2", timeout=1500)
+    import socket
+
+    with socket.socket() as s:  # a free port for the job's Ray head: other Ray clusters may run on this machine
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = _submit(out, "backend=verl", "engine_env=current", "training.steps=2", f"launcher.slurm.ray_port={port}", timeout=1500)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     assert _steps(out) == [1, 2]
     events = _events(out)
     assert [e["event"] for e in events] == ["start", "ray_up", "end"], events
-    assert events[1]["ray_address"].endswith(":6379")
+    assert events[1]["ray_address"].endswith(f":{port}")
+    assert not _job_processes(_job_id(out))  # the Ray head and its processes went with the job
     assert "address: auto" in (out / "plan.yaml").read_text()

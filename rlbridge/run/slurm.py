@@ -106,27 +106,37 @@ def batch_script(job, record: Path, python: str, ray: str | None, ray_python: st
             'head_ip=$(getent ahostsv4 "$head_addr" | awk \'{print $1; exit}\')',
             f'export RAY_ADDRESS="$head_ip:{sl.ray_port}"',
             'RAY_TMP="/tmp/rlb-ray-$SLURM_JOB_ID"  # short: Ray\'s socket paths must stay under 108 bytes',
+            # Ray's token authentication (Ray >= 2.5x; older Rays ignore the variables), with a token of this
+            # job's own: every step and the driver inherit it; ~/.ray/auth_token, shared by a user's jobs, is left alone
+            'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$(od -An -N16 -tx1 /dev/urandom | tr -d \' \\n\')"',
+
             f'"${{STEP[@]}}" -w "${{nodes[0]}}" {ray} start --head --block --node-ip-address="$head_ip" --port={sl.ray_port} '
             f'--num-cpus={cpus} --num-gpus={gpus} --include-dashboard=false --temp-dir="$RAY_TMP" &',
             "steps+=($!)",
+            "ray_head=$!",
+            # wait_nodes N: until N nodes are alive in the cluster (or the head's step died, or 600 s passed)
+            "wait_nodes() {",
+            f'  {ray_python} -c "import os, ray, sys, time\n'
+            'deadline = time.time() + 600\n'
+            'def check():\n'
+            '    os.kill(int(sys.argv[3]), 0)  # the head step is alive\n'
+            '    if time.time() > deadline: sys.exit(\'rlbridge: the Ray cluster did not come up in 600 s\')\n'
+            'while True:\n'
+            '    try:\n'
+            '        ray.init(address=sys.argv[1], log_to_driver=False); break\n'
+            '    except (ConnectionError, RuntimeError):\n'
+            '        check(); time.sleep(2)\n'
+            'while len([n for n in ray.nodes() if n[\'Alive\']]) < int(sys.argv[2]):\n'
+            '    check(); time.sleep(2)\n'
+            'ray.shutdown()" "$RAY_ADDRESS" "$1" "$ray_head" &',
+            "  wait $! || { event end ', \"rc\": 1'; teardown; exit 1; }",
+            "}",
+            "wait_nodes 1",
             'for node in "${nodes[@]:1}"; do',
             f'  "${{STEP[@]}}" -w "$node" {ray} start --block --address="$RAY_ADDRESS" --num-cpus={cpus} --num-gpus={gpus} &',
             "  steps+=($!)",
             "done",
-            # every node joined before training asks for them (a run plans nodes x GPUs)
-            f'{ray_python} -c "import ray, sys, time\n'
-            'deadline = time.time() + 600\n'
-            'while True:\n'
-            '    try:\n'
-            '        ray.init(address=sys.argv[1], log_to_driver=False); break\n'
-            '    except Exception:\n'
-            '        if time.time() > deadline: raise\n'
-            '        time.sleep(2)\n'
-            'while len([n for n in ray.nodes() if n[\'Alive\']]) < int(sys.argv[2]):\n'
-            '    if time.time() > deadline: sys.exit(\'rlbridge: not every node joined the Ray cluster in 600 s\')\n'
-            '    time.sleep(2)\n'
-            f'ray.shutdown()" "$RAY_ADDRESS" {res.nodes} &',
-            "wait $! || { event end ', \"rc\": 1'; teardown; exit 1; }",
+            f"wait_nodes {res.nodes}",
             'event ray_up ", \\"ray_address\\": \\"$RAY_ADDRESS\\""',
             'TRAIN_NODE=(-w "${nodes[0]}")',
         ]
