@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -311,7 +312,8 @@ def run_trl(plan, ctx) -> None:
     timers: dict[str, float] = {}
     callback = CanonicalMetrics(ctx, native["updates_per_step"], timers, collector)
     callback.scorer = scorer
-    with profiling_timers(timers), vllm_seed(int(native["args"]["seed"])):
+    # the scorer closes after a failure too: its pool's workers (one stuck in a hung call) go with the run
+    with contextlib.closing(scorer), profiling_timers(timers), vllm_seed(int(native["args"]["seed"])):
         trainer = trainer_class(
             model=model_path,
             reward_funcs=rewards,
