@@ -331,7 +331,6 @@ def run_trl(plan, ctx) -> None:
         if resume is True:
             resume = _latest_checkpoint(native["args"]["output_dir"])
         trainer.train(resume_from_checkpoint=resume or None)
-    scorer.close()
 
 
 def make_args(native: dict[str, Any]):
