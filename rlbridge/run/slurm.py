@@ -41,12 +41,15 @@ from pathlib import Path
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 
 
-def batch_script(job, record: Path, python: str, ray: str | None, ray_python: str | None) -> str:
+def batch_script(job, record: Path, python: str, ray: str | None, ray_python: str | None, logical_gpus: int = 0) -> str:
     """The sbatch script that runs `job` (a planned RunConfig whose config file is
     <record>/config.yaml). `python` runs `rlbridge train`; `ray` is the `ray` command on the nodes
-    (None: the backend does not use Ray) and `ray_python` a Python with Ray (to wait for the nodes)."""
+    (None: the backend does not use Ray) and `ray_python` a Python with Ray (to wait for the nodes);
+    `logical_gpus`: on CPU (gpus_per_node 0), the GPUs each Ray node declares for the engine's
+    placement, as the private cluster of a CPU run does."""
     sl, res = job.launcher.slurm, job.resources
     gpus = int(res.gpus_per_node)
+    ray_gpus = gpus or logical_gpus
     q = shlex.quote
     directives = [
         f"--job-name=rlb-{job.run_name}",
@@ -111,7 +114,7 @@ def batch_script(job, record: Path, python: str, ray: str | None, ray_python: st
             'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$(od -An -N16 -tx1 /dev/urandom | tr -d \' \\n\')"',
 
             f'"${{STEP[@]}}" -w "${{nodes[0]}}" {ray} start --head --block --node-ip-address="$head_ip" --port={sl.ray_port} '
-            f'--num-cpus={cpus} --num-gpus={gpus} --include-dashboard=false --temp-dir="$RAY_TMP" &',
+            f'--num-cpus={cpus} --num-gpus={ray_gpus} --include-dashboard=false --temp-dir="$RAY_TMP" &',
             "steps+=($!)",
             "ray_head=$!",
             # wait_nodes N: until N nodes are alive in the cluster (or the head's step died, or 600 s passed)
@@ -133,7 +136,7 @@ def batch_script(job, record: Path, python: str, ray: str | None, ray_python: st
             "}",
             "wait_nodes 1",
             'for node in "${nodes[@]:1}"; do',
-            f'  "${{STEP[@]}}" -w "$node" {ray} start --block --address="$RAY_ADDRESS" --num-cpus={cpus} --num-gpus={gpus} &',
+            f'  "${{STEP[@]}}" -w "$node" {ray} start --block --address="$RAY_ADDRESS" --num-cpus={cpus} --num-gpus={ray_gpus} &',
             "  steps+=($!)",
             "done",
             f"wait_nodes {res.nodes}",
@@ -186,7 +189,11 @@ def prepare_job(config, python: str | None = None):
     record = Path(job.output_dir) / "submit"
     ray, ray_python = _ray_commands(prepared, python)
     train_python = python or sl.python or ("python" if sl.container_image else shlex.quote(sys.executable))
-    return job, batch_script(job, record, train_python, ray, ray_python), record
+    logical = 0
+    if not int(job.resources.gpus_per_node):  # a CPU run: the engine's placement asks for logical GPUs
+        total = int((prepared.plan.native.get("ray") or {}).get("logical_gpus") or 0)
+        logical = -(-total // job.resources.nodes)
+    return job, batch_script(job, record, train_python, ray, ray_python, logical), record
 
 
 def submit(config, dry_run: bool = False, follow: bool = True, python: str | None = None, echo=print) -> int:
