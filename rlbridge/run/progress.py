@@ -14,14 +14,14 @@ class TrainingProgress:
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("reward {task.fields[reward]}"),
+            TextColumn("{task.fields[reward]}"),
             TextColumn("{task.fields[step_s]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=Console(stderr=True),
             transient=False,
         )
-        self._task = self._progress.add_task(description, total=total, reward="-", step_s="")
+        self._task = self._progress.add_task(description, total=total, reward="reward -", step_s="")
 
     def __enter__(self) -> "TrainingProgress":
         self._progress.start()
@@ -37,10 +37,12 @@ class TrainingProgress:
 
     def update(self, step: int, metrics: dict[str, float]) -> None:
         reward = metrics.get("reward/mean")
+        # an offline stage (docs/stages.md) has no reward: its loss shows instead
+        loss = next(((n, metrics[n]) for n in ("loss/sft", "loss/dpo", "loss/reward_model") if n in metrics), None)
         step_s = metrics.get("timing/step_s")
         self._progress.update(
             self._task,
             completed=step,
-            reward=f"{reward:.3f}" if reward is not None else "-",
+            reward=f"reward {reward:.3f}" if reward is not None else f"{loss[0]} {loss[1]:.3f}" if loss else "reward -",
             step_s=f"{step_s:.2f}s/step" if step_s is not None else "",
         )
