@@ -126,6 +126,14 @@ def test_malformed_recipes_are_one_line_with_file_and_line(tmp_path):
     assert "types2.yaml:2: num_generations: [8]" in msg and "int" in msg
     msg = _one_line(tmp_path, "trl", "learning_rate: 1.0e-6\nlr_scheduler_type: cosin\n", "types3.yaml")
     assert "types3.yaml:2:" in msg and "cosin" in msg
+    # wrong types against verl's packaged config and OpenRLHF's parser (the copy made from its environment)
+    msg = _one_line(tmp_path, "verl", head + "  data.train_batch_size=fast\n", "vtype.sh")
+    assert "vtype.sh:3: data.train_batch_size: 'fast' is not a number" in msg
+    msg = _one_line(tmp_path, "verl", head + "  data.filter_overlong_prompts=maybe\n", "vtype2.sh")
+    assert "vtype2.sh:3:" in msg and "not a boolean" in msg
+    orl = "python3 -m openrlhf.cli.train_ppo_ray \\\n  --actor.adam.lr 1e-6 \\\n"
+    assert "otype.sh:3: --train.batch_size: 'fast' is not an int" in _one_line(tmp_path, "openrlhf", orl + "  --train.batch_size fast\n", "otype.sh")
+    assert "otype2.sh:3: --train.colocate_all takes no value" in _one_line(tmp_path, "openrlhf", orl + "  --train.colocate_all 1\n", "otype2.sh")
     # unknown flags and keys, a Hydra typo
     msg = _one_line(tmp_path, "openrlhf", "python3 -m openrlhf.cli.train_ppo_ray \\\n  --actor.adam.lr 1e-6 \\\n  --actor_learning_rate 1e-6\n", "flag.sh")
     assert "flag.sh:3:" in msg and "unknown OpenRLHF" in msg

@@ -150,6 +150,37 @@ def parser_defaults(version: str) -> dict[str, Any] | None:
     return json.loads(near[-1][1].read_text()) if near else None
 
 
+def parser_types(version: str) -> dict[str, str]:
+    """{flag: int | float | flag | str}, as train_ppo_ray's parser declares each option (the copy made from the
+    engine environment for that version, or the same minor version's); empty when there is none."""
+    folder = Path(__file__).parent / "recipe_defaults"
+    minor = Version(version).release[:2]
+    found = sorted((Version(p.stem.removeprefix("parser-types-")), p) for p in folder.glob("parser-types-*.json")
+                   if Version(p.stem.removeprefix("parser-types-")).release[:2] == minor)
+    exact = [p for v, p in found if str(v) == version]
+    chosen = exact[0] if exact else (found[-1][1] if found else None)
+    return json.loads(chosen.read_text()) if chosen else {}
+
+
+def _check_type(recipe: Recipe, line: int | None, flag: str, value: Any, kind: str | None) -> None:
+    """A value train_ppo_ray's argparse would refuse (`--train.batch_size fast`, `--train.colocate_all 1`), with its line."""
+    if kind is None or (isinstance(value, str) and ("$(" in value or "`" in value)):
+        return
+    if kind == "flag":
+        if value is not True:
+            raise ConfigError(f"{recipe.where(line)}: --{flag} takes no value (got {value!r}); OpenRLHF's parser "
+                              "would stop at 'unrecognized arguments'")
+        return
+    if value is True:
+        raise ConfigError(f"{recipe.where(line)}: --{flag} needs a value ({kind})")
+    values = value if isinstance(value, list) else [value]
+    for item in values:
+        ok = isinstance(item, int) if kind == "int" else isinstance(item, (int, float)) if kind == "float" else True
+        if not ok or isinstance(item, bool):
+            raise ConfigError(f"{recipe.where(line)}: --{flag}: {item!r} is not {'an' if kind == 'int' else 'a'} {kind}; OpenRLHF's parser declares "
+                              f"type={kind} for it")
+
+
 def _print_parser_flags() -> None:
     """Run inside an OpenRLHF environment: print the parser's option names as JSON (nothing is launched)."""
     import argparse
@@ -168,6 +199,15 @@ def _print_parser_flags() -> None:
         ns["hierarchize"] = _load_by_path("rlbridge_openrlhf_config", config_py).hierarchize
     exec(compile(ast.Module(main.body[:split], []), str(path), "exec"), ns)
     names = sorted({opt[2:] for action in ns["parser"]._actions for opt in action.option_strings if opt.startswith("--")})
+    if os.environ.get("RLBRIDGE_PARSER_DEFAULTS") == "types":  # {flag: int | float | flag | str} as the parser declares it
+        kinds = {}
+        for action in ns["parser"]._actions:
+            for opt in action.option_strings:
+                if opt.startswith("--") and opt != "--help":
+                    flag = action.nargs == 0
+                    kinds[opt[2:]] = "flag" if flag else {int: "int", float: "float"}.get(action.type, "str")
+        print(json.dumps(kinds, sort_keys=True))
+        return
     if os.environ.get("RLBRIDGE_PARSER_DEFAULTS"):  # {flag: default} of every option, as train_ppo_ray's parser declares it
         defaults = {}
         for action in ns["parser"]._actions:
@@ -198,6 +238,7 @@ class OpenRLHFRecipeImporter:
         if known is None:
             recipe.notes.append((None, f"flags checked for their spelling only: no OpenRLHF {version} environment here "
                                        f"(`rlbridge env create openrlhf=={version}` checks them with its own parser)"))
+        kinds = parser_types(version)
         for key, value, line, text, spelling in read_flags(cmd.args, v):
             written = spelling or key
             if v >= DOTTED_SINCE and "." not in written:
@@ -210,6 +251,7 @@ class OpenRLHFRecipeImporter:
                                   "pass --engine-version for the OpenRLHF version the recipe was written for")
             if known is not None and written not in known:
                 raise ConfigError(f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written}{did_you_mean(written, known)}")
+            _check_type(recipe, line, written, value, kinds.get(written))
             recipe.settings.append(Setting(key, value, line, text, spelling))
         return recipe
 

@@ -180,7 +180,10 @@ class VerlRecipeImporter:
         for s in recipe.settings:
             if s.spelling.startswith("+"):
                 continue  # `+key` adds a key: Hydra accepts new keys there
-            if s.key in defaults or s.key in prefixes:
+            if s.key in defaults:
+                _check_type(recipe, s, defaults[s.key])
+                continue
+            if s.key in prefixes:
                 continue
             parent = s.key.rsplit(".", 1)[0]
             siblings = [k for k in defaults if k.startswith(parent + ".")]
@@ -261,6 +264,22 @@ class VerlRecipeImporter:
         # (auto), which would become checkpoint.resume: true and refuse a fresh run directory
         skip = {"trainer.experiment_name", "trainer.resume_mode"}
         return {k: v for k, v in defaults.items() if not (isinstance(v, str) and "${" in v) and k not in skip}
+
+
+def _check_type(recipe: Recipe, s: Setting, default: Any) -> None:
+    """A value of another kind than verl's packaged default for its key (a number, a bool) is refused with its
+    line, as verl's config dataclasses would refuse it when the run starts (`data.train_batch_size=fast`)."""
+    value = s.value
+    if default is None or value is None or (isinstance(value, str) and ("${" in value or "$(" in value or "`" in value)):
+        return  # no declared kind, or an interpolation / a command substitution the reader does not run
+    want = "a boolean" if isinstance(default, bool) else "a number" if isinstance(default, (int, float)) else None
+    if want is None:
+        return
+    ok = isinstance(value, bool) if want == "a boolean" else isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok:
+        shown = "empty (an unset variable?)" if value == "" else repr(value)
+        raise ConfigError(f"{recipe.where(s.line)}: {s.spelling or s.key}: {shown} is not {want}; verl {recipe.version}'s "
+                          f"config has {s.key}: {default!r}")
 
 
 def _plain(value: Any) -> Any:
