@@ -21,5 +21,10 @@ class EnvironmentTool(BaseTool):
             raise RuntimeError(
                 f"tool '{self.name}' is an rlbridge environment tool: it runs only in the rlbridge_environment agent loop"
             )
-        result = getattr(environment, self.name)(**parameters)
-        return ToolResponse(text=str(result)), 0.0, {}
+        import asyncio
+
+        from rlbridge.engine.workers import call_environment_tool
+
+        # in a thread, through the worker pool: the agent loop's other episodes go on meanwhile
+        text = await asyncio.to_thread(call_environment_tool, environment, self.name, parameters)
+        return ToolResponse(text=text), 0.0, {}
