@@ -1,6 +1,7 @@
 """The offline stages (algorithm.name sft, dpo, reward_model) and pipelines (docs/stages.md).
 
-Plans: the batch arithmetic, the stage's TRL config and its refusals. Real TRL runs on CPU with the
+Plans: the batch arithmetic, the stage's TRL and OpenRLHF configs and the refusals (verl; OpenRLHF's
+real runs are tests/engines/test_openrlhf_stages_in_env.py). Real TRL runs on CPU with the
 tiny builtin models: SFT's held-out loss falls (chat rows, the BPE tokenizer), DPO's held-out
 preference accuracy rises from 0 to >= 0.8 (IPO loss), and configs/pipeline.yaml runs SFT -> RM -> GRPO
 end to end: the RM reaches >= 0.8 held-out pairwise accuracy, the GRPO stage's RM reward rises, a
@@ -64,13 +65,24 @@ def test_offline_knobs_outside_their_stage_are_refused():
     ("verl", "dpo", "no offline DPO trainer"),
     ("verl", "reward_model", "no reward-model trainer"),
     ("verl", "sft", "sft_trainer"),
-    ("openrlhf", "dpo", "train_dpo"),
-    ("openrlhf", "reward_model", "train_rm"),
+    ("openrlhf", "dpo", "chat template"),  # with model.use_chat_template (below)
 ])
 def test_engines_without_the_stage_refuse_it_naming_why(backend, stage, why):
     config = {"sft": "sft.yaml", "dpo": "dpo.yaml", "reward_model": "reward_model.yaml"}[stage]
     with pytest.raises(CapabilityError, match=f"algorithm.name={stage}.*{why}"):
-        _plan(config, f"backend={backend}")
+        _plan(config, f"backend={backend}", *(["model.use_chat_template=true"] if backend == "openrlhf" else []))
+
+
+def test_openrlhf_plans_its_own_stage_scripts():
+    sft = _plan("sft.yaml", "backend=openrlhf", "training.batch_size=16", "training.mini_batch_size=8", "training.steps=5")
+    settings = sft.backend.native_settings(sft.plan)
+    assert sft.plan.native["module"] == "openrlhf.cli.train_sft"
+    # 16 rows per step in updates of 8: --train.batch_size is the mini batch, 5 x 16 rows in one epoch
+    assert (settings["train.batch_size"], settings["data.max_samples"], settings["train.max_epochs"]) == (8, 80, 1)
+    dpo = _plan("dpo.yaml", "backend=openrlhf", "offline.dpo_loss=ipo")
+    assert dpo.plan.native["module"] == "openrlhf.cli.train_dpo"
+    assert dpo.backend.native_settings(dpo.plan)["model.ipo_enable"] is True
+    assert _plan("reward_model.yaml", "backend=openrlhf").plan.native["module"] == "openrlhf.cli.train_rm"
 
 
 def test_rows_are_checked_for_the_stage(tmp_path):
@@ -218,3 +230,33 @@ stages:
     after = metrics.read_text().splitlines()
     assert after[:5] == before[:5]  # kept, not trained again (a fresh run rewrites them, with other timings)
     assert [json.loads(line)["step"] for line in after if json.loads(line)["step"] > 5] == [6, 7, 8, 9, 10]
+
+
+@pytest.mark.engine
+@pytest.mark.engine_env
+@pytest.mark.matrix_only
+@pytest.mark.parametrize("engine,version", [("verl", "0.9.1"), ("openrlhf", "0.11.2")])
+def test_the_pipeline_with_its_rl_stage_on_another_engine(engine, version, tmp_path):
+    """configs/pipeline.yaml with SFT and RM on TRL (here) and GRPO on ENGINE in its environment, from
+    the trained SFT model with the trained RM as its reward: the stages of one pipeline on different engines."""
+    import os
+    from pathlib import Path
+
+    from rlbridge.envs.create import envs_dir, find_env
+
+    real = Path(os.environ.get("RLBRIDGE_TEST_ENVS") or Path.home() / ".cache" / "rlbridge" / "envs")
+    if not envs_dir().exists() and real.is_dir():
+        envs_dir().parent.mkdir(parents=True, exist_ok=True)
+        envs_dir().symlink_to(real)
+    try:
+        find_env(engine, version)
+    except Exception as exc:
+        pytest.skip(f"no {engine}=={version} environment here ({exc})")
+    res = run_cli("train", str(CONFIGS / "pipeline.yaml"), "--no-progress", "--set", f"grpo.backend={engine}",
+                  "--set", f"grpo.engine_version={version}", "--set", "grpo.training.steps=2", "--set", "grpo.training.batch_size=2",
+                  "--set", "grpo.algorithm.group_size=4", cwd=tmp_path,
+                  env={"RLBRIDGE_CACHE_DIR": os.environ["RLBRIDGE_CACHE_DIR"]})
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    record = json.loads((tmp_path / "runs" / "pipeline" / "pipeline.json").read_text())
+    grpo = record["stages"][-1]
+    assert grpo["backend"] == engine and grpo["summary"]["steps"] == 2 and grpo["model_in"] == record["stages"][0]["model_out"]

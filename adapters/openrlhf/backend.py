@@ -14,12 +14,12 @@ from typing import Any
 from packaging.version import Version
 
 from rlbridge.contract.backend import (
-    Backend, Capability, offline_stages_rejected, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, one_stop_condition,
+    Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, one_stop_condition,
     rejected,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
-from rlbridge_adapters.openrlhf import asynchrony, knobs
+from rlbridge_adapters.openrlhf import asynchrony, knobs, stages
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {"grpo": "group_norm", "dr_grpo": "dr_grpo", "rloo": "rloo", "reinforce_pp": "reinforce",
@@ -181,11 +181,8 @@ def _check_warmup(config: RunConfig) -> str | None:
 
 
 def _check_stage(config: RunConfig) -> str | None:
-    """OpenRLHF ships openrlhf.cli.train_sft / train_dpo / train_rm; rlbridge drives train_ppo_ray only so far."""
-    if config.is_offline:
-        script = {"sft": "train_sft", "dpo": "train_dpo", "reward_model": "train_rm"}[config.algorithm.name]
-        return f"rlbridge does not drive OpenRLHF's openrlhf.cli.{script} yet (only train_ppo_ray); use backend: trl"
-    return None
+    """The offline stages run OpenRLHF's train_sft / train_dpo / train_rm (adapters/openrlhf/stages.py)."""
+    return stages.check_stage(config, target_version(config)) if config.is_offline else None
 
 
 class OpenRLHFBackend(Backend):
@@ -284,12 +281,13 @@ class OpenRLHFBackend(Backend):
             honoured("checkpoint.keep_last", "ckpt.max_num", note="null (keep all): a count no run reaches"),
             *knobs.capabilities(),
             *asynchrony.capabilities(),
-            *offline_stages_rejected("rlbridge does not drive OpenRLHF's train_sft / train_dpo / train_rm yet; use backend: trl for "
-                                    "algorithm.name sft, dpo and reward_model"),
+            *stages.capabilities(),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
         version = target_version(config)
+        if config.is_offline:
+            return stages.translate(config, version, _model_path(config))
         algo, tr, ro = config.algorithm, config.training, config.rollout
         gpus = gpus_per_node(config)
         devices = max(gpus, 1) * config.resources.nodes
@@ -463,6 +461,10 @@ class OpenRLHFBackend(Backend):
     def validate(self, plan) -> None:
         from rlbridge_adapters.openrlhf.validate import validate_argv
 
+        if plan.native.get("stage"):
+            stages.validate(plan.native)
+            return
+
         validate_argv(plan.native)
 
     def patches(self) -> list:
@@ -478,6 +480,10 @@ class OpenRLHFBackend(Backend):
 
     def run(self, plan, ctx) -> None:
         from rlbridge_adapters.openrlhf.train import run_openrlhf
+
+        if plan.native.get("stage"):
+            stages.run_offline(plan, ctx)
+            return
 
         run_openrlhf(plan, ctx)
 

@@ -7,7 +7,7 @@ group 8, 16 new tokens, 150 steps). Knobs the capability table rejects need no e
 
 from __future__ import annotations
 
-from rlbridge.contract.effects import ABSENT, REFUSED, TEMPLATE, KnobEffect
+from rlbridge.contract.effects import ABSENT, DPO_STAGE, REFUSED, SFT_STAGE, TEMPLATE, KnobEffect
 
 PPO = ("algorithm.name=ppo",)  # the critic's knobs and GAE need an algorithm with a critic
 # OpenRLHF packs samples with flash attention: GPUs only
@@ -91,4 +91,11 @@ EFFECTS = {
     "critic.value_clip": KnobEffect({"critic.value_clip": 0.2}, context=PPO),
     "critic.warmup_steps": KnobEffect({"critic.freezing_steps": 3}, context=PPO),
     "critic.micro_batch_size": KnobEffect(REFUSED, context=PPO),  # one --train.micro_batch_size for actor and critic
+    # the offline stages (adapters/openrlhf/stages.py): train_sft / train_dpo flags
+    "offline.max_length": KnobEffect({"data.max_len": 256}, context=SFT_STAGE),
+    "offline.completion_only_loss": KnobEffect({"model.pretrain_mode_enable": True}, context=SFT_STAGE),
+    "offline.packing": KnobEffect({"ds.packing_samples": True}, context=(*SFT_STAGE, "resources.gpus_per_node=1")),  # flash attention
+    "offline.dpo_loss": KnobEffect({"model.ipo_enable": True}, context=DPO_STAGE),
+    "offline.dpo_beta": KnobEffect({"model.beta": 0.5}, context=DPO_STAGE),
+    "offline.reference_model": KnobEffect({"ref.model_name_or_path": "org/reference"}, context=DPO_STAGE),
 }
