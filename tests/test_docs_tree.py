@@ -11,8 +11,11 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.py|/)")
 
 
 def _tracked(folder: str) -> list[str]:
-    out = subprocess.run(["git", "ls-files", folder], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    return out.split()
+    """The files git tracks under `folder` (outside a git checkout: every file but caches)."""
+    res = subprocess.run(["git", "ls-files", folder], cwd=REPO, capture_output=True, text=True)
+    if res.returncode == 0:
+        return res.stdout.split()
+    return [str(p.relative_to(REPO)) for p in (REPO / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
 
 
 def _tree() -> tuple[set[str], set[str]]:
