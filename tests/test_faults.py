@@ -91,6 +91,10 @@ def test_a_dead_vllm_ray_actor_is_named_the_vllm_engine(tmp_path):
     exc.failure = {"process": "Ray actor LLMRayActor (pid 77)", "how": "Worker exit type: SYSTEM_ERROR", "error": []}
     failure = classify(exc, tmp_path, actor_roles={"LLMRayActor": ("rollout",)})
     assert failure["kind"] == "vllm_engine_died" and failure["role"].startswith("vLLM engine"), failure
+    # as OpenRLHF 0.11.2's chaos run met it: Ray's coloured prefixes do not reach the evidence
+    coloured = RuntimeError("RayTaskError(EngineDeadError): \x1b[36mray::PPOTrainer.fit()\x1b[39m (pid=16934)")
+    failure = classify(coloured, tmp_path)
+    assert failure["kind"] == "vllm_engine_died" and "\x1b" not in failure["evidence"], failure
 
 
 def test_a_sigkill_with_a_grown_oom_counter_is_an_oom_kill_and_without_one_a_kill(tmp_path, monkeypatch):

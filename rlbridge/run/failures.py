@@ -159,6 +159,7 @@ _SAVE_FRAMES = re.compile(r"in (?:_save_checkpoint|save_checkpoint|_save_optimiz
                           r"_save_rng_state|save_file)\n|torch/serialization\.py\", line \d+, in save\n")
 _ARGPARSE = re.compile(r"error: (?:unrecognized arguments|argument \S+|the following arguments are required)")
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its log prefixes
 VLLM_CLASSES = ("LLMRayActor", "RolloutRayActor", "vLLMHttpServer", "AsyncvLLMServer", "EngineCore")
 
 
@@ -179,8 +180,8 @@ def classify(
     if attached.get("kind") == "hang":  # the watchdog already said which process and frame
         attached.setdefault("retryable", RETRYABLE["hang"])
         return attached
-    primary = _exception_text(exc) + "\n" + "\n".join(attached.get("error") or []) + "\n" + str(attached.get("how") or "")
-    logs = _log_text(run_dir, attached.get("log"))
+    primary = _ANSI.sub("", _exception_text(exc) + "\n" + "\n".join(attached.get("error") or []) + "\n" + str(attached.get("how") or ""))
+    logs = _ANSI.sub("", _log_text(run_dir, attached.get("log")))
     kind, evidence = _match(primary)
     if kind is None:
         kind, evidence = _match(logs, strong_only=True)
