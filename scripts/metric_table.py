@@ -4,7 +4,8 @@
     python scripts/metric_table.py --check  # exit 1 if the table is not current (a test runs this)
 
 Each adapter's `rlbridge_adapters.<engine>.metrics.DIRECT` maps the engine's native names to
-canonical ones (TRL's per-reward names come from its `_PER_REWARD` pattern); "—" marks a canonical
+canonical ones (TRL's per-reward names come from its `_PER_REWARD` pattern; the offline stages' from
+`STAGE`, stage -> native -> canonical); "—" marks a canonical
 name with no native key of that engine: rlbridge computes it, or the engine does not have it
 (docs/metrics.md says which). Imports no engine.
 """
@@ -30,6 +31,10 @@ def natives(module) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for native, canonical in module.DIRECT.items():
         out.setdefault(canonical, []).append(native)
+    for names in getattr(module, "STAGE", {}).values():  # the offline stages' own maps (docs/stages.md)
+        for native, canonical in names.items():
+            if native not in out.setdefault(canonical, []):
+                out[canonical].append(native)
     pattern = getattr(module, "_PER_REWARD", None)
     if pattern is not None:  # e.g. ^rewards/(?P<name>.+)/mean$ -> rewards/<plugin>/mean
         text = re.sub(r"\(\?P<name>[^)]*\)", "<plugin>", pattern.pattern).strip("^$")

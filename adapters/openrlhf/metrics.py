@@ -54,3 +54,7 @@ def eval_to_canonical(native: dict[str, float]) -> dict[str, float]:
     if "eval_response_length_mean" in native:
         out["eval/response_length/mean"] = native["eval_response_length_mean"]
     return out
+
+
+# The offline stages' maps (train_sft / train_dpo / train_rm TensorBoard scalars), kept beside their launcher
+from rlbridge_adapters.openrlhf.stages import METRICS as STAGE  # noqa: E402
