@@ -123,6 +123,29 @@ def test_openrlhf_instrumentation_tags_samples_and_reports_staleness():
     assert status["rlbridge/trainer_idle"] >= 0.0
 
 
+def test_the_synchronous_ray_actor_class_is_instrumented_too():
+    """ray.remote copies the methods into the actor's class when it decorates it (OpenRLHF's synchronous
+    PPOTrainer, decorated in the module the hook instruments): that copy must be replaced as well, or
+    the synchronous loop reports no staleness (found on a real run)."""
+    from rlbridge_adapters.openrlhf import asynchrony
+
+    class BasePPOTrainer:
+        def train_step(self, rollout_samples, global_step):
+            return {}, global_step + 1
+
+    original = BasePPOTrainer.train_step
+
+    def ray_wrapper(*args, **kwargs):  # ray.remote's copy: a wrapper whose __wrapped__ is the method
+        return original(*args, **kwargs)
+
+    ray_wrapper.__wrapped__ = original
+    copied = type("Class", (BasePPOTrainer,), {"train_step": ray_wrapper})  # what ray.remote builds
+    module = types.SimpleNamespace(BasePPOTrainer=BasePPOTrainer, PPOTrainer=types.SimpleNamespace(
+        __ray_metadata__=types.SimpleNamespace(modified_class=copied)))
+    asynchrony.instrument_trainer(module)
+    assert copied.train_step._rlbridge and BasePPOTrainer.train_step._rlbridge
+
+
 def test_a_buffered_sample_keeps_the_stamp_of_the_call_that_generated_it():
     """OpenRLHF serves the extras of an over-sized vLLM call (--rollout.vllm_generate_batch_size) from a
     buffer in later calls: their generation started at the first call, not the one that returns them."""

@@ -136,6 +136,13 @@ def instrument_trainer(module) -> None:
 
     train_step._rlbridge = True
     cls.train_step = train_step
+    # ray.remote copies every method into the actor's class (wrapped, __wrapped__ = the method) when it
+    # decorates it: the synchronous PPOTrainer of this module was decorated before this hook ran
+    for value in vars(module).values():
+        actor_class = getattr(getattr(value, "__ray_metadata__", None), "modified_class", None)
+        copy = actor_class.__dict__.get("train_step") if actor_class is not None else None
+        if copy is not None and getattr(copy, "__wrapped__", copy) is original:
+            actor_class.train_step = train_step
 
 
 def async_status(stamps: list, syncs: list[float], base: int, step: int) -> dict[str, float]:
