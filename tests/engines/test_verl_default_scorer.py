@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(_verl() != "0.9.1", reason="runs in the verl 0.9
 
 CPU = ["resources.gpus_per_node=0", "rollout.tensor_parallel_size=1", "training.steps=2", "training.batch_size=2",
        "training.mini_batch_size=null", "training.micro_batch_size=null", "training.forward_micro_batch_size=null",
-       "critic.micro_batch_size=null", "training.epochs=null", "data.eval=null", "rollout.max_new_tokens=8",
+       "critic.micro_batch_size=null", "training.epochs=null", "data.eval=null", "data.eval_interval=10", "rollout.max_new_tokens=8",
        "rollout.max_prompt_tokens=32", "backend_options={}"]
 
 
@@ -49,7 +49,6 @@ def _gsm8k_rows(n):
 def test_gsm8k_example_trains_with_verls_default_scorer(tmp_path, monkeypatch):
     import pandas as pd
 
-    from rlbridge.contract.models import builtin_model_dir
     from rlbridge.run.importer import import_recipe
     from rlbridge.run.loading import apply_override, validate_config
     from rlbridge.run.runner import train
@@ -62,7 +61,7 @@ def test_gsm8k_example_trains_with_verls_default_scorer(tmp_path, monkeypatch):
     result = import_recipe(str(RECIPE), "verl")
     assert result.config["reward"] == [{"native": "verl", "function": "verl.utils.reward_score:default_compute_score"}]
     data = dict(result.config)
-    data["model"] = {"path": str(builtin_model_dir("tiny-digits"))}
+    data["model"] = {"path": "builtin:tiny-digits"}  # built here on first use
     for item in CPU + ["engine_env=current", "checkpoint.dir=null", "checkpoint.resume=false",
                        f"output_dir={tmp_path / 'run'}", "telemetry.progress=false"]:
         apply_override(data, item)
