@@ -3,17 +3,29 @@ quickstart give the same metrics step for step, and a group's samples still diff
 (the per-request seeds: verl's own full_determinism gives every request of a replica one seed).
 Run inside the engine's environment (`~/.cache/rlbridge/envs/<engine>/bin/python -m pytest ...`)."""
 
+import importlib.metadata
 import importlib.util
 import json
 from collections import defaultdict
 
 import pytest
+from packaging.version import Version
 
 from rlbridge.run.loading import load_config
 from rlbridge.run.reproduce import compare, read_metrics
 from rlbridge.run.runner import train
 from rlbridge.testing import QUICKSTART
 
+
+
+def _installed(distribution: str) -> Version | None:
+    try:
+        return Version(importlib.metadata.version(distribution))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+VERL, OPENRLHF = _installed("verl"), _installed("openrlhf")
 SMALL = ["engine_env=current", "training.steps=3", "training.batch_size=2", "algorithm.group_size=4",
          "rollout.max_new_tokens=8", "training.seed=5", "training.deterministic=true", "telemetry.samples_per_step=8"]
 
@@ -39,7 +51,7 @@ def _groups_not_collapsed(samples: list[dict]) -> None:
 
 @pytest.mark.engine
 @pytest.mark.matrix_only
-@pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="verl is not installed here")
+@pytest.mark.skipif(VERL is None or VERL < Version("0.9.0"), reason="training.deterministic needs verl 0.9 (refused before)")
 def test_verl_deterministic_runs_are_identical_step_for_step(tmp_path):
     a, b, samples = _two_runs("verl", tmp_path)
     plan = (tmp_path / "run1" / "plan.yaml").read_text()
@@ -53,7 +65,8 @@ def test_verl_deterministic_runs_are_identical_step_for_step(tmp_path):
 
 @pytest.mark.engine
 @pytest.mark.matrix_only
-@pytest.mark.skipif(importlib.util.find_spec("openrlhf") is None, reason="OpenRLHF is not installed here")
+@pytest.mark.skipif(OPENRLHF is None or OPENRLHF < Version("0.11.0") or importlib.util.find_spec("deepspeed") is None,
+                    reason="training.deterministic needs OpenRLHF 0.11 with its dependencies (refused before)")
 def test_openrlhf_deterministic_runs_are_identical_step_for_step(tmp_path):
     a, b, samples = _two_runs("openrlhf", tmp_path)
     assert "--train.full_determinism_enable" in (tmp_path / "run1" / "plan.yaml").read_text()
