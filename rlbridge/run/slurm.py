@@ -41,12 +41,13 @@ from pathlib import Path
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 
 
-def batch_script(job, record: Path, python: str, ray: str | None, ray_python: str | None, logical_gpus: int = 0) -> str:
+def batch_script(job, record: Path, python: str, ray: str | None, ray_python: str | None, logical_gpus: int = 0,
+                 logical_cpus: int = 0) -> str:
     """The sbatch script that runs `job` (a planned RunConfig whose config file is
     <record>/config.yaml). `python` runs `rlbridge train`; `ray` is the `ray` command on the nodes
     (None: the backend does not use Ray) and `ray_python` a Python with Ray (to wait for the nodes);
     `logical_gpus`: on CPU (gpus_per_node 0), the GPUs each Ray node declares for the engine's
-    placement, as the private cluster of a CPU run does."""
+    placement, as the private cluster of a CPU run does; `logical_cpus` likewise the CPUs they declare."""
     sl, res = job.launcher.slurm, job.resources
     gpus = int(res.gpus_per_node)
     ray_gpus = gpus or logical_gpus
@@ -72,7 +73,7 @@ def batch_script(job, record: Path, python: str, ray: str | None, ray_python: st
         mounts = [*sl.container_mounts]
         if mounts:
             container += f" --container-mounts={q(','.join(mounts))}"
-    cpus = res.cpus_per_node or "$SLURM_CPUS_ON_NODE"
+    cpus = logical_cpus or res.cpus_per_node or "$SLURM_CPUS_ON_NODE"
     lines = [
         "#!/bin/bash",
         *(f"#SBATCH {d}" for d in directives),
@@ -189,11 +190,12 @@ def prepare_job(config, python: str | None = None):
     record = Path(job.output_dir) / "submit"
     ray, ray_python = _ray_commands(prepared, python)
     train_python = python or sl.python or ("python" if sl.container_image else shlex.quote(sys.executable))
-    logical = 0
-    if not int(job.resources.gpus_per_node):  # a CPU run: the engine's placement asks for logical GPUs
-        total = int((prepared.plan.native.get("ray") or {}).get("logical_gpus") or 0)
-        logical = -(-total // job.resources.nodes)
-    return job, batch_script(job, record, train_python, ray, ray_python, logical), record
+    logical_gpus = logical_cpus = 0
+    if not int(job.resources.gpus_per_node):  # a CPU run: Ray's nodes declare what the plan's private cluster would
+        native_ray = prepared.plan.native.get("ray") or {}
+        logical_gpus = -(-int(native_ray.get("logical_gpus") or 0) // job.resources.nodes)
+        logical_cpus = int(native_ray.get("num_cpus") or 0)
+    return job, batch_script(job, record, train_python, ray, ray_python, logical_gpus, logical_cpus), record
 
 
 def submit(config, dry_run: bool = False, follow: bool = True, python: str | None = None, echo=print) -> int:
