@@ -280,8 +280,11 @@ def test_verl_scores_its_rewards_on_ray_actors_on_the_cpu_only_node(tmp_path, mo
         address = f"http://127.0.0.1:{port}"
         actors = [a for a in list_actors(address=address, limit=10000, raise_on_missing_output=False) if a.class_name == "RewardActor"]
         assert actors and {a.node_id for a in actors} == {cpu_node.node_id}, actors
-        calls = list_tasks(address=address, limit=10000, raise_on_missing_output=False,
-                           filters=[("func_or_class_name", "=", "RewardActor.run")])
+        deadline, calls = time.time() + 60, []
+        while time.time() < deadline and not calls:  # task events reach the GCS a moment after the calls
+            calls = list_tasks(address=address, limit=10000, raise_on_missing_output=False,
+                               filters=[("func_or_class_name", "=", "RewardActor.run")])
+            time.sleep(1)
         assert calls and {t.node_id for t in calls} == {cpu_node.node_id}, calls
     finally:
         cluster.shutdown()  # only the raylets this test started
