@@ -106,6 +106,7 @@ def translate(config: RunConfig, version: Version, model_path: str) -> dict[str,
         flags["model.gradient_checkpointing_enable"] = True
     if config.data.eval is not None:
         flags["eval.dataset"] = "<run_dir>/data/eval.jsonl"
+        flags["eval.split"] = "train"  # the split datasets' json loader names a file's rows (train_dpo/train_rm default: test)
     if config.checkpoint.interval:
         flags["ckpt.save_steps"] = config.checkpoint.interval * config.updates_per_step
     if config.checkpoint.resume:
