@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rlbridge_adapters.openrlhf import stages as stage_metrics
+
 DIRECT = {
     "policy_loss": "loss/policy",
     "kl": "kl",
@@ -57,4 +59,4 @@ def eval_to_canonical(native: dict[str, float]) -> dict[str, float]:
 
 
 # The offline stages' maps (train_sft / train_dpo / train_rm TensorBoard scalars), kept beside their launcher
-from rlbridge_adapters.openrlhf.stages import METRICS as STAGE  # noqa: E402
+STAGE = stage_metrics.METRICS
