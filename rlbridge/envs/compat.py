@@ -123,10 +123,11 @@ def _run_tests(env: Path, test: str, engine: str, ci_select: str | None = None) 
     log = env / ".rlbridge" / f"pytest-{test}-{stamp}.log"
     report.unlink(missing_ok=True)
     args = list(TEST_KINDS[test])
-    if os.environ.get(CI_CELLS_ENV) and "engine" in args:  # CI keeps one end-to-end run per engine seam
-        args[args.index("engine")] = "engine and not matrix_only"
-        if ci_select:  # the cell's own CI selection (matrix.yaml `ci_select`: the seams this cell proves)
-            args += ["-k", ci_select]
+    if os.environ.get(CI_CELLS_ENV):  # CI keeps one end-to-end run per engine seam, and no matrix_only test
+        marks = args.index("-m") + 1
+        args[marks] = f"({args[marks]}) and not matrix_only"
+        if ci_select and "engine" in args[marks].replace("not engine", ""):
+            args += ["-k", ci_select]  # the cell's own CI selection of its e2e runs (matrix.yaml `ci_select`)
     cmd = [str(env_python(env)), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args, f"--junitxml={report}"]
     started = time.time()
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
