@@ -9,5 +9,6 @@ DEFAULT_VERSION = "0.9.1"
 TESTS = (
     "tests/engines/test_verl_in_env.py",
     "tests/engines/test_verl_reward_managers_in_env.py",
+    "tests/engines/test_verl_default_scorer.py",
     "tests/test_verl_plan.py",
 )
