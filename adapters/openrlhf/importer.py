@@ -145,7 +145,8 @@ def parser_defaults(version: str) -> dict[str, Any] | None:
         return json.loads(vendored.read_text())
     # the copy of the same minor version, nearest below or above (0.11.0 reads 0.11.2's): flags rarely change in a patch
     minor = Version(version).release[:2]
-    near = sorted((Version(p.stem.removeprefix("parser-")), p) for p in vendored.parent.glob("parser-*.json")
+    copies = [p for p in vendored.parent.glob("parser-[0-9]*.json")]  # not parser-types-*.json
+    near = sorted((Version(p.stem.removeprefix("parser-")), p) for p in copies
                   if Version(p.stem.removeprefix("parser-")).release[:2] == minor)
     return json.loads(near[-1][1].read_text()) if near else None
 
