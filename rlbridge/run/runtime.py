@@ -36,6 +36,7 @@ class RunContext:
         self.progress = progress
         self.steps_done = 0
         self.steps_emitted = 0  # rows written by this process, restarts included (the hang watchdog counts them)
+        self.step_times: list[float] = []  # time.monotonic() of each of those rows: the watchdog's step intervals
         self.history: list[dict[str, float]] = []
         self.checkpoints: list[dict[str, Any]] = []
         self.evals: list[dict[str, float]] = []  # evaluations on data.eval (emit_eval)
@@ -83,6 +84,7 @@ class RunContext:
             self._native_fh.write(json.dumps({"step": step, **safe}, allow_nan=False) + "\n")
             self._native_fh.flush()
         self.steps_done = step
+        self.step_times.append(time.monotonic())  # before the count: the watchdog reads the count first
         self.steps_emitted += 1
         self.history.append({"step": step, **canonical.finite(clean)})  # summary and plot: finite values
         rows = [_row(s) for s in (samples or [])[: self.config.telemetry.samples_per_step]]

@@ -53,9 +53,11 @@ class HangWatchdog(threading.Thread):
         while not self.done.wait(self.poll_s):
             now = time.monotonic()
             if self.ctx.steps_emitted != last_step:
-                if stepped:
-                    self.intervals.append(now - last_at)
-                last_step, last_at, stepped = self.ctx.steps_emitted, now, True
+                # intervals from the rows' own times: two steps may land within one poll
+                emitted = self.ctx.steps_emitted
+                times = self.ctx.step_times[:emitted][-(emitted - last_step + (1 if stepped else 0)):]
+                self.intervals.extend(b - a for a, b in zip(times, times[1:]))
+                last_step, last_at, stepped = emitted, times[-1], True
                 continue
             bound = self.bound(stepped)
             if now - last_at > bound:
