@@ -11,14 +11,14 @@
     cell ENGINE   each CI cell's conformance tests inside its environment (`rlbridge compat run`:
                   translate, then the e2e runs CI keeps, RLBRIDGE_CI_CELLS=1)
 
-Test jobs run TEST_JOBS at once when their declared memory peaks fit in MEM_BUDGET_GIB (an engine run
+Test jobs run TEST_JOBS at once (default 1) when their declared memory peaks fit in MEM_BUDGET_GIB (an engine run
 peaks at 5-10 GiB on a 24 GiB machine); the others wait. Every phase prints when it starts and ends,
 the end prints the table of phases and the totals, and runs/ci/times.json keeps them. The exit status
 is non-zero when any phase failed; the last line is `N passed, N failed, N skipped` over every pytest
 run, the engine cells included.
 
 Stdlib only: it runs before the venv exists. Knobs (environment): RLBRIDGE_CI_ENV_STREAMS (2),
-RLBRIDGE_CI_TEST_JOBS (2), RLBRIDGE_CI_MEM_GIB (the machine's memory less 4 GiB), CI_CELLS (the
+RLBRIDGE_CI_TEST_JOBS (1; 2 is faster and races Ray start-ups), RLBRIDGE_CI_MEM_GIB (the machine's memory less 4 GiB), CI_CELLS (the
 Makefile's list; `none` for no cell), RLBRIDGE_CI_PYTEST_ARGS (added to both pytest phases).
 """
 
@@ -155,7 +155,10 @@ class Envs:
 def main() -> int:
     cells = [c for c in (os.environ.get("CI_CELLS") or DEFAULT_CELLS).split() if c != "none"]
     streams = int(os.environ.get("RLBRIDGE_CI_ENV_STREAMS", "2"))
-    test_jobs = int(os.environ.get("RLBRIDGE_CI_TEST_JOBS", "2"))
+    # One test job at a time by default: with two (the verl 0.9.1 cell beside the pytest phase) a cold run
+    # took 25.7 min instead of about 40, but two Ray start-ups raced (a dashboard port taken between
+    # choosing and binding it, a GCS that did not start in time) and failed two verl runs.
+    test_jobs = int(os.environ.get("RLBRIDGE_CI_TEST_JOBS", "1"))
     mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     mem_budget = float(os.environ.get("RLBRIDGE_CI_MEM_GIB") or max(mem_total - 4, 4))
     LOGS.mkdir(parents=True, exist_ok=True)
