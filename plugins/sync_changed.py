@@ -13,7 +13,8 @@ each engine's default in docs/scale.md.
 
 Needs a rollout engine that keeps its weights between syncs: not TRL's server mode (TRL streams a
 fixed list of tensors to the server), not a vLLM that discards weights while sleeping (sleep level 2).
-OpenRLHF sends from inside its actor's broadcast loop: no seam, not called there.
+OpenRLHF sends from inside its actor's broadcast loop: no seam, not called there. It acts on the
+backends that declare `Backend.partial_weight_sync`.
 """
 
 from __future__ import annotations
@@ -52,9 +53,17 @@ def changed_only(weights: Iterable[tuple[str, Any]], last: dict[str, Any] | None
         yield name, tensor
 
 
+def _partial_sync_allowed(engine: str) -> bool:
+    """Whether backend `engine` declares that its rollout engine keeps the weights a sync does not send."""
+    from rlbridge.contract.registry import get_plugin_manager
+
+    backend = get_plugin_manager().items["backend"].get(engine)
+    return backend is not None and backend.item.partial_weight_sync
+
+
 @hookimpl
 def rlbridge_weight_sync(engine: str, weights: Iterable[tuple[str, Any]]) -> Iterable[tuple[str, Any]] | None:
-    if engine not in ("trl", "verl"):
+    if not _partial_sync_allowed(engine):
         return None
     if _run[0] != _this_run():
         _last.clear()

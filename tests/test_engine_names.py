@@ -19,17 +19,10 @@ ALLOWED = {
     "rlbridge/contract/config.py": "reward[].native: Literal of the engines whose native reward functions run anywhere",
     "rlbridge/cli.py": "the product's one-line description and examples in --help texts",
     "rlbridge/run/importer.py": "verl's default reward function when a verl recipe names none",
-    "rlbridge/run/bench.py": "examples in arm-parsing error messages",
+    "rlbridge/run/bench.py": "examples in arm-parsing error messages; TRL's native arm runs in this environment only",
     "rlbridge/contract/metrics.py": "metric descriptions that name where engines report them",
-    "rlbridge/run/knobdoc.py": "the generated docs/knobs.md's introduction names each engine's native key spelling",
-    "rlbridge/run/failures.py": "engine package paths that mark a traceback frame as the engine's",
-    "rlbridge/run/runner.py": "the hint that names the Ray engines for rollout_workers.mode: ray",
-    "rlbridge/engine/workers.py": "the hint that names the Ray engines for rollout_workers.mode: ray",
     "rlbridge/testing/suite.py": "the kill-and-resume test's slow reward is a native TRL-convention function",
-    "rlbridge/run/submit.py": "the hint to create verl's environment for Ray",
-    "rlbridge/run/stacks.py": "engine package paths in Python stacks",
     "rlbridge/envs/compat.py": "the TRL+vLLM compatibility cell's test file",
-    "plugins/sync_changed.py": "the engines whose weight-sync seam the changed-tensors plugin supports",
 }
 
 

@@ -199,6 +199,7 @@ class OpenRLHFBackend(Backend):
 
     def knob_effects(self) -> dict[str, Any]:
         from rlbridge_adapters.openrlhf.effects import EFFECTS
+    native_key_spelling = "dotted flags of `train_ppo_ray` (renamed to the flat spelling on versions before 0.10.2)"
 
         return EFFECTS
 

@@ -132,8 +132,10 @@ class TRLBackend(Backend):
     supported_versions = SUPPORTED_VERSIONS
     default_version = DEFAULT_VERSION
     native_arm = "rlbridge_adapters.trl.native"  # the bench's arm of kind native
+    native_key_spelling = "`GRPOConfig`/`RLOOConfig` fields (the offline stages': `SFTConfig`, `DPOConfig`, `RewardConfig`)"
     description = ("Hugging Face TRL: GRPOTrainer (grpo, dr_grpo) and RLOOTrainer (rloo), HF generate or colocated vLLM; "
                    "SFTTrainer, DPOTrainer and RewardTrainer (sft, dpo, reward_model)")
+    partial_weight_sync = True  # TRL's vLLM weight generator is the seam (patch.py); colocated vLLM keeps its weights
     resume_reproduces_metrics = True  # TRL's checkpoints hold every RNG state; HF generate on CPU is deterministic
 
     def knob_effects(self) -> dict[str, Any]:

@@ -185,11 +185,13 @@ class VerlBackend(Backend):
     distribution = DISTRIBUTION
     supported_versions = SUPPORTED_VERSIONS
     scores_in_engine_workers = True  # rewards are scored in Ray workers
+    partial_weight_sync = True  # ServerAdapter.update_weights is the seam (boot.py); vLLM keeps what it is not sent
     # verl's hybrid engine fuses actor, rollout and reference (and a colocated critic) into WorkerDict actors;
     # 0.9's vLLM server process (no logical GPU of its own: it serves on the WorkerDict's) is the rollout too
     actor_roles = {"WorkerDict": ("actor", "rollout", "reference"), "vLLMHttpServer": ("rollout",)}
     default_version = DEFAULT_VERSION
     native_arm = "rlbridge_adapters.verl.native"  # the bench's arm of kind native
+    native_key_spelling = "Hydra keys of `main_ppo`'s config"
     description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
 
     def knob_effects(self) -> dict[str, Any]:

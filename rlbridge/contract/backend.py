@@ -266,9 +266,18 @@ class Backend(ABC):
     supported_versions: ClassVar[str]
     """PEP 440 specifier of the engine versions this adapter supports (tested at both ends)."""
     description: ClassVar[str] = ""
+    native_key_spelling: ClassVar[str] = ""
+    """How the capability table spells native keys (e.g. "verl Hydra keys"), for docs/knobs.md."""
+    engine_packages: ClassVar[tuple[str, ...]] = ()
+    """Top-level import packages of the engine: a traceback frame or a Python stack frame under one is
+    the engine's (failure causes, `rlbridge stacks`). Empty: the distribution's name (see import_packages)."""
     scores_in_engine_workers: ClassVar[bool] = False
     """True when the engine calls reward and environment plugins in its own worker processes (Ray
     actors), not in the process that runs `run()`; the conformance suite checks it."""
+    partial_weight_sync: ClassVar[bool] = False
+    """True when the adapter passes every weight sync through `rlbridge_weight_sync`
+    (rlbridge.engine.weight_sync) and the rollout engine keeps the weights it is not sent, so a plugin
+    may send only some tensors (plugins/sync_changed.py acts on such backends only)."""
     resume_reproduces_metrics: ClassVar[bool] = False
     """True when a run resumed from a checkpoint reproduces, step for step, the metrics of a run that
     was never interrupted (every RNG state is in the checkpoint and the rollout is deterministic on
@@ -301,6 +310,11 @@ class Backend(ABC):
             return importlib.metadata.version(cls.distribution)
         except importlib.metadata.PackageNotFoundError:
             return None
+
+    @classmethod
+    def import_packages(cls) -> tuple[str, ...]:
+        """engine_packages, or the package the distribution's name imports as."""
+        return cls.engine_packages or (cls.distribution.replace("-", "_").lower(),)
 
     @classmethod
     def version_supported(cls, version: str) -> bool:

@@ -144,6 +144,10 @@ class PluginManager:
     def backend(self, name: str) -> Backend:
         return self.get("backend", name, "backend")()
 
+    def engine_packages(self) -> tuple[str, ...]:
+        """The top-level import packages of every registered backend's engine (Backend.import_packages)."""
+        return tuple(sorted({pkg for r in self.items["backend"].values() for pkg in r.item.import_packages()}))
+
 
 _default: PluginManager | None = None
 

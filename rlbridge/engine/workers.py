@@ -260,7 +260,7 @@ class RayActorPool:
 
         if not ray.is_initialized():
             raise RLBridgeError("rollout_workers.mode is 'ray', but this engine process is not part of a Ray cluster: "
-                                "mode ray needs a Ray engine (verl, OpenRLHF); use rollout_workers.mode: process")
+                                "mode ray needs a backend that runs on Ray; use rollout_workers.mode: process")
         self.settings, self._specs_json = settings, specs_json
         resource = settings.ray_resource
         options: dict[str, Any] = {"num_cpus": settings.ray_num_cpus, "max_restarts": 0, "max_task_retries": 0}

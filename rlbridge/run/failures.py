@@ -14,6 +14,7 @@ Imports no engine; reads files only.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import traceback
@@ -149,7 +150,8 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 
 # a line of Ray's account of a death: "Worker exit type: SYSTEM_ERROR Worker exit detail: ..."
 _RAY_EXIT = re.compile(r"Worker exit type: \S+(?: Worker exit detail: [^.]*\.?)?")
-_ENGINE_FRAMES = re.compile(r'File "[^"]*/(?:trl|verl|openrlhf|transformers|deepspeed|vllm|omegaconf|hydra|peft|accelerate)/')
+# the libraries engines build their configs and models with; the engines' own packages come from the backends
+_ENGINE_LIBRARIES = ("transformers", "deepspeed", "vllm", "omegaconf", "hydra", "peft", "accelerate")
 _CONFIG_ERRORS = re.compile(r"^(?:ValueError|AssertionError|TypeError|KeyError|omegaconf\.errors\.\w+|hydra\.errors\.\w+|"
                             r"ConfigAttributeError|ConfigKeyError|ValidationError|NotImplementedError)\b")
 # frames of the engines' checkpoint writers: an error raised under one is a failed checkpoint write. A
@@ -275,7 +277,16 @@ def _config_refused(exc: BaseException | None, text: str, steps_done: int) -> bo
         return True
     last = _last_exception_line(text)
     return bool(_CONFIG_ERRORS.search(last.split("(")[0].split(": ")[-1] if last.startswith("ray.") else last)
-                and _ENGINE_FRAMES.search(text))
+                and _engine_frames().search(text))
+
+
+@functools.cache
+def _engine_frames() -> re.Pattern[str]:
+    """A traceback frame in an engine's package (every registered backend's) or a library engines configure with."""
+    from rlbridge.contract.registry import get_plugin_manager
+
+    packages = (*get_plugin_manager().engine_packages(), *_ENGINE_LIBRARIES)
+    return re.compile(rf'File "[^"]*/(?:{"|".join(map(re.escape, packages))})/')
 
 
 def _last_exception_line(text: str) -> str:

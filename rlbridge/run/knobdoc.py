@@ -27,8 +27,7 @@ def knob_markdown(backends: dict[str, Backend]) -> str:
         "What every canonical knob (see `rlbridge schema`) becomes on each backend. **yes**: honoured, the",
         "native key(s) hold the value; **approx.**: approximated, as the note says (the note shows in `rlbridge plan`",
         "when it applies); **no**: rejected, only the default is accepted. Native keys are spelled as",
-        "`rlbridge plan --explain` prints them: TRL `GRPOConfig`/`RLOOConfig` fields, verl Hydra keys, OpenRLHF",
-        "dotted flags (renamed to the flat spelling on versions before 0.10.2); `launch.*` is what rlbridge's",
+        "`rlbridge plan --explain` prints them (each backend's section says how); `launch.*` is what rlbridge's",
         "launcher does with the value (e.g. `launch.env.OMP_NUM_THREADS`). A value-dependent check may still",
         "refuse a particular value of an honoured knob, with the reason. `backend_options` may not set any key",
         "listed here. The knob effect test (`rlbridge.testing.effects`) sets every knob on every backend and",
@@ -40,7 +39,9 @@ def knob_markdown(backends: dict[str, Backend]) -> str:
     for knob in canonical_knobs():
         lines.append(f"| `{knob}` | " + " | ".join(_MARK[tables[n][knob].support] for n in names) + " |")
     for name in names:
-        lines += ["", f"## {name}", "", "| knob | support | native key(s) | note |", "|---|---|---|---|"]
+        spelling = backends[name].native_key_spelling
+        lines += ["", f"## {name}", "", *([f"Native keys: {spelling}.", ""] if spelling else []),
+                  "| knob | support | native key(s) | note |", "|---|---|---|---|"]
         for knob in canonical_knobs():
             cap = tables[name][knob]
             native = ", ".join(f"`{k}`" for k in cap.native) or "-"

@@ -79,8 +79,9 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     if config.resources.ray_address is None and os.environ.get("RAY_ADDRESS") and uses_ray(backend):
         config.resources.ray_address = os.environ["RAY_ADDRESS"]  # Ray's own convention, made explicit in the plan
     if config.rollout_workers.mode == "ray" and not uses_ray(backend):
+        ray_engines = ", ".join(name for name in sorted(pm.items["backend"]) if uses_ray(pm.backend(name))) or "none installed"
         raise ConfigError(f"rollout_workers.mode: ray runs rewards on actors of the run's Ray cluster, and backend "
-                          f"'{backend.name}' runs without Ray: use rollout_workers.mode: process (or a Ray engine: verl, openrlhf)")
+                          f"'{backend.name}' runs without Ray: use rollout_workers.mode: process (or a Ray engine: {ray_engines})")
     if config.engine_version and not backend.version_supported(config.engine_version.split("-")[0]):
         raise ConfigError(
             f"engine_version: {backend.distribution} {config.engine_version} is outside the range backend "

@@ -96,13 +96,20 @@ def dump(pid: int, timeout_s: float = 20.0) -> tuple[list[dict[str, Any]], str |
     return [], last or "py-spy failed"
 
 
+def _engine_packages() -> tuple[str, ...]:
+    from rlbridge.contract.registry import get_plugin_manager
+
+    return get_plugin_manager().engine_packages()
+
+
 def role(proc: dict[str, Any], threads: list[dict[str, Any]], root: int) -> str:
     """trainer (the engine process), Ray actor <class>, vLLM engine, reward worker, Ray's own processes,
     or rlbridge (the user's process)."""
     cmd = proc["cmdline"]
     files = " ".join(f["file"] for t in threads for f in t["frames"])
     if proc["pid"] == root:
-        return "rlbridge train (trainer, engine in process)" if "rlbridge/engine" in files or "/trl/" in files else "rlbridge train"
+        in_process = "rlbridge/engine" in files or any(f"/{pkg}/" in files for pkg in _engine_packages())
+        return "rlbridge train (trainer, engine in process)" if in_process else "rlbridge train"
     if "rlbridge.engine.child" in cmd:
         return "trainer (engine process)"
     if "rlbridge.run.report" in cmd:

@@ -86,7 +86,7 @@ def _python_with_ray(engine_python: Path | None) -> Path:
         if subprocess.run([str(python), "-c", "import ray.job_submission"], capture_output=True).returncode == 0:
             return python
     raise RLBridgeError("rlbridge submit needs Ray's job client: create an engine environment that has Ray "
-                        "(rlbridge env create verl) or install ray[default] here")
+                        "(rlbridge env create ENGINE, for a backend that runs on Ray) or install ray[default] here")
 
 
 def _follow(address: str, working_dir: str, entrypoint: str, record: Path) -> int:
