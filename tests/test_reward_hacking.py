@@ -19,16 +19,11 @@ import pytest
 
 from rlbridge.contract.registry import get_plugin_manager
 from rlbridge.contract.rewards import RewardInput
-from rlbridge.engine.sandbox import SandboxUnavailable, check_available, run_tests
+from rlbridge.engine.sandbox import run_tests
 from rlbridge.engine.workers import RewardScorer, Settings, specs_with_factories
+from conftest import needs_sandbox
 
-try:
-    check_available()
-    AVAILABLE, WHY = True, ""
-except SandboxUnavailable as exc:
-    AVAILABLE, WHY = False, str(exc)
-
-pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
+pytestmark = needs_sandbox
 
 XS = (2, 7)  # two tests per format: enough to see a partial pass, cheap when an attack hangs
 FORMATS = {

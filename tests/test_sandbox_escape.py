@@ -14,17 +14,10 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
+from rlbridge.engine.sandbox import Limits, run_python, run_tests
+from conftest import needs_sandbox
 
-from rlbridge.engine.sandbox import Limits, SandboxUnavailable, check_available, run_python, run_tests
-
-try:
-    check_available()
-    AVAILABLE, WHY = True, ""
-except SandboxUnavailable as exc:
-    AVAILABLE, WHY = False, str(exc)
-
-pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
+pytestmark = needs_sandbox
 MARGIN = 3.0  # seconds over a limit that an attempt may take to be stopped (loaded 2-core CI machine)
 
 
