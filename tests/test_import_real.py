@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlbridge.errors import ConfigError
-from rlbridge.run.importer import import_recipe
+from rlbridge.run.importer import import_recipe, resolve_config
 
 REAL = Path(__file__).parent / "fixtures" / "recipes" / "real"
 # OpenRLHF's examples at v0.11.0 use --algo.advantage.is_correction_enable, which 0.11.2 renamed: they are read as 0.11.0
@@ -164,3 +164,23 @@ def test_cli_prints_errors_literally_with_exit_2(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert "data.train_batch_size=16" in res.stdout and "2>&1" not in res.stdout
+
+
+def test_a_conflicts_advice_can_be_followed(tmp_path):
+    """verl's trainer.nnodes=2 cannot be reproduced on the one-machine cluster a run starts; the conflict
+    names the canonical knob and what that knob needs as well, and the config with both set plans
+    trainer.nnodes=2 (before, the advice 'set resources.nodes' was itself refused, a dead end)."""
+    from rlbridge.contract.registry import get_plugin_manager
+
+    recipe = tmp_path / "two_nodes.sh"
+    recipe.write_text("python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=grpo \\\n  data.train_batch_size=16 \\\n"
+                      "  actor_rollout_ref.model.path=Qwen/Qwen3-8B \\\n  trainer.n_gpus_per_node=8 \\\n  trainer.nnodes=2\n")
+    result = import_recipe(str(recipe), "verl", rewards=[{"name": "digit_match"}])
+    [conflict] = [e for e in result.entries if e.kind == "conflict" and e.key == "trainer.nnodes"]
+    assert conflict.line == 6
+    assert "set resources.nodes" in conflict.detail and "resources.ray_address" in conflict.detail, conflict.detail
+    data = {"run_name": "run", **result.config}
+    data["resources"] = {**data.get("resources", {}), "nodes": 2, "ray_address": "10.0.0.1:6379"}  # the advice, followed
+    backend, config = get_plugin_manager().backend("verl"), resolve_config(data)
+    view = backend.recipe_importer().view(backend.plan(config).native, config)
+    assert view["trainer.nnodes"] == 2 and view["trainer.n_gpus_per_node"] == 8
