@@ -14,9 +14,7 @@ from conftest import REPO
 
 # file -> why it still names engines (what would move it into the adapters)
 ALLOWED = {
-    "rlbridge/contract/native_rewards.py": "each engine's native reward calling convention (portable native rewards); "
-                                           "belongs in adapters/<engine>/ as a declared convention",
-    "rlbridge/contract/config.py": "reward[].native: Literal of the engines whose native reward functions run anywhere",
+    "rlbridge/contract/config.py": "the default backend (backend: trl)",
     "rlbridge/cli.py": "the product's one-line description and examples in --help texts",
     "rlbridge/run/importer.py": "verl's default reward function when a verl recipe names none",
     "rlbridge/run/bench.py": "examples in arm-parsing error messages; TRL's native arm runs in this environment only",

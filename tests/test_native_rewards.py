@@ -114,3 +114,38 @@ def test_three_native_families_unchanged_train_together_on_trl(tmp_path):
         first, last = sum(series[:5]) / 5, sum(series[-5:]) / 5
         assert last > first + 0.05, f"{name}: {first:.3f} -> {last:.3f}"
     assert all("reward/compute_score/chars" in r and "reward/reward_func/hit" in r for r in rows)  # their extra metrics
+
+
+def test_a_backend_declares_its_own_convention_and_an_undeclared_one_is_refused_by_name(tmp_path):
+    """The conventions come from the backends (Backend.native_reward_convention), so a third-party
+    backend brings its own; 'native' names one of the registered backends that declare one."""
+    from types import SimpleNamespace
+
+    from rlbridge import hookimpl
+    from rlbridge.contract.native_rewards import NativeConvention, Scores, conventions, keyword_problem
+    from rlbridge.contract.registry import PluginManager
+    from rlbridge_adapters.trl.backend import TRLBackend
+
+    class ToyBackend(TRLBackend):  # the capability table does not matter here
+        name = "toy"
+
+        def native_reward_convention(self):
+            return NativeConvention("score(texts) -> list[float]", keyword_problem("texts"),
+                                    lambda fn, inputs, args: Scores(fn(texts=[x.completion for x in inputs], **args)))
+
+    pm = PluginManager(load_entry_points=False)
+    pm.register(SimpleNamespace(rlbridge_register_backends=hookimpl(lambda: [ToyBackend, TRLBackend])), "toy-plugin")
+    assert sorted(conventions(pm)) == ["toy", "trl"]
+    path = write(tmp_path, """
+        def score(texts, bonus=0.0):
+            return [len(t) + bonus for t in texts]
+
+        def other(completions):
+            return [0.0 for _ in completions]
+    """)
+    out = reward_fn({"native": "toy", "function": f"{path}:score", "args": {"bonus": 0.5}}, pm, "reward[0]")(inputs())
+    assert list(out) == [4.5, 0.5, 2.5]
+    with pytest.raises(ConfigError, match="has no 'texts' parameter.*a native: toy reward is score\\(texts\\)"):
+        check_reward_spec({"native": "toy", "function": f"{path}:other"}, pm, "reward[0]")
+    with pytest.raises(ConfigError, match=r"reward\[0\].native: 'verl' is not a reward convention; use one of toy, trl"):
+        check_reward_spec({"native": "verl", "function": f"{path}:score"}, pm, "reward[0]")

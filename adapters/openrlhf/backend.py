@@ -195,11 +195,16 @@ class OpenRLHFBackend(Backend):
                    "RewardModelActor": ("reward",), "RolloutRayActor": ("rollout",), "LLMRayActor": ("rollout",)}
     default_version = DEFAULT_VERSION
     native_arm = "rlbridge_adapters.openrlhf.native"  # the bench's arm of kind native
+    native_key_spelling = "dotted flags of `train_ppo_ray` (renamed to the flat spelling on versions before 0.10.2)"
     description = "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), reinforce_pp_baseline (reinforce_baseline), ppo (gae); vLLM rollout"
+
+    def native_reward_convention(self) -> Any:
+        from rlbridge_adapters.openrlhf.native_reward import CONVENTION
+
+        return CONVENTION
 
     def knob_effects(self) -> dict[str, Any]:
         from rlbridge_adapters.openrlhf.effects import EFFECTS
-    native_key_spelling = "dotted flags of `train_ppo_ray` (renamed to the flat spelling on versions before 0.10.2)"
 
         return EFFECTS
 

@@ -138,6 +138,11 @@ class TRLBackend(Backend):
     partial_weight_sync = True  # TRL's vLLM weight generator is the seam (patch.py); colocated vLLM keeps its weights
     resume_reproduces_metrics = True  # TRL's checkpoints hold every RNG state; HF generate on CPU is deterministic
 
+    def native_reward_convention(self) -> Any:
+        from rlbridge_adapters.trl.native_reward import CONVENTION
+
+        return CONVENTION
+
     def knob_effects(self) -> dict[str, Any]:
         from rlbridge_adapters.trl.effects import EFFECTS
 

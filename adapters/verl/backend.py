@@ -194,6 +194,11 @@ class VerlBackend(Backend):
     native_key_spelling = "Hydra keys of `main_ppo`'s config"
     description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
 
+    def native_reward_convention(self) -> Any:
+        from rlbridge_adapters.verl.native_reward import CONVENTION
+
+        return CONVENTION
+
     def knob_effects(self) -> dict[str, Any]:
         from rlbridge_adapters.verl.effects import EFFECTS
 

@@ -467,6 +467,11 @@ class Backend(ABC):
         command, a config class call...). Default: the plan as YAML."""
         return plan.to_yaml()
 
+    def native_reward_convention(self) -> Any:
+        """This engine's reward calling convention (rlbridge.contract.native_rewards.NativeConvention),
+        for reward entries `native: <this backend>` on any backend, or None: no such entries."""
+        return None
+
     def recipe_importer(self) -> Any:
         """What reads this engine's recipes for `rlbridge import` (rlbridge.run.importer.RecipeImporter),
         or None: `rlbridge import --from <this backend>` is then refused naming the backend."""

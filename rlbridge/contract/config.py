@@ -302,9 +302,10 @@ class RewardSpec(StrictModel):
     """Weight of this reward in the total."""
     args: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments passed to the plugin's factory (with `native`: to the function on every call)."""
-    native: Literal["verl", "openrlhf", "trl"] | None = None
-    """Use a reward function written for this engine's calling convention, unchanged, on any backend:
-    verl compute_score(data_source, solution_str, ground_truth, extra_info); OpenRLHF
+    native: str | None = None
+    """Use a reward function written in this backend's calling convention, unchanged, on any backend
+    (each backend declares its engine's: Backend.native_reward_convention): verl
+    compute_score(data_source, solution_str, ground_truth, extra_info); OpenRLHF
     reward_func(queries, prompts, labels); TRL f(prompts, completions, **kwargs). See docs/plugins.md."""
     function: str | None = None
     """With `native`: the function, as FILE.py:NAME (relative to the config file) or package.module:NAME."""
@@ -327,7 +328,7 @@ class RewardSpec(StrictModel):
             if not self.name:
                 object.__setattr__(self, "name", self.function.rsplit(":", 1)[1].rsplit(".", 1)[-1])
         elif self.function is not None:
-            raise ValueError("'function' needs 'native' (verl, openrlhf or trl: the function's calling convention)")
+            raise ValueError("'function' needs 'native' (the backend whose calling convention the function is written in)")
         elif not self.name:
             raise ValueError("a reward entry needs 'name' (a reward plugin, see `rlbridge plugins`), 'native' + 'function', or 'model'")
         return self

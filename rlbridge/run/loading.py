@@ -24,6 +24,11 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     for item in overrides:
         apply_override(data, item)
     config = validate_config(data)
+    for i, spec in enumerate(config.reward):
+        if spec.native is not None:  # a backend that declares a reward convention (from the registry: only then)
+            from rlbridge.contract.native_rewards import convention
+
+            convention(spec.native, f"reward.{i}")
     resolve_config_refs(config, Path(path).parent if path is not None else None)
     if config.run_name is None and path is not None:
         config.run_name = Path(path).stem
