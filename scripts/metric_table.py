@@ -3,7 +3,7 @@
     python scripts/metric_table.py          # rewrite the table in docs/telemetry.md
     python scripts/metric_table.py --check  # exit 1 if the table is not current (a test runs this)
 
-Each adapter's `rlbridge_adapters.<engine>.metrics.DIRECT` maps the engine's native names to
+Each in-tree adapter's (the `rlbridge` entry points' backends) `rlbridge_adapters.<engine>.metrics.DIRECT` maps the engine's native names to
 canonical ones (TRL's per-reward names come from its `_PER_REWARD` pattern; the offline stages' from
 `STAGE`, stage -> native -> canonical); "—" marks a canonical
 name with no native key of that engine: rlbridge computes it, or the engine does not have it
@@ -17,13 +17,20 @@ import sys
 from pathlib import Path
 
 from rlbridge.contract.metrics import CANONICAL
-from rlbridge_adapters.openrlhf import metrics as openrlhf
-from rlbridge_adapters.trl import metrics as trl
-from rlbridge_adapters.verl import metrics as verl
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "telemetry.md"
 BEGIN, END = "<!-- metric-table:begin (scripts/metric_table.py) -->", "<!-- metric-table:end -->"
-ENGINES = (("verl", verl), ("OpenRLHF", openrlhf), ("TRL", trl))
+
+
+def engines() -> list[tuple[str, object]]:
+    """(backend name, its adapter's metrics module) for every in-tree backend, found through the entry points."""
+    import importlib
+
+    from rlbridge.contract.registry import get_plugin_manager
+
+    backends = get_plugin_manager().items["backend"]
+    in_tree = sorted(name for name, r in backends.items() if r.item.__module__.startswith("rlbridge_adapters."))
+    return [(name, importlib.import_module(f"rlbridge_adapters.{name}.metrics")) for name in in_tree]
 
 
 def natives(module) -> dict[str, list[str]]:
@@ -43,7 +50,7 @@ def natives(module) -> dict[str, list[str]]:
 
 
 def table() -> str:
-    maps = [(name, natives(module)) for name, module in ENGINES]
+    maps = [(name, natives(module)) for name, module in engines()]
     lines = ["| canonical | " + " | ".join(name for name, _ in maps) + " |", "|---|" + "---|" * len(maps)]
     for canonical in CANONICAL:
         cells = [", ".join(f"`{n}`" for n in found[canonical]) if canonical in found else "—" for _, found in maps]
