@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from rlbridge import hookimpl
 from rlbridge.contract.environments import Environment, StepResult
 from rlbridge.contract.registry import EnvironmentPlugin
 from rlbridge.errors import ConfigError
+from rlbridge.helpers import free_port
 
 URL_ENV = "RLBRIDGE_OPENENV_URL"
 _server: subprocess.Popen | None = None
@@ -93,10 +93,6 @@ def _jsonable(value: Any) -> bool:
     return True
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(server: str, log_path: Path, timeout_s: float = 120.0) -> tuple[subprocess.Popen, str]:
@@ -111,7 +107,7 @@ def start_server(server: str, log_path: Path, timeout_s: float = 120.0) -> tuple
             raise ConfigError(f"environment.args.server: no file {target}")
         cmd += ["--app-dir", str(path.parent)]
         target = path.stem
-    port = _free_port()
+    port = free_port()
     log = open(log_path, "ab")
     proc = subprocess.Popen([*cmd, "--port", str(port), f"{target}:{app}"], stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "ENABLE_WEB_INTERFACE": "false"}, start_new_session=True)

@@ -53,3 +53,31 @@ def process_tree_rss(pid: int) -> int:
         except psutil.Error:
             pass
     return total
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that nothing listens on, for a server another process binds later.
+
+    Chosen at random below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768 up) and
+    above Ray's worker ports (10002-19999): a port from `bind(0)` is the next one any process on the
+    machine may be handed before ours binds it (two Ray clusters starting at once lost a dashboard
+    port that way), while one outside both ranges is only taken by another explicit choice."""
+    import random
+    import socket
+
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            ephemeral_low = int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    candidates = range(20000, ephemeral_low)
+    for port in random.sample(candidates, min(64, len(candidates))):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # everything tried was taken: let the kernel choose
+        s.bind((host, 0))
+        return s.getsockname()[1]

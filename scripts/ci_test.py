@@ -11,19 +11,24 @@
     cell ENGINE   each CI cell's conformance tests inside its environment (`rlbridge compat run`:
                   translate, then the e2e runs CI keeps, RLBRIDGE_CI_CELLS=1)
 
-Test jobs run TEST_JOBS at once (default 1) when their declared memory peaks fit in MEM_BUDGET_GIB (an engine run
-peaks at 5-10 GiB on a 24 GiB machine); the others wait. Every phase prints when it starts and ends,
+Test jobs run TEST_JOBS at once (default 2) when their declared memory peaks fit in MEM_BUDGET_GIB (an engine run
+peaks at 5-10 GiB on a 24 GiB machine); the others wait, and a free slot goes to the longest job that is ready
+(JOB_ORDER: the pytest phase beside the verl 0.9.1 cell, then OpenRLHF, then the short ones). On a machine
+shared with other engine runs, RLBRIDGE_CI_ENGINE_LOCK names a lock file every job that starts an engine
+holds (flock, as those other runs do). Every phase prints when it starts and ends,
 the end prints the table of phases and the totals, and runs/ci/times.json keeps them. The exit status
 is non-zero when any phase failed; the last line is `N passed, N failed, N skipped` over every pytest
 run, the engine cells included.
 
 Stdlib only: it runs before the venv exists. Knobs (environment): RLBRIDGE_CI_ENV_STREAMS (2),
-RLBRIDGE_CI_TEST_JOBS (1; 2 is faster and races Ray start-ups), RLBRIDGE_CI_MEM_GIB (the machine's memory less 4 GiB), CI_CELLS (the
-Makefile's list; `none` for no cell), RLBRIDGE_CI_PYTEST_ARGS (added to both pytest phases).
+RLBRIDGE_CI_TEST_JOBS (2), RLBRIDGE_CI_MEM_GIB (the machine's memory less 4 GiB), CI_CELLS (the
+Makefile's list; `none` for no cell), RLBRIDGE_CI_PYTEST_ARGS (added to both pytest phases),
+RLBRIDGE_CI_ENGINE_LOCK (unset).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -42,6 +47,10 @@ DEFAULT_CELLS = "trl==1.16.0-vllm verl==0.5.0 verl==0.9.1 openrlhf==0.11.2"
 
 # Peak memory of each job's engine runs, measured on this 2-core, 24 GiB machine (GiB; docs/contributing.md).
 MEM_PEAK_GIB = {"pytest": 4, "pytest-envs": 10, "trl": 5, "verl==0.5.0": 5, "verl==0.9.1": 10, "openrlhf": 7}
+# Which ready job a free slot goes to: the longest first (warm seconds, serial, measured at d83c156:
+# pytest 579, verl 0.9.1 480, OpenRLHF 320, pytest-envs 94, verl 0.5.0 53, TRL+vLLM 39), so that the two
+# long ones overlap and the short ones fill in at the end.
+JOB_ORDER = ("pytest", "cell verl==0.9.1", "cell openrlhf==0.11.2", "pytest-envs", "cell verl==0.5.0", "cell trl==1.16.0-vllm")
 # The environments the engine_env tests CI runs train in (tests/test_telemetry.py ENGINE_CELLS).
 ENGINE_ENV_TESTS_NEED = ("verl==0.9.1",)
 
@@ -155,10 +164,15 @@ class Envs:
 def main() -> int:
     cells = [c for c in (os.environ.get("CI_CELLS") or DEFAULT_CELLS).split() if c != "none"]
     streams = int(os.environ.get("RLBRIDGE_CI_ENV_STREAMS", "2"))
-    # One test job at a time by default: with two (the verl 0.9.1 cell beside the pytest phase) a cold run
-    # took 25.7 min instead of about 40, but two Ray start-ups raced (a dashboard port taken between
-    # choosing and binding it, a GCS that did not start in time) and failed two verl runs.
-    test_jobs = int(os.environ.get("RLBRIDGE_CI_TEST_JOBS", "1"))
+    # Two test jobs at once: a cold run took 25.7 min with two against about 36 with one. Two Ray start-ups
+    # at once once lost a dashboard port chosen by bind(0) (tests now take theirs from rlbridge.helpers.free_port,
+    # outside the kernel's ephemeral range) and a GCS that started in more than Ray's 30 s on a loaded machine
+    # (the wait below).
+    test_jobs = int(os.environ.get("RLBRIDGE_CI_TEST_JOBS", "2"))
+    # Ray 2.60 waits RAY_gcs_server_port_wait_time_s (30) for its GCS to write its port; two engine runs
+    # starting at once on 2 cores took longer (verl's gsm8k run: "Timed out waiting for file gcs_server_port")
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
+    engine_lock = os.environ.get("RLBRIDGE_CI_ENGINE_LOCK")
     mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     mem_budget = float(os.environ.get("RLBRIDGE_CI_MEM_GIB") or max(mem_total - 4, 4))
     LOGS.mkdir(parents=True, exist_ok=True)
@@ -174,41 +188,59 @@ def main() -> int:
     envs = Envs(sorted(cells, key=_env_order), streams)
     envs.start()
 
-    slots = threading.Semaphore(test_jobs)
-    mem_lock = threading.Condition()
-    mem_used = [0.0]
+    # A slot is free when fewer than test_jobs run and the job's memory peak fits; of the jobs that are
+    # ready (their environments exist), the one first in JOB_ORDER takes it.
+    # (Ready is read from the environments' events, not from which thread got here first: the verl 0.9.1
+    # cell and pytest-envs wake on the same environment, and the cell must win.)
+    sched = threading.Condition()
+    running: list[float] = []  # the memory peaks of the jobs that run
+    pending: dict[str, list[str]] = {}  # the jobs not started yet, with the environments they need
+
+    def rank(name: str) -> int:
+        return JOB_ORDER.index(name) if name in JOB_ORDER else len(JOB_ORDER)
+
+    def may_start(name: str, mem: float) -> bool:
+        fits = not running or (len(running) < test_jobs and sum(running) + mem <= mem_budget)
+        ready = [n for n, needs in pending.items() if all(envs.ready[c].is_set() for c in needs)]
+        return fits and rank(name) == min(rank(n) for n in ready)
 
     def job(name: str, needs: list[str], mem: float, cmd: list[str], junit: Path | None, env: dict | None = None,
-            counts=None) -> threading.Thread:
+            counts=None, engine: bool = True) -> threading.Thread:
         def body():
             if needs and not envs.wait(needs):
                 phase = Phase(name, started=time.time(), ended=time.time(), ok=False,
                               detail=f"environment {', '.join(c for c in needs if not envs.ok.get(c))} failed")
                 PHASES.append(phase)
                 say(f"skip {name}: {phase.detail}")
+                with sched:
+                    del pending[name]
+                    sched.notify_all()
                 return
-            with slots:
-                with mem_lock:
-                    mem_lock.wait_for(lambda: mem_used[0] == 0 or mem_used[0] + mem <= mem_budget)
-                    mem_used[0] += mem
-                try:
+            with sched:
+                sched.wait_for(lambda: may_start(name, mem))
+                del pending[name]
+                running.append(mem)
+                sched.notify_all()
+            try:
+                with _engine_lock(engine_lock if engine else None, name):
                     phase = run_phase(name, cmd, LOGS / f"{name.replace(' ', '-')}.log", env=env, junit=junit)
-                    if counts is not None:
-                        phase.counts = counts()
-                finally:
-                    with mem_lock:
-                        mem_used[0] -= mem
-                        mem_lock.notify_all()
+                if counts is not None:
+                    phase.counts = counts()
+            finally:
+                with sched:
+                    running.remove(mem)
+                    sched.notify_all()
 
-        thread = threading.Thread(target=body, name=name)
-        thread.start()
-        return thread
+        with sched:
+            pending[name] = needs
+        return threading.Thread(target=body, name=name)
 
     pytest = [str(BIN / "python"), "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "--durations=25",
               *os.environ.get("RLBRIDGE_CI_PYTEST_ARGS", "").split()]  # e.g. -x, or -k to try the script
     threads = [
         job("pytest", [], MEM_PEAK_GIB["pytest"],
-            [*pytest, "-m", "not engine_env and not matrix_only", f"--junitxml={LOGS / 'pytest.xml'}"], LOGS / "pytest.xml"),
+            [*pytest, "-m", "not engine_env and not matrix_only", f"--junitxml={LOGS / 'pytest.xml'}"], LOGS / "pytest.xml",
+            engine=False),
         job("pytest-envs", [c for c in ENGINE_ENV_TESTS_NEED if c in cells], MEM_PEAK_GIB["pytest-envs"],
             [*pytest, "-m", "engine_env and not matrix_only", f"--junitxml={LOGS / 'pytest-envs.xml'}"], LOGS / "pytest-envs.xml"),
     ]
@@ -220,9 +252,33 @@ def main() -> int:
             env={"RLBRIDGE_CI_CELLS": "1", "RLBRIDGE_COMPAT_RESULTS": str(REPO / "runs" / "ci-compat")},
             counts=lambda e=engine, v=version: cell_counts(e, v),
         ))
+    for t in threads:  # all are pending before any starts, so the first free slot goes by JOB_ORDER
+        t.start()
     for t in threads:
         t.join()
     return finish()
+
+
+class _engine_lock:
+    """flock on `path` while a job runs engines (None: no lock), so that on a machine shared with other
+    engine runs only one runs at a time; a wait for it is printed."""
+
+    def __init__(self, path: str | None, name: str):
+        self.path, self.name, self.fh = path, name, None
+
+    def __enter__(self):
+        if self.path:
+            self.fh = open(self.path, "a")
+            try:
+                fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                say(f"{self.name}: waiting for the engine lock {self.path}")
+                fcntl.flock(self.fh, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        if self.fh is not None:
+            self.fh.close()  # closing releases the lock
 
 
 def _env_order(cell: str) -> int:

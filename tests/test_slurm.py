@@ -194,11 +194,9 @@ def test_the_verl_quickstart_runs_as_a_slurm_job_on_a_ray_head_the_job_starts(sl
     if tuple(int(x) for x in verl.__version__.split(".")[:2]) < (0, 9):
         pytest.skip("one engine version proves the seam: verl 0.9")
     out = tmp_path / "run"
-    import socket
+    from rlbridge.helpers import free_port
 
-    with socket.socket() as s:  # a free port for the job's Ray head: other Ray clusters may run on this machine
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # for the job's Ray head: other Ray clusters may run on this machine
     # the whole node (--exclusive): Ray declares the 8 logical CPUs of verl's plan, as a local run's cluster does
     res = _submit(out, "backend=verl", "engine_env=current", "training.steps=2", "resources.cpus_per_node=null",
                   f"launcher.slurm.ray_port={port}", timeout=900)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from packaging.version import Version
 
 from rlbridge.contract.backend import Capability, gpus_per_node, honoured, offline_only
 from rlbridge.contract.config import RunConfig
+from rlbridge.helpers import free_port
 
 MODULES = {"sft": "openrlhf.cli.train_sft", "dpo": "openrlhf.cli.train_dpo", "reward_model": "openrlhf.cli.train_rm"}
 SINCE = Version("0.10.2")  # the dotted flags this module writes
@@ -205,10 +205,6 @@ class _Recorder:
         self.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_offline(plan, ctx) -> None:
@@ -248,7 +244,7 @@ def run_offline(plan, ctx) -> None:
     env = {**native["env"], NATIVE_ENV: str(run_dir / "openrlhf_native_plan.json"),
            PATCH_DIR_ENV: os.environ.get(PATCH_DIR_ENV) or str(run_dir / "patches"),
            # a DeepSpeed world of one in this process; LOCAL_RANK -1: OpenRLHF skips torch.cuda.set_device
-           "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "-1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+           "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "-1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     env.update(engine_env_vars(Path(sys.executable)))  # DeepSpeed's JIT-built CPU ops cached in this environment
     os.environ.update(env)
     os.environ[PATCH_REPORT_ENV] = str(run_dir / "patches.json")

@@ -11,7 +11,6 @@ then says where verl placed its workers. An OpenRLHF run joins such a cluster di
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,13 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlbridge.helpers import free_port
 from rlbridge.testing import QUICKSTART
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _two_node_cluster(monkeypatch, gpus_per_node: int, second_node: dict | None = None):
@@ -43,11 +39,11 @@ def _two_node_cluster(monkeypatch, gpus_per_node: int, second_node: dict | None 
     # the constant: a driver joining in-process would otherwise dial the outward address and wait forever
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
-    port = _free_port()
+    port = free_port()
 
     def node() -> dict:  # two raylets on one machine: their dashboard agents need their own ports
         return {"node_ip_address": "127.0.0.1", "num_cpus": 8, "num_gpus": gpus_per_node,
-                "dashboard_agent_listen_port": _free_port(), "metrics_export_port": _free_port()}
+                "dashboard_agent_listen_port": free_port(), "metrics_export_port": free_port()}
 
     cluster = Cluster(initialize_head=True, head_node_args={**node(), "include_dashboard": True, "dashboard_host": "127.0.0.1",
                                                             "dashboard_port": port})
