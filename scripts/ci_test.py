@@ -51,8 +51,9 @@ MEM_PEAK_GIB = {"pytest": 4, "pytest-envs": 10, "trl": 5, "verl==0.5.0": 5, "ver
 # pytest 579, verl 0.9.1 480, OpenRLHF 320, pytest-envs 94, verl 0.5.0 53, TRL+vLLM 39), so that the two
 # long ones overlap and the short ones fill in at the end.
 JOB_ORDER = ("pytest", "cell verl==0.9.1", "cell openrlhf==0.11.2", "pytest-envs", "cell verl==0.5.0", "cell trl==1.16.0-vllm")
-# The environments the engine_env tests CI runs train in (tests/test_telemetry.py ENGINE_CELLS).
-ENGINE_ENV_TESTS_NEED = ("verl==0.9.1",)
+# The environments the engine_env tests CI runs need (tests/test_telemetry.py ENGINE_CELLS trains in verl
+# 0.9.1; tests/test_import.py reads OpenRLHF 0.11.2's own parser).
+ENGINE_ENV_TESTS_NEED = ("verl==0.9.1", "openrlhf==0.11.2")
 
 T0 = time.time()
 _print_lock = threading.Lock()

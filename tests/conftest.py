@@ -22,6 +22,19 @@ def _cache_dir(tmp_path_factory):
     yield path
 
 
+@pytest.fixture
+def user_engine_envs():
+    """The user's engine environments (RLBRIDGE_TEST_ENVS), visible read-only through the tests' private
+    cache, for the tests marked `engine_env`: `make test` runs them once it created the environments."""
+    from rlbridge.envs.create import envs_dir
+
+    real = Path(os.environ.get("RLBRIDGE_TEST_ENVS") or Path.home() / ".cache" / "rlbridge" / "envs")
+    if not envs_dir().exists() and real.is_dir():
+        envs_dir().parent.mkdir(parents=True, exist_ok=True)
+        envs_dir().symlink_to(real)
+    return envs_dir()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_plugin_manager():
     from rlbridge.contract.registry import reset_plugin_manager

@@ -242,7 +242,9 @@ def test_cli_writes_config_and_report(tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
-def test_unknown_flag_rejected_by_openrlhf_own_parser(tmp_path):
+@pytest.mark.engine_env
+def test_unknown_flag_rejected_by_openrlhf_own_parser(tmp_path, user_engine_envs):
+    """OpenRLHF's own parser, read in its environment: make test runs this once it created it."""
     from rlbridge_adapters.openrlhf.importer import parser_flags
 
     if parser_flags("0.11.2") is None:

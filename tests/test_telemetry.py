@@ -6,7 +6,6 @@ a raising sink is reported by name and loses nothing; samples.jsonl; the HTML re
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -154,20 +153,15 @@ ENGINE_CELLS = [("verl", "0.9.1"), pytest.param("openrlhf", "0.11.2", marks=pyte
 @pytest.mark.engine
 @pytest.mark.engine_env
 @pytest.mark.parametrize("engine,version", ENGINE_CELLS)
-def test_engine_in_its_environment_reads_back_equal_to_metrics_jsonl(engine, version, tmp_path):
+def test_engine_in_its_environment_reads_back_equal_to_metrics_jsonl(engine, version, tmp_path, user_engine_envs):
     """The engine trains in its own environment (engine_env: auto); the sinks run here, in the user's
     process, from the steps and samples its processes send back. The engine environment has none of
     the sink libraries. Skipped until `rlbridge env create ENGINE==VERSION` made the environment."""
     pytest.importorskip("tensorboard")
     pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
-    from rlbridge.envs.create import envs_dir, find_env
+    from rlbridge.envs.create import find_env
 
-    # the tests' private cache (conftest) has no engine environments: use the user's, read-only
-    real = Path(os.environ.get("RLBRIDGE_TEST_ENVS") or Path.home() / ".cache" / "rlbridge" / "envs")
-    if not envs_dir().exists() and real.is_dir():
-        envs_dir().parent.mkdir(parents=True, exist_ok=True)
-        envs_dir().symlink_to(real)
     try:
         find_env(engine, version)
     except Exception as exc:
