@@ -201,3 +201,23 @@ def test_an_environment_installed_from_another_checkout_is_pointed_at_this_one(l
     installed_from(tmp_path / "deleted-ci-checkout")
     assert envs.find_env("demo", "1.16.0") == path
     assert len(calls) == 1 and calls[0][-3:] == ["-e", f"{envs.REPO_ROOT}[engine-env]", "pluggy>=1.3"]
+
+
+def test_a_cells_select_narrows_its_e2e_tests_in_every_run_and_the_table_says_so(tmp_path, monkeypatch):
+    """matrix.yaml `select` applies to the cell's e2e runs in make compat as well as in CI (where the
+    cell's ci_select narrows it further), never to translate; RESULTS.md lists the cells that ran a subset."""
+    from rlbridge.envs import compat
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(compat.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or subprocess.CompletedProcess(cmd, 1, "", ""))
+    (tmp_path / ".rlbridge").mkdir()
+    monkeypatch.delenv(compat.CI_CELLS_ENV, raising=False)
+    out = compat._run_tests(tmp_path, "e2e-cpu", "demo", ci_select="b", select="two_step")
+    assert commands[-1][commands[-1].index("-k") + 1] == "(two_step)" and out["status"] == "fail"
+    compat._run_tests(tmp_path, "translate", "demo", select="two_step")
+    assert "-k" not in commands[-1]
+    monkeypatch.setenv(compat.CI_CELLS_ENV, "1")
+    compat._run_tests(tmp_path, "e2e-cpu", "demo", ci_select="b", select="two_step")
+    assert commands[-1][commands[-1].index("-k") + 1] == "(two_step) and (b)"
+    row = {"engine": "demo", "version": "1.0", "test": "e2e-cpu", "status": "pass", "passed": 1, "select": "two_step"}
+    assert "- demo 1.0 e2e-cpu: `-k two_step`" in compat.render({"demo|1.0|e2e-cpu": row})

@@ -83,7 +83,7 @@ def run_matrix(engine: str | None = None, version: str | None = None, echo=print
             elif test == "e2e-gpu" and not gpu:
                 outcome = {"status": "not run", "reason": "no GPU"}
             else:
-                outcome = _run_tests(env, test, cell["engine"], cell.get("ci_select"))
+                outcome = _run_tests(env, test, cell["engine"], cell.get("ci_select"), cell.get("select"))
             outcome.update(
                 engine=cell["engine"], version=str(cell["version"]), test=test, required=list(cell["tests"]),
                 date=started.date().isoformat(), started=started.isoformat(timespec="seconds"), rlbridge=__version__,
@@ -117,17 +117,23 @@ def _relevant(case, engine: str) -> bool:
     return engine in params or f"test_{engine}" in classname
 
 
-def _run_tests(env: Path, test: str, engine: str, ci_select: str | None = None) -> dict[str, Any]:
+def _run_tests(env: Path, test: str, engine: str, ci_select: str | None = None, select: str | None = None) -> dict[str, Any]:
+    """`select` (matrix.yaml, optional): the pytest -k expression every run of the cell applies to its e2e
+    tests, make compat's included (a cell that proves a version's core seams, not every feature)."""
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     report = env / ".rlbridge" / f"junit-{test}.xml"
     log = env / ".rlbridge" / f"pytest-{test}-{stamp}.log"
     report.unlink(missing_ok=True)
     args = list(TEST_KINDS[test])
+    marks = args.index("-m") + 1
+    e2e = "engine" in args[marks].replace("not engine", "")
+    selections = [select] if select and e2e else []
     if os.environ.get(CI_CELLS_ENV):  # CI keeps one end-to-end run per engine seam, and no matrix_only test
-        marks = args.index("-m") + 1
         args[marks] = f"({args[marks]}) and not matrix_only"
-        if ci_select and "engine" in args[marks].replace("not engine", ""):
-            args += ["-k", ci_select]  # the cell's own CI selection of its e2e runs (matrix.yaml `ci_select`)
+        if ci_select and e2e:
+            selections.append(ci_select)  # the cell's own CI selection of its e2e runs (matrix.yaml `ci_select`)
+    if selections:
+        args += ["-k", " and ".join(f"({s})" for s in selections)]
     cmd = [str(env_python(env)), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args, f"--junitxml={report}"]
     started = time.time()
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -169,6 +175,8 @@ def _run_tests(env: Path, test: str, engine: str, ci_select: str | None = None) 
            "test_seconds": slowest}
     if skips and status == "pass":
         out["skipped_tests"] = skips
+    if select and e2e:
+        out["select"] = select
     return out
 
 
@@ -258,6 +266,10 @@ def render(results: dict[str, Any]) -> str:
     if notes:
         lines += ["", "## Why not pass", ""]
         lines += [f"- {r['engine']} {r['version']} {r['test']}: {r['reason']}" for r in notes]
+    subsets = [r for _, r in sorted(results.items()) if r.get("select")]
+    if subsets:
+        lines += ["", "## Cells that run a subset of the e2e tests (matrix.yaml `select`)", ""]
+        lines += [f"- {r['engine']} {r['version']} {r['test']}: `-k {r['select']}`" for r in subsets]
     skipped = [(r, s) for _, r in sorted(results.items()) for s in r.get("skipped_tests", [])]
     if skipped:
         lines += ["", "## Tests of the engine skipped inside passing cells", ""]
