@@ -456,6 +456,26 @@ def test_the_stuck_process_is_the_one_in_plugin_code_not_an_idle_peer_or_the_wai
     assert stacks.stuck(procs)["frame"] == "stalls.<locals>.reward (/tmp/plugin.py:1)"
     procs.append(_proc(13, "Ray actor WorkerDict.update_actor", [("all_reduce", f"{site}/torch/distributed/c10d.py")], state="T"))
     assert stacks.stuck(procs)["pid"] == 13 and stacks.stuck(procs)["stopped"]  # a stopped rank comes first
+    # a stopped actor's frame is its main thread's (where Ray runs its methods), not an idle helper thread's,
+    # as the verl 0.9.1 run with a stopped WorkerDict met it (its tqdm and asyncio threads came first)
+    helper = {"name": "AsyncIO Thread: default", "active": False,
+              "frames": [{"name": "Thread.run", "file": "/usr/lib/python3.11/threading.py", "line": 982}]}
+    procs[-1]["threads"].insert(0, helper)
+    assert stacks.stuck(procs)["frame"].startswith("all_reduce ("), stacks.stuck(procs)
+
+
+def test_an_engine_process_that_ended_with_its_own_exception_did_not_die(tmp_path):
+    """The engine process (its own process) raised and exited 1: its exception is the cause (here a bug:
+    'error', not retried), not a process that died (retried); only a signal, or an exit without an
+    exception of its own, is engine_process_died."""
+    exc = RuntimeError("the engine process (/venv/bin/python) exited with code 1: KeyError: 'advantages'")
+    exc.failure = {"process": "engine process (pid 42, /venv/bin/python)", "how": "exited with code 1", "error": []}
+    exc.engine_traceback = ('Traceback (most recent call last):\n  File "/venv/lib/python3.11/site-packages/trl/trainer/'
+                            'grpo_trainer.py", line 1, in _compute_loss\n    x = inputs["advantages"]\nKeyError: \'advantages\'\n')
+    failure = classify(exc, tmp_path, steps_done=3)
+    assert failure["kind"] == "error" and not failure["retryable"] and failure["evidence"] == "KeyError: 'advantages'", failure
+    del exc.engine_traceback  # no exception of its own came back: it died
+    assert classify(exc, tmp_path, steps_done=3)["kind"] == "engine_process_died"
 
 
 def test_rlbridge_s_own_refusals_at_start_are_config_refused_or_engine_import(tmp_path):

@@ -161,6 +161,11 @@ _SAVE_FRAMES = re.compile(r"in (?:_save_checkpoint|save_checkpoint|_save_optimiz
                           r"_save_rng_state|save_file)\n|torch/serialization\.py\", line \d+, in save\n")
 _ARGPARSE = re.compile(r"error: (?:unrecognized arguments|argument \S+|the following arguments are required)")
 
+# a traceback through vLLM's engine core (its step) or its model worker: where vLLM runs in the trainer's
+# own process (TRL colocate: external_launcher turns vLLM's engine-core process off, vllm/config/parallel.py)
+# its failure reaches the trainer as the raw exception; in a process of its own it would be EngineDeadError
+_VLLM_CORE = re.compile(r'File "[^"]*/vllm/v1/(?:engine/core\.py", line \d+, in (?:step|step_with_batch_queue|execute_model)|'
+                        r'worker/\w+\.py", line \d+, in (?:execute_model|sample_tokens|_model_forward))\b')
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its log prefixes
 VLLM_CLASSES = ("LLMRayActor", "RolloutRayActor", "vLLMHttpServer", "AsyncvLLMServer", "EngineCore")
 
@@ -209,10 +214,21 @@ def classify(
                          + (": the disk is full)" if full else ")"))
     if kind is None and _config_refused(exc, primary, steps_done):
         kind, evidence = "config_refused", _last_exception_line(primary)
-    if kind is None and re.search(r"was killed by SIG\w+|exited with code -?\d+", str(attached.get("how", ""))):
+    own = getattr(exc, "engine_traceback", None) or primary  # the engine's own exception line, not the launcher's
+    if kind is None and exc is not None:
+        core = _VLLM_CORE.search(primary)
+        if core:  # a vLLM engine in the trainer's own process died with an exception, not an EngineDeadError
+            kind, evidence = "vllm_engine_died", f"{_last_exception_line(own)} (raised in vLLM's engine core: {core.group(0).strip()})"
+            host = attached.get("process") or ("the rlbridge train process" if in_process else "the engine process")
+            attached["process"] = f"the vLLM engine inside {host}"
+    # an engine process that ended with an exception of its own (its traceback came back) did not die:
+    # that exception is the cause ('error' below when nothing above explains it)
+    ended = str(attached.get("how", ""))
+    if kind is None and (re.search(r"was killed by SIG\w+", ended) or (
+            re.search(r"exited with code -?\d+", ended) and not getattr(exc, "engine_traceback", None))):
         kind, evidence = "engine_process_died", str(attached["how"])
     if kind is None:
-        kind, evidence = "error", _last_exception_line(primary)
+        kind, evidence = "error", _last_exception_line(own)
     if kind == "ray_actor_died":  # Ray's own account of the death is the evidence
         detail = _RAY_EXIT.search(primary) or _RAY_EXIT.search(logs)
         if detail:
@@ -227,12 +243,16 @@ def classify(
 
 
 def _exception_text(exc: BaseException | None) -> str:
+    """The exception with its traceback, and the engine process's own traceback where the launcher
+    passed it on (rlbridge.run.launch: the engine ran in a process of its own)."""
     if exc is None:
         return ""
     try:
-        return "".join(traceback.format_exception(exc))
+        text = "".join(traceback.format_exception(exc))
     except Exception:
-        return f"{type(exc).__name__}: {exc}"
+        text = f"{type(exc).__name__}: {exc}"
+    engine = getattr(exc, "engine_traceback", None)
+    return f"{engine}\n{text}" if isinstance(engine, str) and engine else text
 
 
 def _log_text(run_dir: Path, log: str | None, tail_bytes: int = 200_000) -> str:

@@ -65,7 +65,7 @@ def run_in_env(python: Path, plan, ctx) -> None:
     tee.start()
     (ctx.run_dir / "engine.pid").write_text(str(proc.pid))
     ctx.engine_process = proc  # the hang watchdog stops it (rlbridge.run.runner)
-    error = failure = None
+    error = failure = engine_traceback = None
     try:
         with os.fdopen(read_fd, "r") as events:
             for line in events:
@@ -83,7 +83,7 @@ def run_in_env(python: Path, plan, ctx) -> None:
                 elif kind == "warning":
                     ctx.warn(event["message"])
                 elif kind == "error":
-                    error, failure = event["message"], event.get("failure")
+                    error, failure, engine_traceback = event["message"], event.get("failure"), event.get("traceback")
         rc = proc.wait()
     except BaseException:
         stop_process_group(proc)
@@ -103,6 +103,7 @@ def run_in_env(python: Path, plan, ctx) -> None:
         message = f"the engine process ({python}) exited with code {rc}" + (f": {error}" if error else "")
         exc = EngineProcessError(f"{message} [{where}]")
         exc.failure = failure
+        exc.engine_traceback = engine_traceback  # the engine's own frames: rlbridge.run.failures reads them
         raise exc
 
 

@@ -306,7 +306,8 @@ def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, res
     while True:
         ctx.engine_process = None
         stop = (lambda: _stop_engine(ctx)) if engine_python is not None else None
-        watchdog = HangWatchdog(ctx, ctx.run_dir, training, len(restarts), stop_engine=stop, intervals=intervals)
+        watchdog = HangWatchdog(ctx, ctx.run_dir, training, len(restarts), stop_engine=stop, intervals=intervals,
+                                actor_roles=backend.actor_roles)
         try:
             with watchdog:
                 _launch(backend, plan, ctx, engine_python)
@@ -334,7 +335,9 @@ def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, res
         checkpoint = ctx.checkpoints[-1]["path"] if ctx.checkpoints else None
         restarts.append({"n": len(restarts) + 1, "kind": failure["kind"], "process": failure["process"],
                          "role": failure.get("role"), "evidence": str(failure.get("evidence", ""))[:400],
-                         "after_step": ctx.steps_done, "from_checkpoint": checkpoint, "backoff_s": wait, "at": time.time()})
+                         "after_step": ctx.steps_done, "from_checkpoint": checkpoint, "backoff_s": wait, "at": time.time(),
+                         # a hang's frame, stacks file and bound: what doctor and a reader need to see it was one
+                         **{k: failure[k] for k in ("frame", "stacks", "bound_s", "waited_s") if k in failure}})
         ctx.warn(f"restart {len(restarts)} of training.max_restarts={training.max_restarts}: {failure['kind']} in "
                  f"{failure['process']} after step {ctx.steps_done}; "
                  + (f"resuming from {checkpoint}" if checkpoint else "starting over (no checkpoint yet)") + f" in {wait:g} s")

@@ -126,7 +126,8 @@ def role(proc: dict[str, Any], threads: list[dict[str, Any]], root: int) -> str:
         return f"Ray actor {name}"
     if "multiprocessing" in cmd and ("pebble/" in files or "rlbridge/engine/workers.py" in files):
         return "reward worker"  # rollout_workers' pool (pebble, spawned)
-    if "ray/_private/workers" in cmd or "dashboard" in cmd or "log_monitor" in cmd or "ray/autoscaler" in cmd:
+    if "ray/_private/workers" in cmd or "dashboard" in cmd or "log_monitor" in cmd or "ray/autoscaler" in cmd \
+            or "ray/core/src/ray/" in cmd:  # the last: Ray's GCS server and raylet binaries
         return "Ray service"
     if "multiprocessing" in cmd:
         return "worker process"
@@ -191,7 +192,9 @@ def stuck(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
         stopped = 1 if p["state"] in ("T", "t") else 0
         for t in p["threads"] or [{"frames": [], "active": False, "name": "?"}]:
             score, frame = _thread_score(t)
-            key = (stopped, score, rank)
+            # every thread of a stopped process is stopped: its main thread's frame says where it is
+            # (a sync Ray actor's method, a rank's collective), not a helper thread's
+            key = (stopped, int(stopped and t.get("name") == "MainThread"), score, rank)
             if best is None or key > best:
                 best, chosen = key, (p, t, frame)
     if chosen is None:

@@ -28,7 +28,8 @@ class HangError(RLBridgeError):
 
 class HangWatchdog(threading.Thread):
     def __init__(self, ctx, run_dir: Path, training, attempt: int, stop_engine: Callable[[], None] | None = None,
-                 intervals: list[float] | None = None, poll_s: float = 0.5) -> None:
+                 intervals: list[float] | None = None, poll_s: float = 0.5,
+                 actor_roles: dict[str, tuple[str, ...]] | None = None) -> None:
         super().__init__(daemon=True, name="rlbridge-hang-watchdog")
         self.ctx = ctx
         self.run_dir = Path(run_dir)
@@ -39,6 +40,7 @@ class HangWatchdog(threading.Thread):
         self.stop_engine = stop_engine  # None: the engine is in this process's main thread
         self.intervals = intervals if intervals is not None else []  # across restarts: the run's own step times
         self.poll_s = poll_s
+        self.actor_roles = actor_roles or {}  # the backend's Ray actor classes -> canonical roles (the culprit's role)
         self.done = threading.Event()
         self.fired: dict[str, Any] | None = None
         self._main = threading.main_thread().ident
@@ -66,7 +68,7 @@ class HangWatchdog(threading.Thread):
 
     def _fire(self, waited: float, bound: float, stepped: bool) -> None:
         from rlbridge.run import stacks
-        from rlbridge.run.failures import RETRYABLE, hint
+        from rlbridge.run.failures import RETRYABLE, hint, role_of
 
         procs = stacks.capture(os.getpid())
         # what the run started under this process (reward workers...), for stop_captured; not the plot helper
@@ -78,6 +80,8 @@ class HangWatchdog(threading.Thread):
                else f"training.hang_first_step_s {self.first_step_s:g} for the first step")
         after = f"step {self.ctx.steps_done}" if self.ctx.steps_done else "the start"
         culprit = culprit or {"process": "unknown", "role": "unknown", "frame": "(no stacks)"}
+        if culprit["role"].startswith("Ray actor"):  # which of the run's roles it plays (policy, rollout...)
+            culprit["role"] = role_of(culprit["process"], self.actor_roles)
         evidence = (f"no step for {waited:.0f} s after {after} (bound {bound:.0f} s: {how}); "
                     f"{culprit['process']} is in {culprit['frame']}" + (" and is stopped (SIGSTOP)" if culprit.get("stopped") else ""))
         self.fired = {

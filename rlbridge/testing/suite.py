@@ -541,6 +541,82 @@ def test_chaos_a_random_process_of_the_run_killed_at_a_random_step_is_restarted_
     print(f"chaos seed {seed}: killed {killed}; restarts {summary['restarts']}")
 
 
+@pytest.mark.engine
+@pytest.mark.matrix_only  # minutes on a Ray engine (make compat); TRL's hang tests are tests/test_faults.py
+def test_a_stopped_ray_actor_is_a_hang_named_with_its_stacks_and_the_run_restarts(backend, tmp_path):
+    """SIGSTOP of the engine's biggest Ray actor (the policy's) once step 2 is written: nothing fails,
+    the run just stops. The hang watchdog fires within its bound (2 x the longest step interval, at
+    least 20 s), writes every process's stack (the stopped actor's frames included, read from outside
+    by py-spy), names the stopped actor with its role; with training.max_restarts=1 the run restarts
+    from its last checkpoint and ends with steps 1..4 once each, the hang listed in summary.json."""
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    if not backend.scores_in_engine_workers:
+        pytest.skip(f"{backend.name} trains in one process: tests/test_faults.py stalls its reward and stops a rank")
+    run = tmp_path / "run"
+    overrides = [
+        f"backend={backend.name}", f"output_dir={run}", f"training.steps={CHAOS_STEPS}", "training.batch_size=2",
+        "algorithm.group_size=4", "rollout.max_new_tokens=8", "resources.gpus_per_node=auto", "checkpoint.interval=1",
+        "training.max_restarts=1", "training.restart_backoff_s=1",
+        "training.hang_factor=2", "training.hang_min_s=20", "training.hang_first_step_s=900",
+    ]
+    stopped: dict = {}
+
+    def stop_one():
+        metrics = run / "metrics.jsonl"
+        deadline = time.time() + 900
+        while time.time() < deadline and not done.is_set():
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                workers = _ray_workers()
+                if workers:
+                    pid, name, _ = max(workers, key=lambda w: w[2])
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.update(pid=pid, name=name, at=time.time())
+                return
+            time.sleep(0.1)
+
+    done = threading.Event()
+    stopper = threading.Thread(target=stop_one, daemon=True)
+    stopper.start()
+    try:
+        summary = train(load_config(QUICKSTART, overrides), progress=False)
+    finally:
+        done.set()
+        stopper.join(timeout=5)
+        if stopped:  # whatever happened, the stopped actor does not outlive the test
+            try:
+                os.kill(stopped["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert stopped, "no Ray actor was found to stop"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, CHAOS_STEPS + 1)), (stopped, rows)
+    assert summary["status"] == "completed", summary
+    [restart] = summary["restarts"]
+    assert restart["kind"] == "hang", (stopped, restart)
+    # the stuck process is the stopped actor, named with its role and pid
+    assert f"pid {stopped['pid']}" in restart["process"] and restart["role"].startswith(("Ray actor", "vLLM engine")), (stopped, restart)
+    actor = stopped["name"].split("::", 1)[1].split(".")[0].split()[0]
+    assert actor in restart["role"], (stopped, restart)
+    assert all(r in restart["role"] for r in backend.actor_roles.get(actor, ())), (restart, backend.actor_roles)  # which roles it plays
+    assert "stopped (SIGSTOP)" in restart["evidence"], restart
+    # within its bound, and the bound derived from the run's own steps (not the first-step floor)
+    assert "2 x the longest step interval so far" in restart["evidence"] and 20 <= restart["bound_s"] < 900, restart
+    assert restart["waited_s"] <= restart["bound_s"] + 2.0, restart  # 0.5 s polls
+    dumped = json.loads(Path(restart["stacks"]).with_suffix(".json").read_text())
+    assert dumped["stuck"]["pid"] == stopped["pid"] and dumped["stuck"]["stopped"], dumped["stuck"]
+    [victim] = [p for p in dumped["processes"] if p["pid"] == stopped["pid"]]
+    assert victim["state"] in ("T", "t") and any(t["frames"] for t in victim["threads"]), victim  # py-spy read it while stopped
+    roles = {p["role"] for p in dumped["processes"]}
+    assert "trainer (engine process)" in roles, roles
+    text = Path(restart["stacks"]).read_text()
+    assert f"stuck: {restart['process']}" in text and "(stopped: SIGSTOP)" in text, text[:2000]
+    print(f"stopped {stopped}; restart {restart}")
+
+
 def _cmdline(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
