@@ -54,11 +54,20 @@ def test_rejections_name_the_knob(tmp_path):
         _argv(tmp_path, "0.11.2", "backend_options.openrlhf={rollout.batch_size: 3}")
 
 
-def test_environment_with_tools_is_refused_with_the_alternative(tmp_path):
-    argv = _argv(tmp_path, "0.11.2", "reward=[]", "environment={name: digit_turns}")
-    assert "--train.agent_func_path" in argv and "--reward.remote_url" not in argv
-    with pytest.raises(CapabilityError, match="environment.*has tools.*backend: verl"):
-        _argv(tmp_path, "0.11.2", "reward=[]", "environment={name: digit_hint}")
+def test_environment_with_tools_runs_through_the_agent_with_its_tools_in_the_prompt(tmp_path):
+    """OpenRLHF parses no tool calls and applies the chat template without tools: rlbridge's agent
+    parses the calls, and with a chat template rlbridge renders the prompts with the tools' schemas."""
+    argv = _argv(tmp_path, "0.11.2", "reward=[]", "environment={name: digit_hint}")
+    assert argv[argv.index("--train.agent_func_path") + 1].endswith("rlbridge_agent.py")
+    cfg = load_config(write_config(tmp_path, MINIMAL), ["backend=openrlhf", "engine_env=auto", "engine_version=0.11.2", "reward=[]",
+                                                        "environment={name: digit_hint}", "model.use_chat_template=true"])
+    native = prepare(cfg).plan.native
+    assert [t["function"]["name"] for t in native["data"]["tools"]] == ["hint"]
+    assert "--data.apply_chat_template" not in native["args"] and native["args"][native["args"].index("--data.input_template") + 1] == "{}"
+    no_tools = prepare(load_config(write_config(tmp_path, MINIMAL), [
+        "backend=openrlhf", "engine_env=auto", "engine_version=0.11.2", "reward=[]", "environment={name: digit_turns}",
+        "model.use_chat_template=true"])).plan.native
+    assert no_tools["data"]["tools"] is None and "--data.apply_chat_template" in no_tools["args"]
 
 
 def test_rewards_are_scored_by_an_agent_executor_not_reward_func(tmp_path):

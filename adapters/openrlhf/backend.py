@@ -143,18 +143,22 @@ def _check_dtype(config: RunConfig) -> str | None:
 
 
 def _check_environment(config: RunConfig) -> str | None:
-    from rlbridge.contract.environments import environment_class
-
     if config.environment is None:
         return None
     if config.reward:
         return "with an environment OpenRLHF takes rewards from the agent only; move the reward into the environment or remove reward"
-    if environment_class(config.environment.model_dump()).tools:
-        return (
-            f"environment '{config.environment.name}' has tools, and OpenRLHF's agent executor has no tool-call "
-            "parsing; use backend: verl (verl tools) or an environment without tools"
-        )
     return None
+
+
+def _chat_tools(config: RunConfig) -> list[dict[str, Any]] | None:
+    """The environment's tool schemas for the chat template, which OpenRLHF applies without tools:
+    rlbridge then renders the prompts itself (--data.input_template {}). None without tools, or
+    without a chat template (the prompt's own text is then all the policy sees of them, as on TRL)."""
+    from rlbridge.contract.environments import environment_class, tool_schemas
+
+    if config.environment is None or not config.model.use_chat_template:
+        return None
+    return tool_schemas(environment_class(config.environment.model_dump())) or None
 
 
 def rollout_devices(config: RunConfig) -> int:
@@ -249,7 +253,8 @@ class OpenRLHFBackend(Backend):
                      note="--train.agent_func_path <generated executor scoring the engine's token ids>; one reward "
                           "model alone: --reward.model_name_or_path (OpenRLHF's reward-model actors)"),
             approximated("environment", ("train.agent_func_path", "launch.environment"),
-                         "OpenRLHF's multi-turn executor gives each turn the remaining --data.max_len budget, not rollout.max_new_tokens",
+                         "OpenRLHF's multi-turn executor gives each turn the remaining --data.max_len budget, not rollout.max_new_tokens; "
+                         "tool calls (hermes format) are parsed by rlbridge's agent, as on TRL",
                          check=_check_environment, when=lambda c: c.environment is not None),
             honoured("training.steps", ("data.max_samples", "train.num_episodes", "actor.lr_warmup_ratio"),
                      note="--data.max_samples = steps x batch_size, one episode"),
@@ -350,7 +355,8 @@ class OpenRLHFBackend(Backend):
             flags["algo.advantage.no_std_norm"] = True
         if algo.loss_aggregation == "seq_mean_token_mean":
             flags["actor.loss_agg_mode"] = "seq-mean-token-mean"
-        if config.model.use_chat_template and not config.model.chat_template_kwargs:
+        chat_tools = _chat_tools(config)
+        if config.model.use_chat_template and not config.model.chat_template_kwargs and not chat_tools:
             flags["data.apply_chat_template"] = True
         else:
             flags["data.input_template"] = "{}"
@@ -414,7 +420,8 @@ class OpenRLHFBackend(Backend):
             "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key,
                      # prompts rlbridge drops (over max_prompt_tokens) or renders (template arguments) itself
                      "drop_over": ro.max_prompt_tokens if ro.drop_overlong_prompts else None,
-                     "chat_template_kwargs": dict(config.model.chat_template_kwargs) or None},
+                     "chat_template_kwargs": dict(config.model.chat_template_kwargs) or None,
+                     "tools": chat_tools},
             "ray": {"address": config.resources.ray_address, "num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": logical_gpus},
             "cpu": gpus == 0,
             "env": env,

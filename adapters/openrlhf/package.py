@@ -12,5 +12,6 @@ TESTS = (
     "tests/engines/test_openrlhf_lora_sync_in_env.py",
     "tests/engines/test_openrlhf_token_ids_in_env.py",
     "tests/engines/test_openrlhf_stages_in_env.py",
+    "tests/engines/test_openrlhf_code_interpreter_in_env.py",
     "tests/test_openrlhf_plan.py",
 )

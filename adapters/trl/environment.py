@@ -29,15 +29,12 @@ TRL is scoring (the trainer subclass below records them), since `rollout_func` g
 from __future__ import annotations
 
 import inspect
-import json
-import re
 import traceback
 from typing import Any
 
-from rlbridge.contract.environments import environment_class, make_environment, tool_schemas
+from rlbridge.contract.environments import environment_class, make_environment, parse_tool_calls, tool_schemas
 from rlbridge.engine.engine_io import write_event
 
-TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 REWARD_FIELD = "rlbridge_environment_reward"
 
 
@@ -51,18 +48,6 @@ def trainer_class(base):
 
     RLBridgeGRPOTrainer.__name__ = base.__name__
     return RLBridgeGRPOTrainer
-
-
-def parse_tool_calls(text: str) -> list[tuple[str, Any]]:
-    """(name, arguments) of each hermes-format tool call in the text; unparsable JSON gives (None, error)."""
-    calls = []
-    for raw in TOOL_CALL.findall(text):
-        try:
-            call = json.loads(raw)
-            calls.append((str(call["name"]), call.get("arguments") or {}))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            calls.append((None, f"Invalid tool call {raw!r}: {exc}"))
-    return calls
 
 
 class EnvironmentRollout:
@@ -186,19 +171,10 @@ class EnvironmentRollout:
         return out
 
     def _call_tool(self, env, name: str | None, arguments: Any) -> str:
-        """The tool's text, or an error message the policy sees (as TRL's and verl's tool loops do)."""
-        from rlbridge.engine.workers import call_environment_tool
+        """The tool's text, or an error message the policy sees (rlbridge.engine.workers.tool_call_text)."""
+        from rlbridge.engine.workers import tool_call_text
 
-        if name is None:
-            return str(arguments)
-        if name not in self.env_class.tools:
-            return f"Unknown function '{name}'. Available tools: {sorted(self.env_class.tools)}"
-        if not isinstance(arguments, dict):
-            return f"Invalid arguments for '{name}': expected an object, got {arguments!r}"
-        try:
-            return call_environment_tool(env, name, arguments)
-        except Exception as exc:
-            return f"Error executing tool '{name}': {type(exc).__name__}: {exc}"
+        return tool_call_text(env, name, arguments)
 
     @staticmethod
     def _guard(method, *args):

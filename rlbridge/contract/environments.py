@@ -6,6 +6,7 @@ an AgentExecutor); a backend that cannot rejects `environment`."""
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import typing
 from abc import ABC, abstractmethod
@@ -61,6 +62,23 @@ def environment_class(spec: dict[str, Any]) -> type[Environment]:
 
     factory = get_plugin_manager().get("environment", spec["name"], "environment.name").factory
     return factory if isinstance(factory, type) else type(factory(**spec.get("args", {})))
+
+
+TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+"""A hermes-format tool call (the format verl parses too): the one rlbridge parses itself where an
+engine has no tool-call parsing of its own (TRL's rollout_func, OpenRLHF's agent executor)."""
+
+
+def parse_tool_calls(text: str) -> list[tuple[str | None, Any]]:
+    """(name, arguments) of each hermes-format tool call in the text; unparsable JSON gives (None, error)."""
+    calls: list[tuple[str | None, Any]] = []
+    for raw in TOOL_CALL.findall(text):
+        try:
+            call = json.loads(raw)
+            calls.append((str(call["name"]), call.get("arguments") or {}))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            calls.append((None, f"Invalid tool call {raw!r}: {exc}"))
+    return calls
 
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}

@@ -806,6 +806,23 @@ def call_environment_tool(env: Any, name: str, arguments: dict, scorer: RewardSc
     return str(text)
 
 
+def tool_call_text(env: Any, name: str | None, arguments: Any, scorer: RewardScorer | None = None) -> str:
+    """The text the policy sees for one parsed tool call (rlbridge.contract.environments.parse_tool_calls):
+    the tool's output through call_environment_tool, or an error message (an unparsable call, an
+    unknown tool, arguments that are no object, a tool that raised), as TRL's and verl's tool loops do."""
+    if name is None:
+        return str(arguments)
+    tools = type(env).tools
+    if name not in tools:
+        return f"Unknown function '{name}'. Available tools: {sorted(tools)}"
+    if not isinstance(arguments, dict):
+        return f"Invalid arguments for '{name}': expected an object, got {arguments!r}"
+    try:
+        return call_environment_tool(env, name, arguments, scorer)
+    except Exception as exc:
+        return f"Error executing tool '{name}': {type(exc).__name__}: {exc}"
+
+
 def step_environment(env: Any, action: str, scorer: RewardScorer | None = None) -> Any:
     """`env.step(action)` through the run's worker pool: a step that hangs, crashes its worker,
     raises or returns a NaN/inf reward is counted like a reward fault (reward/timeouts, ...) and,
