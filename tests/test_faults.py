@@ -464,6 +464,16 @@ def test_the_stuck_process_is_the_one_in_plugin_code_not_an_idle_peer_or_the_wai
     assert stacks.stuck(procs)["frame"].startswith("all_reduce ("), stacks.stuck(procs)
 
 
+def test_a_ray_actor_running_a_method_is_named_with_its_canonical_roles():
+    # Ray names a busy actor's process ray::Class.method: OpenRLHF 0.11.2's stopped policy actor was
+    # 'ray::PolicyModelActor.save_checkpoint' (the conformance suite's stopped-actor run)
+    from rlbridge.run.failures import role_of
+
+    table = {"PolicyModelActor": ("actor",), "WorkerDict": ("actor", "rollout", "reference")}
+    assert role_of("Ray actor PolicyModelActor.save_checkpoint (pid 593)", table) == "Ray actor PolicyModelActor.save_checkpoint (actor)"
+    assert role_of("Ray actor WorkerDict (pid 7)", table) == "Ray actor WorkerDict (actor/rollout/reference)"
+
+
 def test_an_engine_process_that_ended_with_its_own_exception_did_not_die(tmp_path):
     """The engine process (its own process) raised and exited 1: its exception is the cause (here a bug:
     'error', not retried), not a process that died (retried); only a signal, or an exit without an

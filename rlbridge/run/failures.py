@@ -327,7 +327,7 @@ def role_of(process: str, actor_roles: dict[str, tuple[str, ...]], kind: str = "
 
         if any(c in name for c in VLLM_CLASSES):
             return f"vLLM engine (Ray actor {name})"
-        roles = roles_of(name, actor_roles)
+        roles = roles_of(name.split(".")[0], actor_roles)  # ray::Class.method while it runs one
         return f"Ray actor {name}" + (f" ({'/'.join(roles)})" if roles else "")
     if "Ray driver" in process:
         return "trainer (Ray driver)"
