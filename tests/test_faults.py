@@ -474,6 +474,14 @@ def test_a_ray_actor_running_a_method_is_named_with_its_canonical_roles():
     assert role_of("Ray actor WorkerDict (pid 7)", table) == "Ray actor WorkerDict (actor/rollout/reference)"
 
 
+def test_doctor_names_a_hang_restart_s_frame_and_stacks(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "steps": 4, "backend": "verl", "restarts": [
+        {"n": 1, "after_step": 2, "kind": "hang", "process": "Ray actor WorkerDict (pid 7)", "from_checkpoint": "/c/global_step_2",
+         "frame": "Worker.main_loop (ray/_private/worker.py:1069)", "stacks": "/r/stacks/hang-1.txt"}]}))
+    assert explain(tmp_path)[1] == ("restart 1 after step 2: hang in Ray actor WorkerDict (pid 7) (resumed from /c/global_step_2); "
+                                    "it was in Worker.main_loop (ray/_private/worker.py:1069), stacks in /r/stacks/hang-1.txt")
+
+
 def test_an_engine_process_that_ended_with_its_own_exception_did_not_die(tmp_path):
     """The engine process (its own process) raised and exited 1: its exception is the cause (here a bug:
     'error', not retried), not a process that died (retried); only a signal, or an exit without an

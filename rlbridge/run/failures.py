@@ -494,7 +494,8 @@ def explain(run_dir: Path | str) -> list[str]:
     lines.append(f"{run_dir}: {status} after {steps} step(s) on {summary.get('backend')} {summary.get('engine_version') or ''}".rstrip())
     for r in summary.get("restarts", []):
         lines.append(f"restart {r['n']} after step {r.get('after_step')}: {r.get('kind')} in {r.get('process')} "
-                     f"(resumed from {r.get('from_checkpoint') or 'the start'})")
+                     f"(resumed from {r.get('from_checkpoint') or 'the start'})"
+                     + (f"; it was in {r['frame']}, stacks in {r['stacks']}" if r.get("stacks") else ""))
     failure = summary.get("failure")
     if status == "completed" or not failure:
         if summary.get("error"):

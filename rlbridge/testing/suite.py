@@ -615,6 +615,10 @@ def test_a_stopped_ray_actor_is_a_hang_named_with_its_stacks_and_the_run_restart
     assert "trainer (engine process)" in roles, roles
     text = Path(restart["stacks"]).read_text()
     assert f"stuck: {restart['process']}" in text and "(stopped: SIGSTOP)" in text, text[:2000]
+    from rlbridge.run.failures import explain
+
+    doctor = explain(run)  # rlbridge doctor RUN_DIR
+    assert any(line.startswith("restart 1 after step 2: hang in") and restart["stacks"] in line for line in doctor), doctor
     print(f"stopped {stopped}; restart {restart}")
 
 
