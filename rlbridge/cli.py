@@ -113,13 +113,15 @@ def reproduce(
     run_dir: Path = typer.Argument(..., help="A finished run's directory (it holds manifest.json and config.yaml)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where the rerun writes (default: RUN_DIR-reproduce)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    rebuild: bool = typer.Option(True, "--rebuild/--no-rebuild", help="When no engine environment matches the manifest, build one from its engine's recipe and pin the manifest's versions (--no-rebuild: refuse, naming the differences)."),
 ) -> None:
     """Rerun RUN_DIR in an engine environment matching its manifest, into a new directory, and compare the
     two step by step: identical, same within noise, or different (naming the first step and metric that
     differ, and what in the manifests differs). Exit code 1 when different."""
     from rlbridge.run.reproduce import describe, reproduce as run_reproduce
 
-    report = run_reproduce(run_dir, output, progress=False if no_progress else None)
+    report = run_reproduce(run_dir, output, progress=False if no_progress else None, rebuild=rebuild,
+                           echo=lambda line: print(line, file=sys.stderr))
     out.print(escape(describe(report)), highlight=False)
     if report["verdict"] == "different":
         raise typer.Exit(1)

@@ -78,11 +78,77 @@ def test_reproduce_refuses_an_environment_it_cannot_match_and_names_the_packages
     manifest["engine_env"]["packages"]["ghost-distribution"] = "1.0"
     (changed / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ReproduceError) as err:
-        reproduce(changed, tmp_path / "never")
+        reproduce(changed, tmp_path / "never", rebuild=False)
     here = importlib.metadata.version("torch")
     assert f"package torch: 2.0.1 -> {here}" in str(err.value)
     assert "package ghost-distribution: 1.0 -> absent" in str(err.value)
     assert not (tmp_path / "never").exists()  # nothing ran
+
+
+def test_reproduce_rebuilds_a_missing_environment_from_its_recipe_and_pins_the_manifest_versions(finished_run, tmp_path, monkeypatch):
+    """No environment matches: reproduce builds one through the recipes (rlbridge.envs.create, here a
+    recipe of small wheels from the local index, and tomli 2.4.1 standing in for rlbridge's own install),
+    beside the existing environments, then pins the manifest's versions (tomli down to 2.4.0, setuptools
+    removed). A version no index has is refused by name, with the rebuilt environment's path."""
+    import ensurepip
+
+    import yaml
+
+    from rlbridge.envs import create as envs
+    from rlbridge.envs.provenance import package_set, site_dirs
+    from rlbridge.run.reproduce import ReproduceError, rebuild_environment
+
+    recipes = tmp_path / "engines.yaml"
+    recipes.write_text(yaml.safe_dump({"trl": {"default": "1.16.0", "distribution": "trl", "torch": "six==1.17.0",
+                                               "versions": {"1.16.0": {"requirement": "iniconfig==2.3.0"}}}}))
+    monkeypatch.setenv("RLBRIDGE_RECIPES", str(recipes))
+    monkeypatch.setenv("RLBRIDGE_INSTALLER", "pip")
+    monkeypatch.setattr(envs, "_rlbridge_source", lambda extras=(): ["tomli==2.4.1"])
+    existing = envs.env_path("trl", "1.16.0")
+    existing.mkdir(parents=True)
+    (existing / "keep").write_text("an environment of the user's")
+    manifest = json.loads((finished_run / "manifest.json").read_text())
+    wanted = {"pip": ensurepip.version(), "six": "1.17.0", "iniconfig": "2.3.0", "tomli": "2.4.0"}
+    manifest["engine_env"].update(packages=wanted, packages_sha256="ab" * 32,
+                                  python=str(envs.envs_dir() / "trl-1.16.0" / "bin" / "python"))
+    lines = []
+    python = rebuild_environment(manifest, echo=lines.append)
+    assert python == envs.envs_dir() / f"trl-1.16.0-reproduce-{'ab' * 6}" / "bin" / "python"
+    assert package_set(site_dirs(python)) == wanted
+    assert any(line.startswith("pinning 1 distribution(s) to the manifest's versions: tomli==2.4.0") for line in lines), lines
+    assert any(line.startswith("removing 1 distribution(s) the manifest does not have: setuptools") for line in lines), lines
+    assert (existing / "keep").read_text() == "an environment of the user's"  # built beside it
+    manifest["engine_env"]["packages"] = {**wanted, "six": "0.0.1"}  # no index has it
+    with pytest.raises(ReproduceError) as err:
+        rebuild_environment(manifest, echo=lines.append)
+    assert f"rebuilt at {python.parent.parent} from the trl==1.16.0 recipe still differs" in str(err.value)
+    assert "package six: 0.0.1 -> 1.17.0" in str(err.value)
+
+
+def test_reproduce_refuses_to_rebuild_for_another_python_or_an_engine_version_without_a_recipe(finished_run, tmp_path):
+    from rlbridge.run.reproduce import ReproduceError, rebuild_spec, reproduce
+
+    changed = tmp_path / "other-python"
+    shutil.copytree(finished_run, changed)
+    manifest = json.loads((changed / "manifest.json").read_text())
+    manifest["engine_env"]["python_version"] = "3.9.18"
+    manifest["engine_env"]["packages"]["ghost-distribution"] = "1.0"  # so nothing here matches
+    (changed / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ReproduceError) as err:
+        reproduce(changed, tmp_path / "never")
+    assert f"it ran Python 3.9.18, and an environment built here runs this one's, {sys.version.split()[0]}" in str(err.value)
+    assert "before rebuilding: no engine environment here matches" in str(err.value)
+    assert "python 3.9.18 -> " in str(err.value)
+    assert not (tmp_path / "never").exists()
+    manifest["engine_env"]["python"] = "/somewhere/envs/trl-1.16.0-vllm/bin/python"
+    assert rebuild_spec(manifest) == "trl==1.16.0-vllm"  # the label of the environment it ran in
+    manifest["engine_env"]["python"] = "/somewhere/.venv/bin/python"
+    manifest["job"]["engine_version"] = "0.0.7"
+    assert rebuild_spec(manifest) == "trl==0.0.7"
+    manifest["engine_env"]["python_version"] = sys.version.split()[0]
+    (changed / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ReproduceError, match=r"cannot rebuild the run's environment \(trl==0.0.7\).*no recipe for trl==0.0.7"):
+        reproduce(changed, tmp_path / "never")
 
 
 def test_reproduce_names_the_first_differing_step_and_what_in_the_manifests_differs(finished_run, tmp_path):
@@ -118,6 +184,9 @@ def test_compare_verdicts():
     base = [{"step": s, "reward/mean": 0.1 * s, "loss/policy": 0.01, "timing/step_s": 1.0 + s} for s in range(1, 9)]
     timing_only = [{**r, "timing/step_s": 9.0} for r in base]
     assert compare(base, timing_only)["verdict"] == "identical"  # timings are measured, not computed
+    idle = [{**r, "async/rollout_idle_s": 0.1 * r["step"], "async/staleness_max": 0} for r in base]
+    assert compare([{**r, "async/staleness_max": 0} for r in base], idle)["verdict"] == "identical"  # so are durations
+    assert compare(idle, [{**r, "async/staleness_max": 1} for r in idle])["first_difference"]["metric"] == "async/staleness_max"
     noisy = [{**r, "reward/mean": r["reward/mean"] + (0.01 if r["step"] % 2 else -0.01)} for r in base]
     out = compare(base, noisy)
     assert out["verdict"] == "same within noise" and out["first_difference"]["step"] == 1
@@ -173,9 +242,68 @@ def test_per_request_seeds_differ_within_a_group_and_repeat_across_runs():
     assert len(set(group)) == 8 and group == [verl.request_seed(5, {"step": 3, "sample_index": 11, "rollout_n": n,
                                                                        "validate": False}) for n in range(8)]
     assert verl.request_seed(6, {"step": 3, "sample_index": 11, "rollout_n": 0, "validate": False}) != group[0]
-    requests = [openrlhf.request_seed("5", "1111", n) for n in range(8)]
-    assert len(set(requests)) == 8 and openrlhf.request_seed("6", "1111", 0) != requests[0]
+    requests = [openrlhf.request_seed("5", "1111", 3, n) for n in range(8)]
+    assert len(set(requests)) == 8 and openrlhf.request_seed("6", "1111", 3, 0) != requests[0]
+    assert openrlhf.request_seed("5", "1111", 4, 0) != requests[0]  # the same prompt dispatched again: new seeds
     assert all(0 <= s < 2**32 for s in group + requests)  # vLLM's SamplingParams.seed range
+
+
+def test_openrlhf_prompts_are_numbered_in_dispatch_order_and_samples_seeded_from_it(monkeypatch):
+    """The rollout actor may start the generate_responses calls of a step in any order (Ray's async
+    actors): the seeds come from the driver's dispatch order and each sample's number in its call."""
+    import asyncio
+    from dataclasses import dataclass
+
+    from rlbridge_adapters.openrlhf.patches import determinism
+
+    @dataclass
+    class Params:  # vLLM's SamplingParams, as far as the patch touches it
+        seed: int | None = None
+        extra_args: dict | None = None
+
+    sent = []
+
+    class Method:
+        def remote(self, **kwargs):
+            sent.append(kwargs)
+            return len(sent)
+
+    class Engine:
+        generate_responses = Method()
+
+    class Generator:
+        pass
+
+    monkeypatch.setenv(determinism.SEED_ENV, "11")
+    generator, shared = Generator(), Params()
+    engine = determinism._NumberingEngine(Engine(), generator)
+    for prompt in ("7777", "1111", "7777"):
+        engine.generate_responses.remote(prompt=prompt, sampling_params=shared)
+    assert [k["sampling_params"].extra_args for k in sent] == [{determinism.DISPATCHED: n} for n in range(3)]
+    assert shared == Params()  # the generator's own params are not touched
+
+    class Executor:
+        seen = []
+
+        async def execute(self, prompt, label, sampling_params, *args, **kwargs):
+            await asyncio.sleep(0)
+            self.seen.append((prompt, sampling_params.seed, sampling_params.extra_args))
+
+    agent = type("agent", (), {"SingleTurnAgentExecutor": Executor, "MultiTurnAgentExecutor": type("M", (Executor,), {})})
+    hooks = []
+    original = determinism.when_imported
+    determinism.when_imported = lambda name, hook: hooks.append((name, hook))
+    try:
+        determinism._per_request_seeds()
+    finally:
+        determinism.when_imported = original
+    dict(hooks)["openrlhf.utils.agent"](agent)
+
+    async def generate_responses(params, n):  # vllm_engine.py: n executions sharing one SamplingParams
+        return await asyncio.gather(*[Executor().execute(sent[2]["prompt"], "", params) for _ in range(n)])
+
+    asyncio.run(generate_responses(sent[2]["sampling_params"], 4))
+    assert Executor.seen == [("7777", determinism.request_seed("11", "7777", 2, j), None) for j in range(4)]
 
 
 def test_openrlhf_rollout_results_are_taken_in_dispatch_order():

@@ -184,15 +184,16 @@ def _run(cmd: list[str], env: dict[str, str], log: Path, what: str) -> None:
         )
 
 
-def create(spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, ...] = ()) -> Path:
+def create(spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, ...] = (), path: Path | None = None) -> Path:
     """Create (or finish) the environment; `extras` are rlbridge plugin extras (PLUGIN_EXTRAS) to
-    install with rlbridge."""
+    install with rlbridge; `path` puts it somewhere other than the recipe's own place (`rlbridge
+    reproduce` builds one beside the others, never over them)."""
     unknown = [e for e in extras if e not in PLUGIN_EXTRAS]
     if unknown:
         raise EnvError(f"--with: unknown plugin extra {', '.join(unknown)}; known: {', '.join(PLUGIN_EXTRAS)}")
     extras = tuple(sorted(set(extras)))
     recipe = recipe_for(spec, cuda)
-    path = env_path(recipe.engine, recipe.label)
+    path = env_path(recipe.engine, recipe.label) if path is None else Path(path)
     installer = _installer()
     stages: list[tuple[str, Any, list[str] | None]] = [
         ("venv", {"python": sys.version.split()[0]}, None),
@@ -244,6 +245,38 @@ def create(spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, .
         echo(f"    done in {time.time() - started:.0f} s")
     (path / ".rlbridge" / "recipe.json").write_text(json.dumps(recipe.__dict__, indent=2))
     return path
+
+
+def pin_packages(path: Path, wanted: dict[str, str], echo=print) -> None:
+    """Make the environment's distributions those of `wanted` (name -> version, as a run manifest
+    records them): install every one whose version differs or that is missing, without dependencies
+    (`wanted` names them all), and uninstall those `wanted` lacks. A version no index has is left as
+    it is (the caller compares again and names it)."""
+    from rlbridge.envs.provenance import package_set, site_dirs
+
+    python = env_python(path)
+    installer = _installer()
+    log = path.parent / f"{path.name}.install.log"
+    have = package_set(site_dirs(python))
+    install = [f"{name}=={version}" for name, version in sorted(wanted.items()) if have.get(name) != version]
+    extra = sorted(set(have) - set(wanted))
+    if install:
+        echo(f"pinning {len(install)} distribution(s) to the manifest's versions: {' '.join(install[:8])}"
+             + (" ..." if len(install) > 8 else ""))
+        try:
+            _run(_pip_cmd(path, installer, ["--no-deps", *install]), {}, log, "pinning the manifest's versions")
+        except EnvError:
+            for requirement in install if len(install) > 1 else []:  # one at a time: the others still get pinned
+                try:
+                    _run(_pip_cmd(path, installer, ["--no-deps", requirement]), {}, log, f"installing {requirement}")
+                except EnvError:
+                    echo(f"    {requirement}: not installable here (see {log})")
+    if extra:
+        echo(f"removing {len(extra)} distribution(s) the manifest does not have: {' '.join(extra[:8])}"
+             + (" ..." if len(extra) > 8 else ""))
+        cmd = (["uv", "pip", "uninstall", "--python", str(python)] if installer == "uv"
+               else [str(python), "-m", "pip", "uninstall", "-y"])
+        _run([*cmd, *extra], {}, log, f"removing {', '.join(extra)}")
 
 
 def is_complete(path: Path) -> bool:

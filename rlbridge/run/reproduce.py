@@ -22,8 +22,15 @@ from typing import Any
 from rlbridge.errors import RLBridgeError
 from rlbridge.run import manifest as manifests
 
-# measured, not computed: they differ between any two runs
+# measured, not computed: they differ between any two runs (as do durations elsewhere, named *_s:
+# async/rollout_idle_s, rollout/backpressure_s)
 UNCOMPARED_PREFIXES = ("timing/", "throughput/", "memory/")
+DURATION_SUFFIX = "_s"
+
+
+def compared(metric: str) -> bool:
+    """Whether two runs that computed the same thing must agree on `metric` (not a time or a rate)."""
+    return metric != "step" and not metric.startswith(UNCOMPARED_PREFIXES) and not metric.endswith(DURATION_SUFFIX)
 NOISE_METRIC = "reward/mean"
 REPORT_FILE = "reproduce.json"
 
@@ -48,19 +55,30 @@ def candidate_pythons(recorded: str | None) -> list[Path | None]:
     return found
 
 
-def find_environment(manifest: dict[str, Any]) -> Path | None:
-    """The Python of an environment whose package set and Python version are the manifest's (None:
-    this process's). Raises ReproduceError naming the differences to the closest one when none matches."""
+def environment_differences(manifest: dict[str, Any], python: Path | None) -> list[str]:
+    """What in the environment of `python` (None: this process's) differs from the manifest's: its
+    Python version, then every package (`package torch: 2.0.1 -> 2.13.0`)."""
     from rlbridge.envs.provenance import package_set, site_dirs
 
     wanted = manifest["engine_env"]
+    diffs = manifests.package_differences(wanted["packages"], package_set(site_dirs(python)))
+    version = manifests._env_python_version(python)
+    if version != wanted.get("python_version"):
+        diffs.insert(0, f"python {wanted.get('python_version')} -> {version}")
+    return diffs
+
+
+def _shown(diffs: list[str]) -> str:
+    return "; ".join(diffs[:12]) + (f"; and {len(diffs) - 12} more" if len(diffs) > 12 else "")
+
+
+def find_environment(manifest: dict[str, Any]) -> Path | None:
+    """The Python of an environment whose package set and Python version are the manifest's (None:
+    this process's). Raises ReproduceError naming the differences to the closest one when none matches."""
+    wanted = manifest["engine_env"]
     closest: tuple[int, str, list[str]] | None = None
     for python in candidate_pythons(wanted.get("python")):
-        packages = package_set(site_dirs(python))
-        version = manifests._env_python_version(python)
-        diffs = manifests.package_differences(wanted["packages"], packages)
-        if version != wanted.get("python_version"):
-            diffs.insert(0, f"python {wanted.get('python_version')} -> {version}")
+        diffs = environment_differences(manifest, python)
         if not diffs:
             return python
         where = str(python) if python else sys.executable
@@ -68,13 +86,57 @@ def find_environment(manifest: dict[str, Any]) -> Path | None:
             closest = (len(diffs), where, diffs)
     assert closest is not None
     _, where, diffs = closest
-    shown = "; ".join(diffs[:12]) + (f"; and {len(diffs) - 12} more" if len(diffs) > 12 else "")
     raise ReproduceError(
         f"no engine environment here matches the run's manifest ({len(wanted['packages'])} packages, "
-        f"sha256 {wanted.get('packages_sha256', '')[:12]}); the closest, {where}, differs: {shown}. Install exactly "
-        f"manifest.json's engine_env.packages into an environment (e.g. `rlbridge env create` then pip install the "
-        f"differing versions) and run reproduce again"
+        f"sha256 {wanted.get('packages_sha256', '')[:12]}); the closest, {where}, differs: {_shown(diffs)}. Install exactly "
+        f"manifest.json's engine_env.packages into an environment (or let `rlbridge reproduce` rebuild one: "
+        f"without --no-rebuild) and run reproduce again"
     )
+
+
+def rebuild_spec(manifest: dict[str, Any]) -> str:
+    """The engine recipe (compat_matrix/engines.yaml) to start a rebuild from: the label of the
+    environment the run used (e.g. trl 1.16.0-vllm), else the engine's recorded version."""
+    job = manifest["job"]
+    engine, version = job["backend"], job.get("engine_version")
+    used = Path(manifest["engine_env"].get("python") or "").parent.parent.name  # <envs>/<engine>-<label>/bin/python
+    if used.startswith(f"{engine}-"):
+        version = used[len(engine) + 1:].split(REBUILT_MARK)[0]
+    if not version:
+        raise ReproduceError(f"the manifest names no {engine} version (job.engine_version): nothing to rebuild from")
+    return f"{engine}=={version}"
+
+
+REBUILT_MARK = "-reproduce-"  # <envs>/<engine>-<label>-reproduce-<packages sha256>: environments rebuilt here
+
+
+def rebuild_environment(manifest: dict[str, Any], echo=print) -> Path:
+    """Build an engine environment for the manifest through the environment recipes (rlbridge.envs.create,
+    beside the existing ones, which it never touches), then pin every distribution to the manifest's
+    version. Returns its Python; raises ReproduceError naming what still differs when it cannot."""
+    from rlbridge.envs.create import EnvError, create, env_python, envs_dir, pin_packages
+
+    wanted = manifest["engine_env"]
+    here = manifests._env_python_version(None)  # a rebuilt environment runs this Python (rlbridge.envs.create)
+    if wanted.get("python_version") and wanted["python_version"] != here:
+        raise ReproduceError(f"cannot rebuild the run's environment: it ran Python {wanted['python_version']}, and an "
+                             f"environment built here runs this one's, {here}. Run reproduce with a Python "
+                             f"{wanted['python_version']}")
+    spec = rebuild_spec(manifest)
+    engine, _, label = spec.partition("==")
+    path = envs_dir() / f"{engine}-{label}{REBUILT_MARK}{wanted.get('packages_sha256', 'unknown')[:12]}"
+    echo(f"no engine environment matches the manifest: building {path} from the {spec} recipe, then pinning the manifest's versions")
+    try:
+        create(spec, echo=echo, path=path)
+        pin_packages(path, wanted["packages"], echo=echo)
+    except EnvError as err:
+        raise ReproduceError(f"cannot rebuild the run's environment ({spec}) at {path}: {err}") from err
+    python = env_python(path)
+    diffs = environment_differences(manifest, python)
+    if diffs:
+        raise ReproduceError(f"the environment rebuilt at {path} from the {spec} recipe still differs from the run's "
+                             f"manifest: {_shown(diffs)}. Install those versions there (or drop them) and run reproduce again")
+    return python
 
 
 def rerun_dir(run_dir: Path) -> Path:
@@ -84,9 +146,11 @@ def rerun_dir(run_dir: Path) -> Path:
     return candidate
 
 
-def reproduce(run_dir: Path | str, output: Path | str | None = None, progress: bool | None = False) -> dict[str, Any]:
+def reproduce(run_dir: Path | str, output: Path | str | None = None, progress: bool | None = False,
+              rebuild: bool = True, echo=print) -> dict[str, Any]:
     """Rerun RUN_DIR's job into `output` (default RUN_DIR-reproduce) and compare; returns the report
-    (also written to the new directory as reproduce.json)."""
+    (also written to the new directory as reproduce.json). With no matching environment, `rebuild`
+    builds one (rebuild_environment); without it, or when that fails, ReproduceError names the differences."""
     from rlbridge.run.loading import load_config
     from rlbridge.run.runner import train
 
@@ -94,7 +158,15 @@ def reproduce(run_dir: Path | str, output: Path | str | None = None, progress: b
     if not (run_dir / manifests.MANIFEST_FILE).exists():
         raise ReproduceError(f"{run_dir}: no {manifests.MANIFEST_FILE} (the run predates run manifests, or this is not a run directory)")
     original = manifests.read(run_dir)
-    python = find_environment(original)
+    try:
+        python = find_environment(original)
+    except ReproduceError as refused:
+        if not rebuild:
+            raise
+        try:
+            python = rebuild_environment(original, echo=echo)
+        except ReproduceError as failed:
+            raise ReproduceError(f"{failed} (before rebuilding: {refused})") from failed
     new_dir = Path(output) if output is not None else rerun_dir(run_dir)
     if new_dir.resolve() == run_dir.resolve():
         raise ReproduceError("--output: the rerun needs a directory of its own, not the original run's")
@@ -137,7 +209,7 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
                      "rerun": "present" if rb else "missing"}
             break
         for metric in sorted(set(ra) | set(rb)):
-            if metric == "step" or metric.startswith(UNCOMPARED_PREFIXES):
+            if not compared(metric):
                 continue
             if not _equal(ra.get(metric), rb.get(metric)):
                 first = {"step": step, "metric": metric, "original": ra.get(metric), "rerun": rb.get(metric)}
@@ -149,8 +221,7 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
         out["verdict"] = "identical" if a else "nothing to compare (no steps)"
         return out
     # the bench's test, per metric, on the per-step values of each run (steps stand in for seeds)
-    metrics = sorted({m for row in a + b for m, v in row.items()
-                      if m != "step" and not m.startswith(UNCOMPARED_PREFIXES) and isinstance(v, (int, float))})
+    metrics = sorted({m for row in a + b for m, v in row.items() if compared(m) and isinstance(v, (int, float))})
     tests = {}
     for metric in metrics:
         tests[metric] = verdict([row.get(metric) for row in a], [row.get(metric) for row in b])
