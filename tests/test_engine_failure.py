@@ -1,7 +1,7 @@
 """An engine process that dies is named: Ray's nested error (the driver's task failed because an
 actor it called died) is read down to the actor that died, its pid, how, and its log."""
 
-from rlbridge.engine.engine_io import describe_ray_failure
+from rlbridge.engine.ray_failures import describe_ray_failure
 
 # the shape of what verl 0.9.1's driver raised when its WorkerDict was SIGKILLed (ray 2.60)
 RAY_ERROR = """ray::TaskRunner.run() (pid=9282, ip=192.0.2.2, actor_id=abc, repr=<verl.trainer.main_ppo.TaskRunner object at 0x7f>)

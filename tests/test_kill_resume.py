@@ -133,7 +133,7 @@ def test_openrlhf_actor_and_critic_resume_from_the_same_step(tmp_path):
 def test_checkpoints_are_reported_once_complete(tmp_path):
     """The checkpoint hook promises a complete checkpoint: the follower reports a directory only once
     the adapter's check passes, and one a killed run left incomplete once the resumed run saved it."""
-    from rlbridge.engine.engine_io import EventFollower
+    from rlbridge.engine.follower import EventFollower
     from rlbridge_adapters.verl.train import checkpoint_complete
 
     reported = []

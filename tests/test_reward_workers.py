@@ -394,7 +394,7 @@ def test_extra_metrics_travel_with_each_call_and_become_step_metrics(tmp_path, m
     event, and the event follower logs their sample-weighted mean as reward/<plugin>/<key>."""
     import threading
 
-    from rlbridge.engine import engine_io
+    from rlbridge.engine.follower import EventFollower
 
     inputs = rows(6)
     inputs[0].completion = "hit"
@@ -417,7 +417,7 @@ def test_extra_metrics_travel_with_each_call_and_become_step_metrics(tmp_path, m
              {"kind": "reward_metrics", "n": 1, "metrics": {"f": {"chars": 0.0}}},
              {"kind": "metrics", "step": 1, "data": {}}, {"kind": "metrics", "step": 2, "data": {}}]
     events.write_text("".join(json.dumps(e) + "\n" for e in lines))
-    follower = engine_io.EventFollower(events, Ctx(), to_canonical=lambda native, rewards: dict(rewards), is_step=lambda n: True)
+    follower = EventFollower(events, Ctx(), to_canonical=lambda native, rewards: dict(rewards), is_step=lambda n: True)
     follower.stop.set()
     follower._follow()
     assert Ctx.steps[0]["reward/f/chars"] == 3.0 and "reward/f/chars" not in Ctx.steps[1]

@@ -416,7 +416,8 @@ def test_engine_reward_events_become_the_steps_samples_and_cross_the_child_pipe(
 
     from rlbridge.contract.rewards import RewardInput
     from rlbridge.engine.child import ChildContext
-    from rlbridge.engine.engine_io import EventFollower, batch_reward_event, sample_fields
+    from rlbridge.engine.events import reward_batch, reward_sample
+    from rlbridge.engine.follower import EventFollower
     from rlbridge_adapters.verl.metrics import to_canonical
 
     def x(prompt, completion):
@@ -426,11 +427,11 @@ def test_engine_reward_events_become_the_steps_samples_and_cross_the_child_pipe(
     follower = EventFollower(tmp_path / "events.jsonl", ctx, to_canonical, lambda native: "actor/pg_loss" in native)
     # step 1: per-sample events, as verl 0.9's reward loop and OpenRLHF's reward executor write them
     for p, c, total in [("1111", "11", 1.0), ("2222", "2a", 0.5), ("3333", "zz", 0.0)]:
-        follower._handle({"kind": "reward_sample", "total": total, "plugins": {"digit_match": total}, **sample_fields(x(p, c))})
+        follower._handle(reward_sample(total, {"digit_match": total}, x(p, c)))
     follower._handle({"kind": "metrics", "step": 1, "data": {"actor/pg_loss": 0.1}})
     # step 2: one batch event, as verl 0.5's reward manager writes it
     inputs = [x("4444", "44"), x("5555", "5")]
-    follower._handle(batch_reward_event(inputs, [1.0, 1.0], {"digit_match": [1.0, 1.0]}, train=True))
+    follower._handle(reward_batch(inputs, [1.0, 1.0], {"digit_match": [1.0, 1.0]}, train=True))
     follower._handle({"kind": "metrics", "step": 2, "data": {"actor/pg_loss": 0.2}})
     (s1, m1, rows1, totals1), (s2, m2, rows2, totals2) = ctx.steps
     assert [r["completion"] for r in rows1] == ["11", "2a", "zz"] and totals1 == [1.0, 0.5, 0.0]

@@ -17,12 +17,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import traceback
 
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-from rlbridge.engine.engine_io import write_event
+from rlbridge.engine.events import reward_error, reward_sample, write_event
 from rlbridge.contract.environments import make_environment, parse_tool_calls
 
 ENVIRONMENT_ENV = "RLBRIDGE_ENVIRONMENT"
@@ -59,13 +58,13 @@ class RLBridgeEpisode(AgentInstanceBase):
             try:  # the worker pool: timeouts and fault counts
                 result = await asyncio.to_thread(step_environment, self.env, action)
             except Exception as exc:  # OpenRLHF would swallow it: record it, then let it fail the episode
-                write_event({"kind": "reward_error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+                write_event(reward_error(exc))
                 raise
             reward, feedback = float(result.reward), result.feedback
             done = result.done or last or self._budget_spent(states, feedback)
         self.total += reward
         if done:
-            write_event({"kind": "reward_sample", "total": self.total, "plugins": {self.spec["name"]: self.total}})
+            write_event(reward_sample(self.total, {self.spec["name"]: self.total}))
         return {
             "rewards": torch.tensor([reward]),
             "scores": torch.tensor([reward]),

@@ -3,7 +3,7 @@ patches, and a copy of each TensorBoard training log (one per step) into the run
 
 from __future__ import annotations
 
-from rlbridge.engine.engine_io import write_event
+from rlbridge.engine.events import engine_metrics, synced_weights, write_event
 from rlbridge.contract.metrics import numbers
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import apply_from_environment
@@ -51,7 +51,7 @@ def _instrument_weight_sync(module) -> None:
         sent["bytes"] += numel * dtype.itemsize
         sent["tensors"] += 1
         if empty_cache:  # the last tensor of this sync
-            write_event({"kind": "weight_sync", **sent})
+            write_event(synced_weights(sent["bytes"], sent["tensors"]))
             sent["bytes"] = sent["tensors"] = 0
         return result
 
@@ -66,7 +66,7 @@ def _instrument_logger(module) -> None:
         return
 
     def log_train(self, global_step, logs_dict):
-        write_event({"kind": "metrics", "step": int(global_step), "data": numbers(logs_dict)})
+        write_event(engine_metrics(global_step, numbers(logs_dict)))
         return original(self, global_step, logs_dict)
 
     log_train._rlbridge = True
@@ -74,7 +74,7 @@ def _instrument_logger(module) -> None:
     original_eval = logger.log_eval
 
     def log_eval(self, global_step, logs_dict):
-        write_event({"kind": "eval_metrics", "step": int(global_step), "data": numbers(logs_dict)})
+        write_event(engine_metrics(global_step, numbers(logs_dict), evaluation=True))
         return original_eval(self, global_step, logs_dict)
 
     logger.log_eval = log_eval

@@ -87,7 +87,7 @@ def _cpu_ray_init(ray) -> None:
 
 
 def prepare(job_path: Path, run_dir: Path) -> dict:
-    from rlbridge.engine.engine_io import model_dir_with_template
+    from rlbridge.engine.model_dir import model_dir_with_template
     from rlbridge.engine.patch_report import PATCH_DIR_ENV
     from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO
     from rlbridge_adapters.openrlhf.boot import NATIVE_ENV

@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import traceback
 
 from openrlhf.utils.agent import SingleTurnAgentExecutor
 
 from rlbridge.contract.rewards import RewardInput
-from rlbridge.engine.engine_io import sample_fields, score_inputs, write_event
+from rlbridge.engine.events import reward_error, reward_sample, write_event
+from rlbridge.engine.scoring import score_inputs
 
 MODEL_ENV = "RLBRIDGE_OPENRLHF_MODEL"
 _tokenizer = None
@@ -63,10 +63,10 @@ class RewardExecutor(SingleTurnAgentExecutor):
         try:
             totals, per_plugin = await asyncio.to_thread(score_inputs, [x])
         except Exception as exc:
-            write_event({"kind": "reward_error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+            write_event(reward_error(exc))
             raise
         plugins = {k: v[0] for k, v in per_plugin.items()}
-        write_event({"kind": "reward_sample", "total": totals[0], "plugins": plugins, **sample_fields(x)})
+        write_event(reward_sample(totals[0], plugins, x))
         output.update(
             reward=totals[0],
             scores=totals[0],

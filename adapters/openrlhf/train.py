@@ -19,7 +19,10 @@ from rlbridge.contract.data import load_rows
 from rlbridge.contract.local_plugins import PLUGINS_ENV
 from rlbridge.engine.checkpoints import read_step
 from rlbridge.engine.patch_report import PATCH_DIR_ENV
-from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, ray_cluster, run_and_model_dirs
+from rlbridge.engine.events import EVENTS_ENV, REWARDS_ENV
+from rlbridge.engine.follower import EventFollower, following
+from rlbridge.engine.model_dir import run_and_model_dirs
+from rlbridge.engine.ray_cluster import ray_cluster
 from rlbridge.errors import RLBridgeError
 from rlbridge.run.launch import engine_env_vars
 from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO

@@ -29,11 +29,10 @@ TRL is scoring (the trainer subclass below records them), since `rollout_func` g
 from __future__ import annotations
 
 import inspect
-import traceback
 from typing import Any
 
 from rlbridge.contract.environments import environment_class, make_environment, parse_tool_calls, tool_schemas
-from rlbridge.engine.engine_io import write_event
+from rlbridge.engine.events import reward_error, reward_sample, write_event
 
 REWARD_FIELD = "rlbridge_environment_reward"
 
@@ -125,7 +124,7 @@ class EnvironmentRollout:
                 still.append(i)
             active = still
         for i in range(n):
-            write_event({"kind": "reward_sample", "total": totals[i], "plugins": {self.spec["name"]: totals[i]}})
+            write_event(reward_sample(totals[i], {self.spec["name"]: totals[i]}))
         return {
             "prompt_ids": prompt_ids,
             "completion_ids": completion,
@@ -181,7 +180,7 @@ class EnvironmentRollout:
         try:
             return method(*args)
         except Exception as exc:  # recorded for the run's error report, then it fails the step
-            write_event({"kind": "reward_error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+            write_event(reward_error(exc))
             raise
 
 

@@ -20,7 +20,7 @@ from rlbridge.errors import ConfigError
 from rlbridge.engine.patches import apply_patches, check_drift
 from rlbridge.contract.rewards import BoundReward, RewardInput, build_rewards, score
 from rlbridge.contract.models import materialize_model, materialize_path
-from rlbridge.engine.engine_io import EVENTS_ENV
+from rlbridge.engine.events import EVENTS_ENV
 from rlbridge_adapters.trl.metrics import to_canonical
 from rlbridge_adapters.trl.patch import profiling_timers, vllm_seed
 from rlbridge_adapters.trl.patches import PATCHES

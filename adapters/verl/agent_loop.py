@@ -22,7 +22,6 @@ Imported only inside verl processes.
 from __future__ import annotations
 
 import json
-import traceback
 from typing import Any
 from uuid import uuid4
 
@@ -30,7 +29,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.utils.profiler import simple_timer
 
-from rlbridge.engine.engine_io import write_event
+from rlbridge.engine.events import reward_error, reward_sample, write_event
 from rlbridge.contract.environments import make_environment
 
 
@@ -107,7 +106,7 @@ class EnvironmentAgentLoop(AgentLoopBase):
             logprobs = context_logprobs or []
 
         total = sum(turn_rewards)
-        write_event({"kind": "reward_sample", "total": total, "plugins": {self.spec["name"]: total}})
+        write_event(reward_sample(total, {self.spec["name"]: total}))
         response_ids = runtime_ids[len(prompt_ids):]
         extra_fields.update({"turn_scores": turn_rewards, "tool_rewards": []})
         return AgentLoopOutput(
@@ -127,7 +126,7 @@ class EnvironmentAgentLoop(AgentLoopBase):
         try:
             return step_environment(environment, text)  # the worker pool: timeouts and fault counts
         except Exception as exc:  # recorded for the run's error report, then it fails the rollout
-            write_event({"kind": "reward_error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+            write_event(reward_error(exc))
             raise
 
     async def _call_tool(self, environment, call) -> str:

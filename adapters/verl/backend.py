@@ -21,7 +21,7 @@ from rlbridge.contract.backend import (
     Backend, Capability, offline_stages_rejected, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
-from rlbridge.engine.engine_io import PASSTHROUGH_CHAT_TEMPLATE
+from rlbridge.engine.model_dir import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.verl import asynchrony, knobs
 from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from rlbridge.engine.engine_io import write_event
+from rlbridge.engine.events import engine_metrics, write_event
 from rlbridge.contract.metrics import numbers
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import apply_from_environment
@@ -62,7 +62,7 @@ def _instrument_tracking(module) -> None:
         return
 
     def log(self, data, step, *args, **kwargs):
-        write_event({"kind": "metrics", "step": int(step), "data": numbers(data)})
+        write_event(engine_metrics(step, numbers(data)))
         return original(self, data, step, *args, **kwargs)
 
     log._rlbridge = True

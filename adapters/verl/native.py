@@ -47,7 +47,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 
 
 def prepare(job_path: Path, run_dir: Path) -> dict:
-    from rlbridge.engine.engine_io import model_dir_with_template
+    from rlbridge.engine.model_dir import model_dir_with_template
     from rlbridge.engine.patch_report import PATCH_DIR_ENV
     from rlbridge_adapters.verl.boot import NATIVE_ENV
     from rlbridge_adapters.verl.train import BOOT_DIR, longest_prompt, to_verl_rows, write_parquet

@@ -12,7 +12,8 @@ import asyncio
 import json
 from typing import Any
 
-from rlbridge.engine.engine_io import batch_reward_event, sample_fields, score_inputs, write_event
+from rlbridge.engine.events import reward_batch, reward_sample, write_event
+from rlbridge.engine.scoring import score_inputs
 from rlbridge.contract.rewards import RewardInput
 
 REWARD_MANAGER_NAME = "rlbridge"
@@ -57,7 +58,7 @@ def make_legacy_manager():
             totals, per_plugin = score_inputs(list(inputs))
             for i, (total, length) in enumerate(zip(totals, lengths)):
                 reward_tensor[i, max(length, 1) - 1] = total
-            write_event(batch_reward_event(list(inputs), totals, per_plugin, train=not self.is_validation))
+            write_event(reward_batch(list(inputs), totals, per_plugin, train=not self.is_validation))
             if return_dict:
                 extra = {f"rlbridge/{name}": [v if v is not None else float("nan") for v in values] for name, values in per_plugin.items()}
                 return {"reward_tensor": reward_tensor, "reward_extra_info": extra}
@@ -81,7 +82,7 @@ def make_reward_loop_manager():
             x, _ = reward_input(self.tokenizer, item)
             # off the event loop: verl runs many run_single calls at once, and the worker pool scores them in parallel
             totals, per_plugin = await asyncio.to_thread(score_inputs, [x])
-            write_event({"kind": "reward_sample", "total": totals[0], "plugins": {k: v[0] for k, v in per_plugin.items()}, **sample_fields(x)})
+            write_event(reward_sample(totals[0], {k: v[0] for k, v in per_plugin.items()}, x))
             return {"reward_score": totals[0], "reward_extra_info": {f"rlbridge/{k}": v[0] for k, v in per_plugin.items()}}
 
     return RLBridgeRewardLoopManager

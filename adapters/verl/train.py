@@ -18,7 +18,10 @@ from rlbridge.contract.local_plugins import PLUGINS_ENV
 from rlbridge.engine.checkpoints import step_dirs, tensors_complete
 from rlbridge.errors import ConfigError
 from rlbridge.engine.patch_report import PATCH_DIR_ENV
-from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV, EventFollower, following, ray_cluster, run_and_model_dirs
+from rlbridge.engine.events import EVENTS_ENV, REWARDS_ENV
+from rlbridge.engine.follower import EventFollower, following
+from rlbridge.engine.model_dir import run_and_model_dirs
+from rlbridge.engine.ray_cluster import ray_cluster
 from rlbridge_adapters.verl.backend import AGENT_LOOP_FILE, AGENT_NAME, TOOL_CONFIG_FILE
 from rlbridge_adapters.verl.boot import NATIVE_ENV, PATCH_REPORT_ENV
 from rlbridge_adapters.verl.metrics import eval_to_canonical, to_canonical

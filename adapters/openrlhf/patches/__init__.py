@@ -11,7 +11,7 @@ import functools
 import sys
 import types
 
-from rlbridge.engine.engine_io import CpuDeviceIndex
+from rlbridge.engine.vllm_cpu import CpuDeviceIndex
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import Patch, PatchKind, Target, no_cuda, on_cpu
 from rlbridge.engine.vllm_cpu import is_vllm_cpu, use_unpacked_linear

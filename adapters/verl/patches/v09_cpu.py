@@ -8,7 +8,7 @@ import functools
 import os
 from contextlib import contextmanager
 
-from rlbridge.engine.engine_io import CpuDeviceIndex
+from rlbridge.engine.vllm_cpu import CpuDeviceIndex
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import Patch, PatchKind, Target, installed_version, no_cuda, on_cpu
 

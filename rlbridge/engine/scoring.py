@@ -1,0 +1,20 @@
+"""The run's reward plugins as seen from inside an engine process: what every reward shim calls."""
+
+from __future__ import annotations
+
+from rlbridge.contract.rewards import RewardInput
+from rlbridge.engine.events import write_event
+
+
+def score_inputs(inputs: list[RewardInput]) -> tuple[list[float], dict[str, list[float | None]]]:
+    """Weighted total per input (a plugin's None counts as not applicable) and each plugin's scores,
+    through the run's worker pool (rollout_workers: timeouts, fault counts and the on_error policy).
+    Thread-safe: async reward loops call it from worker threads, concurrently."""
+    from rlbridge.engine.workers import engine_scorer
+
+    scored = engine_scorer().score(inputs)
+    if scored.counts:
+        write_event({"kind": "reward_faults", "counts": scored.counts})
+    if scored.metrics:  # native rewards' extra metrics (verl `score` dicts, OpenRLHF extra_logs)
+        write_event({"kind": "reward_metrics", "n": len(inputs), "metrics": scored.metrics})
+    return scored.totals, scored.per_plugin
