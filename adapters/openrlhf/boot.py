@@ -1,4 +1,4 @@
-"""Installed in every OpenRLHF process of a run (see boot/sitecustomize.py): the version-gated
+"""Installed in every OpenRLHF process of a run (rlbridge/engine/boot/sitecustomize.py calls install): the version-gated
 patches, and a copy of each TensorBoard training log (one per step) into the run's events file."""
 
 from __future__ import annotations
@@ -8,17 +8,14 @@ from rlbridge.contract.metrics import numbers
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import apply_from_environment
 from rlbridge.engine.placement import report_when_actor
+from rlbridge.engine.ray_engine import once
 
 NATIVE_ENV = "RLBRIDGE_OPENRLHF_NATIVE"
 PATCH_REPORT_ENV = "RLBRIDGE_OPENRLHF_PATCH_REPORT"
-_installed = False
 
 
+@once
 def install() -> None:
-    global _installed
-    if _installed:
-        return
-    _installed = True
     from rlbridge_adapters.openrlhf.patches import PATCHES
 
     apply_from_environment(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV)

@@ -12,7 +12,7 @@ timed command:
   and writes them under canonical names, each step with the wall time TensorBoard stamped on it.
 
 What is not OpenRLHF's own: rlbridge's CPU patches, and only them (OpenRLHF does not run on CPU
-without them), installed in every process by boot/sitecustomize.py with RLBRIDGE_OPENRLHF_PATCHES_ONLY
+without them), installed in every process by the Ray engines' sitecustomize calling install_patches_only
 set. One of them is this module's: on CPU, OpenRLHF's own `ray.init()` is given the logical GPUs
 that its actors ask for, a private temp dir and `address="local"` (what `ray start --num-gpus` would
 give a CPU user, without attaching to another job's cluster).
@@ -26,7 +26,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-PATCHES_ONLY_ENV = "RLBRIDGE_OPENRLHF_PATCHES_ONLY"
 RAY_ENV = "RLBRIDGE_OPENRLHF_NATIVE_RAY"  # ray.init's CPU arguments, read in the driver
 
 # The quickstart's digit_match reward (plugins/rewards.py) as an OpenRLHF user writes it. OpenRLHF
@@ -59,7 +58,7 @@ def reward_func(queries, prompts, labels):
 
 
 def install_patches_only() -> None:
-    """boot/sitecustomize.py in a native arm's processes: the CPU-enablement patches (and those marked
+    """The boot (rlbridge.engine.ray_engine.boot_env) of a native arm's processes: the CPU-enablement patches (and those marked
     in_native_arms: what --train.full_determinism_enable needs to repeat), nothing else."""
     from rlbridge.engine.importhooks import when_imported
     from rlbridge.engine.patches import PatchKind, apply_from_environment
@@ -92,7 +91,8 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO
     from rlbridge_adapters.openrlhf.boot import NATIVE_ENV
     from rlbridge_adapters.openrlhf.prompts import longest_prompt
-    from rlbridge_adapters.openrlhf.train import BOOT_DIR, write_jsonl
+    from rlbridge.engine.ray_engine import boot_env
+    from rlbridge_adapters.openrlhf.train import write_jsonl
 
     job = json.loads(job_path.read_text())
     native = job["plan"]["native"]
@@ -131,10 +131,9 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
         ray["num_gpus"] = native["ray"]["logical_gpus"]
     env = {
         **native["env"],
-        PATCHES_ONLY_ENV: "1",
+        **boot_env("rlbridge_adapters.openrlhf.native:install_patches_only"),
         RAY_ENV: json.dumps(ray),
         NATIVE_ENV: str(run_dir / "openrlhf_native_plan.json"),
-        "PYTHONPATH": os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p),
         PATCH_DIR_ENV: str(run_dir / "patches"),  # each process's applied patches, for the report
     }
     tb = argv[argv.index("--logger.tensorboard_dir") + 1]

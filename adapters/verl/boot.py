@@ -1,4 +1,4 @@
-"""Installed in every verl process of a run (see boot/sitecustomize.py): version-gated patches, the
+"""Installed in every verl process of a run (rlbridge/engine/boot/sitecustomize.py calls install): version-gated patches, the
 rlbridge reward manager's registration, and the copy of verl's per-step metrics into the events file.
 Everything acts through post-import hooks, so nothing of verl is imported before verl itself is.
 """
@@ -12,19 +12,16 @@ from rlbridge.contract.metrics import numbers
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import apply_from_environment
 from rlbridge.engine.placement import report_when_actor
+from rlbridge.engine.ray_engine import once
 from rlbridge.engine.weight_sync import Counted, weights_to_send
 
 NATIVE_ENV = "RLBRIDGE_VERL_NATIVE"
 SEED_ENV = "RLBRIDGE_SEED"  # training.seed, set in the plan's env by the backend
 PATCH_REPORT_ENV = "RLBRIDGE_VERL_PATCH_REPORT"
-_installed = False
 
 
+@once
 def install() -> None:
-    global _installed
-    if _installed:
-        return
-    _installed = True
     from rlbridge_adapters.verl.patches import PATCHES
 
     # probes are cheap; each patch waits for its module through a post-import hook

@@ -12,8 +12,8 @@ timed command:
 - `canonical RAW.jsonl OUT.jsonl` maps that file to canonical metric names (as a run's metrics.jsonl).
 
 What is not verl's own: rlbridge's CPU patches, and only them (verl does not run on CPU without them).
-They are installed in every process of the run (driver, Ray workers, vLLM) by boot/sitecustomize.py
-with RLBRIDGE_VERL_PATCHES_ONLY set: no reward manager, metric copy, seeding or weight-sync hook.
+They are installed in every process of the run (driver, Ray workers, vLLM) by the Ray engines'
+sitecustomize calling install_patches_only: no reward manager, metric copy, seeding or weight-sync hook.
 The private Ray cluster (logical GPUs for verl's resource pools on CPU, a private temp dir, never
 attaching to another job's cluster) is asked of verl's own `ray_kwargs.ray_init`.
 """
@@ -21,12 +21,10 @@ attaching to another job's cluster) is asked of verl's own `ray_kwargs.ray_init`
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-PATCHES_ONLY_ENV = "RLBRIDGE_VERL_PATCHES_ONLY"
 
 # The quickstart's digit_match reward (plugins/rewards.py) as a verl user writes it. verl's reward
 # manager hands compute_score the response decoded without special tokens and no token ids; with the
@@ -46,11 +44,23 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 }
 
 
+def install_patches_only() -> None:
+    """The boot (rlbridge.engine.ray_engine.boot_env) of a native arm's processes: the CPU-enablement
+    patches (and those marked in_native_arms), nothing else."""
+    from rlbridge.engine.patches import PatchKind, apply_from_environment
+    from rlbridge_adapters.verl.boot import NATIVE_ENV
+    from rlbridge_adapters.verl.patches import PATCHES
+
+    apply_from_environment([p for p in PATCHES if p.kind == PatchKind.CPU_ENABLEMENT or p.in_native_arms], NATIVE_ENV,
+                           "RLBRIDGE_VERL_PATCH_REPORT_UNUSED")
+
+
 def prepare(job_path: Path, run_dir: Path) -> dict:
     from rlbridge.engine.model_dir import model_dir_with_template
     from rlbridge.engine.patch_report import PATCH_DIR_ENV
     from rlbridge_adapters.verl.boot import NATIVE_ENV
-    from rlbridge_adapters.verl.train import BOOT_DIR, longest_prompt, to_verl_rows, write_parquet
+    from rlbridge.engine.ray_engine import boot_env
+    from rlbridge_adapters.verl.train import longest_prompt, to_verl_rows, write_parquet
     from rlbridge_adapters.verl.validate import overrides_for
 
     job = json.loads(job_path.read_text())
@@ -95,9 +105,8 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     raw = run_dir / "verl_metrics.jsonl"
     env = {
         **native["env"],
-        PATCHES_ONLY_ENV: "1",
+        **boot_env("rlbridge_adapters.verl.native:install_patches_only"),
         NATIVE_ENV: str(run_dir / "verl_native_plan.json"),
-        "PYTHONPATH": os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p),
         "VERL_FILE_LOGGER_PATH": str(raw),
         PATCH_DIR_ENV: str(run_dir / "patches"),  # each process's applied patches, for the report
     }

@@ -1,7 +1,7 @@
 """Running a verl plan in this (engine) process: data, model directory, private Ray cluster, main_ppo.
 
-Every verl process, Ray workers included, runs rlbridge's bootstrap at start-up (a sitecustomize
-module on PYTHONPATH, enabled by RLBRIDGE_VERL_BOOT): it applies the version-gated patches, registers
+Every verl process, Ray workers included, runs rlbridge's bootstrap at start-up (the Ray engines'
+sitecustomize on PYTHONPATH, rlbridge.engine.ray_engine): it applies the version-gated patches, registers
 the rlbridge reward manager and copies each step's metrics from verl's tracker into an events file,
 which this process follows and turns into canonical metrics.
 """
@@ -14,20 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from rlbridge.contract.data import load_rows
-from rlbridge.contract.local_plugins import PLUGINS_ENV
 from rlbridge.engine.checkpoints import step_dirs, tensors_complete
 from rlbridge.errors import ConfigError
-from rlbridge.engine.patch_report import PATCH_DIR_ENV
-from rlbridge.engine.events import EVENTS_ENV, REWARDS_ENV
 from rlbridge.engine.follower import EventFollower, following
 from rlbridge.engine.model_dir import run_and_model_dirs
 from rlbridge.engine.ray_cluster import ray_cluster
+from rlbridge.engine.ray_engine import worker_env
 from rlbridge_adapters.verl.backend import AGENT_LOOP_FILE, AGENT_NAME, TOOL_CONFIG_FILE
 from rlbridge_adapters.verl.boot import NATIVE_ENV, PATCH_REPORT_ENV
 from rlbridge_adapters.verl.metrics import eval_to_canonical, to_canonical
 from rlbridge_adapters.verl.validate import check_config, compose, overrides_for
 
-BOOT_DIR = Path(__file__).resolve().parent / "boot"
 AGENT_LOOP_CLASS = "rlbridge_adapters.verl.agent_loop.EnvironmentAgentLoop"
 TOOL_CLASS = "rlbridge_adapters.verl.tools.EnvironmentTool"
 
@@ -145,18 +142,8 @@ def run_verl(plan, ctx) -> None:
     os.environ.pop(PATCH_REPORT_ENV)
     events = run_dir / "verl_events.jsonl"
     events.unlink(missing_ok=True)
-    env = {
-        **native["env"],
-        "RLBRIDGE_VERL_BOOT": "1",
-        EVENTS_ENV: str(events),
-        NATIVE_ENV: str(run_dir / "verl_native_plan.json"),
-        REWARDS_ENV: json.dumps(native["rewards"]),
-        "RLBRIDGE_ROLLOUT_WORKERS": ctx.config.rollout_workers.model_dump_json(),  # rlbridge.engine.workers.WORKERS_ENV
-        PLUGINS_ENV: json.dumps(getattr(ctx.config, "plugins", [])),
-        "PYTHONPATH": os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p),
-        # every process that applies patches (driver, Ray workers, vLLM workers) reports there
-        PATCH_DIR_ENV: os.environ.get(PATCH_DIR_ENV) or str(run_dir / "patches"),
-    }
+    env = {**native["env"], **worker_env(ctx, "rlbridge_adapters.verl.boot:install", events, NATIVE_ENV,
+                                         run_dir / "verl_native_plan.json", native["rewards"], run_dir)}
     # what verl's main_ppo gives its Ray workers when it starts Ray itself (rlbridge starts it first, so
     # main_ppo skips that): its defaults for variables not already set, e.g. VLLM_LOGGING_LEVEL=WARN
     env = {**verl_worker_env(cfg), **env}

@@ -39,9 +39,9 @@ def test_ray_actors_report_their_node_and_logical_gpus(tmp_path):
     from rlbridge.engine.events import EVENTS_ENV
 
     events = tmp_path / "events.jsonl"
-    # every worker boots like a verl run's processes (adapters/verl/boot): that starts the reporter
-    env = {EVENTS_ENV: str(events), "RLBRIDGE_VERL_BOOT": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "adapters" / "verl" / "boot"), *sys.path])}
+    # every worker boots like a verl run's processes (rlbridge.engine.ray_engine): that starts the reporter
+    env = {EVENTS_ENV: str(events), "RLBRIDGE_BOOT": "rlbridge_adapters.verl.boot:install",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "rlbridge" / "engine" / "boot"), *sys.path])}
 
     @ray.remote(num_gpus=1, num_cpus=0)
     class Trainer:
