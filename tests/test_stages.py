@@ -64,13 +64,14 @@ def test_offline_knobs_outside_their_stage_are_refused():
 @pytest.mark.parametrize("backend, stage, why", [
     ("verl", "dpo", "no offline DPO trainer"),
     ("verl", "reward_model", "no reward-model trainer"),
-    ("verl", "sft", "sft_trainer"),
+    ("verl", "sft", "from verl 0.9.0"),  # with engine_version 0.5.0 (below)
     ("openrlhf", "dpo", "chat template"),  # with model.use_chat_template (below)
 ])
 def test_engines_without_the_stage_refuse_it_naming_why(backend, stage, why):
     config = {"sft": "sft.yaml", "dpo": "dpo.yaml", "reward_model": "reward_model.yaml"}[stage]
     with pytest.raises(CapabilityError, match=f"algorithm.name={stage}.*{why}"):
-        _plan(config, f"backend={backend}", *(["model.use_chat_template=true"] if backend == "openrlhf" else []))
+        _plan(config, f"backend={backend}", *(["model.use_chat_template=true"] if backend == "openrlhf" else []),
+              *(["engine_version=0.5.0"] if (backend, stage) == ("verl", "sft") else []))
 
 
 def test_openrlhf_plans_its_own_stage_scripts():
@@ -83,6 +84,35 @@ def test_openrlhf_plans_its_own_stage_scripts():
     assert dpo.plan.native["module"] == "openrlhf.cli.train_dpo"
     assert dpo.backend.native_settings(dpo.plan)["model.ipo_enable"] is True
     assert _plan("reward_model.yaml", "backend=openrlhf").plan.native["module"] == "openrlhf.cli.train_rm"
+
+
+def test_verl_plans_its_sft_trainer_with_todays_batch_semantics():
+    sft = _plan("sft.yaml", "backend=verl", "training.batch_size=16", "training.mini_batch_size=8", "training.micro_batch_size=2",
+                "training.steps=5", "training.warmup_steps=1", "data.eval_interval=2", "checkpoint.interval=3", "offline.max_length=48")
+    native = sft.plan.native
+    o = native["overrides"]
+    assert (native["module"], native["config_name"], native["rows"]) == ("verl.trainer.sft_trainer", "sft_trainer_engine", "chat")
+    # 16 rows per step in updates of 8 (verl's SFT step is one update): 2 verl steps per canonical step
+    assert (o["data.train_batch_size"], o["data.micro_batch_size_per_gpu"], o["trainer.total_training_steps"]) == (8, 2, 10)
+    assert (o["optim.lr_warmup_steps"], o["trainer.test_freq"], o["trainer.save_freq"], native["updates_per_step"]) == (2, 4, 6, 2)
+    assert (o["data.max_length"], o["data.truncation"], o["+engine.mixed_precision"]["param_dtype"]) == (48, "right", "fp32")
+    assert "hf_model" in o["checkpoint.save_contents"] and o["engine.strategy"] == "fsdp2"  # FSDP2 on CPU, as verl's RL plan
+    assert "eos_token" in native["model"]["chat_template"]  # no chat template: the texts, the completion ended with EOS
+    assert _plan("sft.yaml", "backend=verl", "offline.completion_only_loss=false").plan.native["rows"] == "whole"
+    assert _plan("sft.yaml", "backend=verl", "model.use_chat_template=true").plan.native["model"]["chat_template"] is None
+
+
+@pytest.mark.parametrize("override, knob, why", [
+    ("model.lora={rank: 4}", "model.lora", "LoRA adapter"),
+    ("data.shuffle=false", "data.shuffle", "always shuffles"),
+    ("offline.packing=true", "offline.packing", "flash attention"),
+    ("resources.gpus_per_node=2", "resources.gpus_per_node", "one process"),
+])
+def test_verl_sft_refuses_what_its_sft_trainer_cannot_do_naming_the_knob(override, knob, why):
+    with pytest.raises(CapabilityError, match=f"{knob.replace('.', chr(92) + '.')}.*{why}"):
+        prepare(load_config(CONFIGS / "sft.yaml", ["backend=verl", *([] if "gpus" in override else ["resources.gpus_per_node=0"]), override]))
+    with pytest.raises(CapabilityError, match=r"offline\.completion_only_loss.*assistant messages only"):
+        _plan("sft.yaml", "backend=verl", "offline.completion_only_loss=false", "model.use_chat_template=true")
 
 
 def test_rows_are_checked_for_the_stage(tmp_path):

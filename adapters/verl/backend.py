@@ -18,12 +18,12 @@ from typing import Any
 from packaging.version import Version
 
 from rlbridge.contract.backend import (
-    Backend, Capability, offline_stages_rejected, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, resolved_dtype,
+    Backend, Capability, approximated, flatten, gpus_per_node, honoured, launch_settings, nodes_need_a_cluster, resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.engine.model_dir import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
-from rlbridge_adapters.verl import asynchrony, knobs
+from rlbridge_adapters.verl import asynchrony, knobs, stages
 from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {"grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_plus_plus",
@@ -169,15 +169,9 @@ def _check_environment(config: RunConfig) -> str | None:
 
 
 def _check_stage(config: RunConfig) -> str | None:
-    """verl's trainers are main_ppo (RL) and sft_trainer; it has no offline DPO and no reward-model trainer."""
-    name = config.algorithm.name
-    if name == "dpo":
-        return "verl has no offline DPO trainer (its trainers are main_ppo for RL and sft_trainer); use backend: trl"
-    if name == "reward_model":
-        return "verl has no reward-model trainer (a reward model is only scored there, never trained); use backend: trl"
-    if name == "sft":
-        return "rlbridge does not drive verl's sft_trainer (verl.trainer.sft_trainer) yet; use backend: trl"
-    return None
+    """verl's trainers are main_ppo (RL) and sft_trainer (adapters/verl/stages.py); it has no offline DPO
+    and no reward-model trainer."""
+    return stages.check_stage(config, _v(config)) if config.is_offline else None
 
 
 class VerlBackend(Backend):
@@ -236,7 +230,7 @@ class VerlBackend(Backend):
             honoured("data.eval_interval", "trainer.test_freq"),
             honoured("data.prompt_key", "launch.data.prompt_key", note="renamed to verl's prompt column"),
             honoured("data.answer_key", "launch.data.answer_key", note="reward_model.ground_truth"),
-            honoured("data.shuffle", "data.shuffle"),
+            honoured("data.shuffle", "data.shuffle", stages.check_shuffle),
             honoured("rollout.engine", f"{r}name", _check_rollout_engine, note="auto: hf up to 0.5, vllm after"),
             honoured("rollout.max_new_tokens", "data.max_response_length"),
             approximated(
@@ -286,9 +280,10 @@ class VerlBackend(Backend):
                           "on GPUs only (its kernels are Triton)"),
             approximated("training.torch_threads", "launch.env.OMP_NUM_THREADS", "sets the thread count of every verl worker process",
                          when=lambda c: c.training.torch_threads is not None),
-            honoured("resources.nodes", "trainer.nnodes", check=nodes_need_a_cluster),
+            honoured("resources.nodes", "trainer.nnodes", check=lambda c: stages.check_nodes(c) or nodes_need_a_cluster(c)),
             honoured("resources.ray_address", "launch.ray.address", note="ray.init(address=...): join that cluster instead of starting a private one"),
-            honoured("resources.gpus_per_node", ("trainer.n_gpus_per_node", "trainer.device"), note="0: one logical GPU on CPU"),
+            honoured("resources.gpus_per_node", ("trainer.n_gpus_per_node", "trainer.device"), stages.check_gpus,
+                     note="0: one logical GPU on CPU"),
             honoured("resources.cpus_per_node", "launch.ray.num_cpus", note="ray.init(num_cpus)"),
             honoured("placement.policy", (), _check_placement, note="hybrid engine (colocated)"),
             honoured("placement.args", (), note="checked by the placement policy"),
@@ -298,12 +293,13 @@ class VerlBackend(Backend):
             honoured("checkpoint.keep_last", "trainer.max_actor_ckpt_to_keep"),
             *knobs.capabilities(),
             *asynchrony.capabilities(),
-            *offline_stages_rejected("verl has no offline DPO and no reward-model trainer, and rlbridge does not drive its sft_trainer yet; "
-                                    "use backend: trl for algorithm.name sft, dpo and reward_model"),
+            *stages.capabilities(),
         ]
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
         version = _v(config)
+        if config.is_offline:
+            return stages.translate(config, version, _model_path(config))
         algo, tr, ro = config.algorithm, config.training, config.rollout
         gpus = gpus_per_node(config)
         devices = max(gpus, 1) * config.resources.nodes
@@ -494,7 +490,8 @@ class VerlBackend(Backend):
         return {key.lstrip("+"): value for key, value in flatten(options).items()}
 
     def render_native(self, plan) -> str:
-        lines = [f"# verl {plan.native['verl_version']} main_ppo overrides (<run_dir>, <model_dir> and 'auto' are filled in at launch)"]
+        module = "sft_trainer" if plan.native.get("stage") else "main_ppo"
+        lines = [f"# verl {plan.native['verl_version']} {module} overrides (<run_dir>, <model_dir> and 'auto' are filled in at launch)"]
         for key, value in plan.native["overrides"].items():
             lines.append(f"{key}={format_value(value)}")
         return "\n".join(lines)
@@ -505,6 +502,9 @@ class VerlBackend(Backend):
         return PATCHES
 
     def validate(self, plan) -> None:
+        if plan.native.get("stage"):
+            stages.validate(plan.native)
+            return
         from rlbridge_adapters.verl.validate import validate_plan
 
         validate_plan(plan)
@@ -516,6 +516,9 @@ class VerlBackend(Backend):
         return VerlRecipeImporter()
 
     def run(self, plan, ctx) -> None:
+        if plan.native.get("stage"):
+            stages.run_offline(plan, ctx)
+            return
         from rlbridge_adapters.verl.train import run_verl
 
         run_verl(plan, ctx)

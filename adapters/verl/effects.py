@@ -7,7 +7,7 @@ Knobs the capability table rejects need no entry."""
 
 from __future__ import annotations
 
-from rlbridge.contract.effects import ABSENT, REFUSED, TEMPLATE, KnobEffect
+from rlbridge.contract.effects import ABSENT, REFUSED, SFT_STAGE, TEMPLATE, KnobEffect
 
 # verl 0.9 refuses a KL term on CPU (its reference model needs pinned memory): plan those knobs with a GPU
 ONE_GPU = ("resources.gpus_per_node=1",)
@@ -101,4 +101,9 @@ EFFECTS = {
     "critic.value_clip": KnobEffect({"critic.cliprange_value": 0.2}, context=PPO),
     "critic.warmup_steps": KnobEffect({"trainer.critic_warmup": 3}, context=PPO),
     "critic.micro_batch_size": KnobEffect({"critic.ppo_micro_batch_size_per_gpu": 4}, context=PPO),
+    # the offline stage verl has (adapters/verl/stages.py): sft_trainer keys; dpo's knobs are rejected
+    "offline.max_length": KnobEffect({"data.max_length": 256}, context=SFT_STAGE),
+    "offline.completion_only_loss": KnobEffect({"launch.rows": "whole"}, context=SFT_STAGE),
+    "offline.packing": KnobEffect({"model.use_remove_padding": True, "data.use_dynamic_bsz": True},
+                                  context=(*SFT_STAGE, "resources.gpus_per_node=1")),  # flash attention
 }

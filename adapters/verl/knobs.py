@@ -77,6 +77,10 @@ def _check_lora(config: RunConfig) -> str | None:
     lora = config.model.lora
     if lora is None:
         return None
+    from rlbridge_adapters.verl.stages import check_lora
+
+    if check_lora(config):
+        return check_lora(config)
     if lora.dropout:
         return "verl's FSDP workers build the LoRA config without dropout (lora_rank, lora_alpha, target_modules only); set model.lora.dropout: 0"
     if lora_merged(config) and _version(config) < LORA_MERGE_SINCE:
