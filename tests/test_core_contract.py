@@ -66,6 +66,16 @@ def test_missing_capability_is_an_adapter_error(tmp_path):
         Incomplete().check_capabilities(cfg)
 
 
+def test_a_knob_declared_twice_is_an_adapter_error(tmp_path):
+    class Twice(StubBackend):
+        def capabilities(self):
+            return [*super().capabilities(), rejected("algorithm.group_size", "declared again elsewhere")]
+
+    cfg = load_config(write_config(tmp_path, MINIMAL))
+    with pytest.raises(CapabilityError, match="declares algorithm.group_size twice"):
+        Twice().check_capabilities(cfg)
+
+
 def test_run_streams_canonical_metrics_surfaces_non_finite_ones_and_writes_run_files(tmp_path):
     from rlbridge.run.runner import train
 

@@ -342,7 +342,14 @@ class Backend(ABC):
         """One entry for every knob of `canonical_knobs()`."""
 
     def capability_table(self) -> dict[str, Capability]:
-        return {cap.knob: cap for cap in self.capabilities()}
+        """knob -> its one Capability. A knob declared twice (say in backend.py and in knobs.py) is an
+        adapter bug: one home per knob, so which entry wins is never a question."""
+        table: dict[str, Capability] = {}
+        for cap in self.capabilities():
+            if cap.knob in table:
+                raise CapabilityError(f"backend '{self.name}' declares {cap.knob} twice in its capability table; keep one entry")
+            table[cap.knob] = cap
+        return table
 
     def knob_effects(self) -> dict[str, Any]:
         """What the knob effect test's sample value of each knob this backend honours or approximates
