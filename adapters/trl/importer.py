@@ -23,7 +23,9 @@ from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.run.recipe import Recipe, Setting, read_mapping
 
-CONFIG_CLASSES = ("GRPOConfig", "RLOOConfig")
+CONFIG_CLASSES = ("GRPOConfig", "RLOOConfig", "SFTConfig", "DPOConfig", "RewardConfig")
+# the offline stages' config classes -> algorithm.name (adapters/trl/stages.py): an SFT/DPO/RM recipe
+STAGE_CLASSES = {"SFTConfig": "sft", "DPOConfig": "dpo", "RewardConfig": "reward_model"}
 OWNED = {
     "report_to": "logging: rlbridge writes metrics.jsonl and telemetry sinks (telemetry.sinks)",
     "logging_steps": "logging: rlbridge logs once per canonical step",
@@ -135,6 +137,7 @@ class TRLRecipeImporter:
             recipe = self._read_mapping(path, version)
         else:
             raise ConfigError(f"{path}: --from trl reads .yaml, .yml, .json (trl grpo --config) or .py files")
+        _as_trl_reads_it(recipe)
         self._check_known(recipe)
         return recipe
 
@@ -162,6 +165,8 @@ class TRLRecipeImporter:
         call = min(calls, key=lambda n: n.lineno)
         class_name = _call_name(call)
         recipe = Recipe("trl", str(path), version, [], extras={"config_class": class_name})
+        if class_name in STAGE_CLASSES:
+            recipe.extras["stage"] = STAGE_CLASSES[class_name]
         if len(calls) > 1:
             recipe.notes.append((call.lineno, f"{len(calls)} config calls; the first ({class_name}, line {call.lineno}) is imported"))
         recipe.settings.append(Setting("config_class", class_name, call.lineno, class_name))
@@ -180,7 +185,7 @@ class TRLRecipeImporter:
                                            kw.arg if _key(kw.arg) != kw.arg else ""))
         # the trainer call: its model (a literal) and what it passes that rlbridge does not import
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and _call_name(node) in ("GRPOTrainer", "RLOOTrainer"):
+            if isinstance(node, ast.Call) and _call_name(node) in ("GRPOTrainer", "RLOOTrainer", "SFTTrainer", "DPOTrainer", "RewardTrainer"):
                 for kw in node.keywords:
                     if kw.arg == "model":
                         try:
@@ -280,6 +285,8 @@ class TRLRecipeImporter:
         reward_model_name_or_path -> {model: PATH}. Any other expression is left to the report's action."""
         from rlbridge.run.importer import RecipeReward
 
+        if recipe.extras.get("stage"):
+            return []  # an offline stage has no reward
         funcs = next((s for s in recipe.settings if s.key in ("reward_funcs", "GRPOTrainer.reward_funcs", "RLOOTrainer.reward_funcs")), None)
         weights = next((s for s in recipe.settings if s.key == "reward_weights"), None)
         model = next((s for s in recipe.settings if s.key == "reward_model_name_or_path"), None)
@@ -333,6 +340,8 @@ class TRLRecipeImporter:
                 raise ConfigError(f"{recipe.where(line)}: TRL {class_name} refuses the recipe: {first}") from None
             return {}
         injected = {k for k in ("use_cpu", "bf16", "fp16", "tf32") if k not in kwargs}  # device flags: the machine's, not the recipe's
+        if "output_dir" not in {s.key for s in recipe.settings}:
+            injected.add("output_dir")  # the placeholder above, not a TRL default
         out = {}
         for name in fields:
             if name in injected:
@@ -342,6 +351,16 @@ class TRLRecipeImporter:
                 out[name] = value.value if hasattr(value, "value") else value
         out["config_class"] = class_name
         return out
+
+
+def _as_trl_reads_it(recipe: Recipe) -> None:
+    """Values TRL's config class normalises itself: DPOConfig(loss_type="sigmoid") is a list of one loss
+    (trl/trainer/dpo_config.py __post_init__: a str becomes [str])."""
+    if recipe.extras.get("config_class") != "DPOConfig":
+        return
+    for i, s in enumerate(recipe.settings):
+        if s.key == "loss_type" and isinstance(s.value, str):
+            recipe.settings[i] = Setting(s.key, [s.value], s.line, s.text, s.spelling)
 
 
 def _reward_items(setting: Setting, recipe: Recipe) -> list[dict[str, Any]] | None:

@@ -20,9 +20,10 @@ from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.contract.backend import flatten
 from rlbridge.run.recipe import Recipe, Setting, find_command, read_mapping
+from rlbridge_adapters.verl import stage_import
 from rlbridge_adapters.verl.package import DEFAULT_VERSION
 
-MARKERS = ("verl.trainer.main_ppo",)
+MARKERS = ("verl.trainer.main_ppo", stage_import.MARKER)
 # verl's own scorer of a recipe that names no reward: one function, keyed by each row's data_source
 DEFAULT_SCORER = "verl.utils.reward_score:default_compute_score"
 # What rlbridge sets itself, by key prefix, and why (these are dropped, and listed in the report).
@@ -109,6 +110,8 @@ class VerlRecipeImporter:
     def _read_script(self, text: str, name: str, version: str) -> Recipe:
         cmd = find_command(text, MARKERS, name, "`python -m verl.trainer.main_ppo`")
         recipe = Recipe("verl", name, version, [], list(cmd.notes))
+        if stage_import.is_stage([w.text for w in cmd.words]):
+            recipe.extras["stage"] = stage_import.STAGE  # an algorithm.name sft job (adapters/verl/stage_import.py)
         overrides = []
         for tok in cmd.args:
             if tok.text.startswith("-"):
@@ -172,7 +175,7 @@ class VerlRecipeImporter:
         return recipe
 
     def _check_known(self, recipe: Recipe) -> None:
-        defaults = packaged_defaults(recipe.version)
+        defaults = _defaults_of(recipe)
         if defaults is None:
             recipe.notes.append((None, f"keys not checked: no verl {recipe.version} environment or defaults here (`rlbridge env create verl=={recipe.version}`)"))
             return
@@ -194,6 +197,8 @@ class VerlRecipeImporter:
             )
 
     def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
+        if native.get("stage"):
+            return stage_import.view(native, config)
         out: dict[str, Any] = {}
         model = native["model"]["path"]
         for key, value in native["overrides"].items():
@@ -230,6 +235,8 @@ class VerlRecipeImporter:
         default compute_score) -> {native: verl, function: FILE.py:NAME}, the function run unchanged."""
         from rlbridge.run.importer import RecipeReward
 
+        if recipe.extras.get("stage"):
+            return []  # an offline stage has no reward
         by_key = {s.key: s for s in recipe.settings}
         out = []
         for enable, path in (("reward_model.enable", "reward_model.model.path"),
@@ -252,18 +259,27 @@ class VerlRecipeImporter:
         """Why rlbridge's plan sets `key` to other than verl's default (None: the knob that sets it says why)."""
         from rlbridge_adapters.verl.backend import CPU_ONLY_REASONS
 
+        if config.is_offline:
+            return stage_import.DIFFERENCES.get(key)
         return CPU_ONLY_REASONS.get(key) or DIFFERENCES.get(key)
 
     def engine_defaults(self, recipe: Recipe) -> dict[str, Any]:
         """verl's packaged defaults, every key (what the report compares the plan with)."""
-        return {k: v for k, v in (packaged_defaults(recipe.version) or {}).items() if not (isinstance(v, str) and "${" in v)}
+        return {k: v for k, v in (_defaults_of(recipe) or {}).items() if not (isinstance(v, str) and "${" in v)}
 
     def defaults(self, recipe: Recipe) -> dict[str, Any]:
-        defaults = packaged_defaults(recipe.version) or {}
+        defaults = _defaults_of(recipe) or {}
         # run bookkeeping, not training settings: verl's default run name, and its default resume_mode
         # (auto), which would become checkpoint.resume: true and refuse a fresh run directory
         skip = {"trainer.experiment_name", "trainer.resume_mode"}
         return {k: v for k, v in defaults.items() if not (isinstance(v, str) and "${" in v) and k not in skip}
+
+
+def _defaults_of(recipe: Recipe) -> dict[str, Any] | None:
+    """verl's packaged defaults of the recipe's entry point: main_ppo's, or sft_trainer's."""
+    if recipe.extras.get("stage"):
+        return stage_import.sft_defaults(recipe.version)
+    return packaged_defaults(recipe.version)
 
 
 def _check_type(recipe: Recipe, s: Setting, default: Any) -> None:

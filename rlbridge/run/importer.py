@@ -429,6 +429,10 @@ class Solver:
 
     # -- the search --
     def base(self) -> dict[str, Any]:
+        stage = self.recipe.extras.get("stage")
+        if stage:  # an offline stage's recipe (e.g. verl's sft_trainer): no reward (docs/stages.md)
+            return {"backend": self.backend.name, "engine_version": self.recipe.version, "run_name": "run",
+                    "algorithm": {"name": stage}, "reward": [], "resources": {"gpus_per_node": 1}}
         return {
             "backend": self.backend.name,
             "engine_version": self.recipe.version,
@@ -816,7 +820,8 @@ class Solver:
         # a value equal to its default but set on purpose stays written when leaving it out would change what
         # the config loads as (training.steps: 100 beside training.epochs: without it, epochs alone clear steps)
         full = config.model_dump(mode="json")
-        reloaded = RunConfig.model_validate({**out, "reward": out.get("reward") or [_PLACEHOLDER_REWARD]}).model_dump(mode="json")
+        placeholder = [] if config.is_offline else [_PLACEHOLDER_REWARD]  # an offline stage has no reward
+        reloaded = RunConfig.model_validate({**out, "reward": out.get("reward") or placeholder}).model_dump(mode="json")
         for leaf in leaves():
             if get_path(reloaded, leaf.path) != get_path(full, leaf.path) and get_path(full, leaf.path) is not _MISSING:
                 out = set_path(out, leaf.path, get_path(full, leaf.path))
@@ -840,7 +845,7 @@ class Solver:
             notes.append("reward: the recipe names no reward, so verl scores with its built-in default_compute_score (by each "
                          "row's data_source: gsm8k, math, ...); the config runs that function unchanged, which needs verl "
                          "importable where the rewards run (verl's environment; other engines' environments do not have it)")
-        elif not self.rewards and not self.recipe_rewards:
+        elif not self.rewards and not self.recipe_rewards and not self.recipe.extras.get("stage"):
             notes.append("reward: the config has none yet; rlbridge rewards are plugins (`rlbridge plugins`): "
                          "add one with --reward NAME or edit reward:, see the 'action' settings above")
         if not self.explicit_version:
