@@ -15,7 +15,9 @@ def _tracked(folder: str) -> list[str]:
     res = subprocess.run(["git", "ls-files", folder], cwd=REPO, capture_output=True, text=True)
     if res.returncode == 0:
         return res.stdout.split()
-    return [str(p.relative_to(REPO)) for p in (REPO / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return [
+        str(p.relative_to(REPO)) for p in (REPO / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    ]
 
 
 def _tree() -> tuple[set[str], set[str]]:
@@ -34,8 +36,11 @@ def _tree() -> tuple[set[str], set[str]]:
             section, stack = head, [(0, head)]
             continue
         if section == "adapters/<engine>/":
-            named = NAME.findall(line) if head.startswith("(") or not NAME.fullmatch(head.split(",")[0]) else [
-                n.strip() for n in head.split(",")]
+            named = (
+                NAME.findall(line)
+                if head.startswith("(") or not NAME.fullmatch(head.split(",")[0])
+                else [n.strip() for n in head.split(",")]
+            )
             adapter.update(named)
         elif section == "rlbridge/":
             while stack and stack[-1][0] >= indent:
@@ -73,7 +78,9 @@ def test_architecture_tree_names_every_adapter_file():
     assert {"trl", "verl", "openrlhf"} <= set(entries)
     have = set().union(*entries.values())
     assert not sorted(have - named), f"docs/architecture.md's adapters/<engine>/ part misses {sorted(have - named)}"
-    assert not sorted(named - have), f"docs/architecture.md's adapters/<engine>/ part names what no adapter has: {sorted(named - have)}"
+    assert not sorted(named - have), (
+        f"docs/architecture.md's adapters/<engine>/ part names what no adapter has: {sorted(named - have)}"
+    )
 
 
 def test_contributing_checklist_names_every_file_each_adapter_has():

@@ -24,20 +24,31 @@ ALLOWED = {
 }
 
 
-CODE_TOKENS = {tokenize.NAME, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}  # 3.12 splits f-strings
+CODE_TOKENS = {
+    tokenize.NAME,
+    tokenize.STRING,
+    getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING),
+}  # 3.12 splits f-strings
 
 
 def _engines() -> set[str]:
     from rlbridge.contract.registry import get_plugin_manager
 
-    return {name for name, r in get_plugin_manager().items["backend"].items() if r.item.__module__.startswith("rlbridge_adapters.")}
+    return {
+        name
+        for name, r in get_plugin_manager().items["backend"].items()
+        if r.item.__module__.startswith("rlbridge_adapters.")
+    }
 
 
 def _names_an_engine_in_code(path, pattern) -> bool:
     source = path.read_text()
-    prose = {line for node in ast.walk(ast.parse(source))
-             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-             for line in range(node.lineno, node.end_lineno + 1)}
+    prose = {
+        line
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for line in range(node.lineno, node.end_lineno + 1)
+    }
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT or (token.type == tokenize.STRING and token.start[0] in prose):
             continue
@@ -50,8 +61,12 @@ def test_engine_names_outside_the_adapters_are_on_the_allow_list():
     engines = _engines()
     assert {"trl", "verl", "openrlhf"} <= engines  # (the probe finds the in-tree adapters)
     pattern = re.compile(rf"(?<![A-Za-z0-9])({'|'.join(sorted(engines))})(?![A-Za-z0-9])", re.IGNORECASE)
-    naming = {str(p.relative_to(REPO)) for folder in ("rlbridge", "plugins") for p in (REPO / folder).rglob("*.py")
-              if _names_an_engine_in_code(p, pattern)}
+    naming = {
+        str(p.relative_to(REPO))
+        for folder in ("rlbridge", "plugins")
+        for p in (REPO / folder).rglob("*.py")
+        if _names_an_engine_in_code(p, pattern)
+    }
     unlisted = sorted(naming - set(ALLOWED))
     assert not unlisted, f"these files name an engine in code; move that knowledge into adapters/<engine>/: {unlisted}"
     gone = sorted(set(ALLOWED) - naming)

@@ -28,13 +28,19 @@ EFFECTS = {
     "algorithm.gamma": KnobEffect({"algo.advantage.gamma": 0.99}, context=PPO),
     "algorithm.gae_lambda": KnobEffect({"algo.advantage.lambd": 0.95}, context=PPO),
     "algorithm.dynamic_sampling": {"algo.dynamic_filtering_enable": True, "algo.dynamic_filtering_range": [0.0, 1.0]},
-    "algorithm.rollout_correction": {"algo.advantage.is_correction_level": "token", "algo.advantage.is_correction_mode": "clip"},
+    "algorithm.rollout_correction": {
+        "algo.advantage.is_correction_level": "token",
+        "algo.advantage.is_correction_mode": "clip",
+    },
     "algorithm.rollout_correction_threshold": {"algo.advantage.is_correction_threshold": 4.0},
     "model.path": {"launch.model.path": "org/model"},
     "model.dtype": {"ds.param_dtype": "fp16"},
     "model.chat_template": {"launch.model.chat_template": TEMPLATE},
     "model.use_chat_template": {"data.apply_chat_template": True, "data.input_template": ABSENT},
-    "model.chat_template_kwargs": {"launch.data.chat_template_kwargs.enable_thinking": False, "data.input_template": "{}"},
+    "model.chat_template_kwargs": {
+        "launch.data.chat_template_kwargs.enable_thinking": False,
+        "data.input_template": "{}",
+    },
     "model.lora": {"ds.lora.rank": 4, "ds.lora.alpha": 8, "ds.lora.target_modules": ["q_proj", "v_proj"]},
     "data.eval": {"eval.dataset": "<run_dir>/data/eval.jsonl", "eval.steps": 10},
     "data.eval_interval": {"eval.steps": 5},
@@ -47,7 +53,8 @@ EFFECTS = {
     "rollout.top_p": {"rollout.top_p": 0.9},
     "rollout.gpu_memory_utilization": {"vllm.gpu_memory_utilization": 0.5},
     "rollout.tensor_parallel_size": KnobEffect(
-        {"vllm.tensor_parallel_size": 2, "vllm.num_engines": 1}, context=("resources.gpus_per_node=2",)),
+        {"vllm.tensor_parallel_size": 2, "vllm.num_engines": 1}, context=("resources.gpus_per_node=2",)
+    ),
     "rollout.drop_overlong_prompts": {"launch.data.drop_over": 64},
     # the asynchronous loop (adapters/openrlhf/asynchrony.py)
     "rollout.max_staleness": {"train.async_enable": True, "train.async_queue_size": 2},
@@ -72,7 +79,8 @@ EFFECTS = {
     "training.gradient_checkpointing": {"actor.gradient_checkpointing_enable": True},
     "training.max_tokens_per_device": KnobEffect(
         {"train.dynamic_batch_enable": True, "train.max_tokens_per_gpu": 4096, "rollout.max_tokens_per_gpu": 4096},
-        context=ONE_GPU),
+        context=ONE_GPU,
+    ),
     "training.sequence_packing": KnobEffect({"ds.packing_samples": True}, context=ONE_GPU),
     "training.sequence_parallel_size": KnobEffect({"ds.ring_attn_size": 2}, context=("resources.gpus_per_node=2",)),
     "resources.nodes": {"actor.num_nodes": 2},
@@ -80,8 +88,10 @@ EFFECTS = {
     "resources.gpus_per_node": {"actor.num_gpus_per_node": 2},
     "resources.cpus_per_node": {"launch.ray.num_cpus": 3},
     "placement.policy": {"actor.num_gpus_per_node": 2, "vllm.num_engines": 1, "train.colocate_all": ABSENT},
-    "placement.args": KnobEffect({"actor.num_gpus_per_node": 2, "vllm.num_engines": 2},
-                                 context=("resources.gpus_per_node=4", "placement.policy=split")),
+    "placement.args": KnobEffect(
+        {"actor.num_gpus_per_node": 2, "vllm.num_engines": 2},
+        context=("resources.gpus_per_node=4", "placement.policy=split"),
+    ),
     "checkpoint.dir": {"ckpt.path": "/tmp/rlbridge-effect/ckpt"},
     "checkpoint.interval": {"ckpt.save_steps": 5},
     "checkpoint.resume": {"ckpt.load_enable": True},
@@ -94,7 +104,9 @@ EFFECTS = {
     # the offline stages (adapters/openrlhf/stages.py): train_sft / train_dpo flags
     "offline.max_length": KnobEffect({"data.max_len": 256}, context=SFT_STAGE),
     "offline.completion_only_loss": KnobEffect({"model.pretrain_mode_enable": True}, context=SFT_STAGE),
-    "offline.packing": KnobEffect({"ds.packing_samples": True}, context=(*SFT_STAGE, "resources.gpus_per_node=1")),  # flash attention
+    "offline.packing": KnobEffect(
+        {"ds.packing_samples": True}, context=(*SFT_STAGE, "resources.gpus_per_node=1")
+    ),  # flash attention
     "offline.dpo_loss": KnobEffect({"model.ipo_enable": True}, context=DPO_STAGE),
     "offline.dpo_beta": KnobEffect({"model.beta": 0.5}, context=DPO_STAGE),
     "offline.reference_model": KnobEffect({"ref.model_name_or_path": "org/reference"}, context=DPO_STAGE),

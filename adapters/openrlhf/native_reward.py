@@ -18,10 +18,15 @@ def call(fn: Callable, inputs: list, args: dict[str, Any]) -> Scores:
     result = call_native(fn, queries, prompts, labels, **args)
     if not isinstance(result, dict) or "rewards" not in result:
         got = f"a dict with keys {', '.join(result)}" if isinstance(result, dict) else type(result).__name__
-        raise ValueError(f"reward_func must return a dict with 'rewards' (and optionally 'scores', 'extra_logs'); got {got}")
+        raise ValueError(
+            f"reward_func must return a dict with 'rewards' (and optionally 'scores', 'extra_logs'); got {got}"
+        )
     n = len(inputs)
     scores = per_sample(result["rewards"], n, "reward_func's 'rewards'")
-    metrics = {str(k): per_sample(v, n, f"reward_func's extra_logs['{k}']") for k, v in (result.get("extra_logs") or {}).items()}
+    metrics = {
+        str(k): per_sample(v, n, f"reward_func's extra_logs['{k}']")
+        for k, v in (result.get("extra_logs") or {}).items()
+    }
     if result.get("scores") is not None:
         metrics.setdefault("scores", per_sample(result["scores"], n, "reward_func's 'scores'"))
     return Scores(scores, metrics)

@@ -36,13 +36,16 @@ def call(fn: Callable, inputs: list, args: dict[str, Any]) -> Scores:
         result = result.tolist()
     if not isinstance(result, (list, tuple)) or len(result) != len(inputs):
         size = len(result) if isinstance(result, (list, tuple)) else type(result).__name__
-        raise ValueError(f"a TRL reward function must return one float or None per completion; got {size} for {len(inputs)}")
+        raise ValueError(
+            f"a TRL reward function must return one float or None per completion; got {size} for {len(inputs)}"
+        )
     metrics = {k: [statistics.fmean(v)] * len(inputs) for k, v in logged.items() if v}
     return Scores([number(v, "the TRL reward function") for v in result], metrics)
 
 
 CONVENTION = NativeConvention(
-    expected="f(prompts, completions, **kwargs) -> list[float | None] (kwargs: completion_ids, row columns, trainer_state, log_metric, log_extra)",
+    expected="f(prompts, completions, **kwargs) -> list[float | None] "
+    "(kwargs: completion_ids, row columns, trainer_state, log_metric, log_extra)",
     problem=keyword_problem("completions"),
     adapt=call,
 )

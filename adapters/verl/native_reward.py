@@ -40,7 +40,8 @@ def call(fn: Callable, inputs: list, args: dict[str, Any]) -> Scores:
 
 
 CONVENTION = NativeConvention(
-    expected="compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float | dict with 'score'",
+    expected="compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) "
+    "-> float | dict with 'score'",
     problem=keyword_problem("solution_str", passed=PASSED, engine="verl"),
     adapt=call,
 )

@@ -83,7 +83,7 @@ BASE_OVERRIDES = ("resources.gpus_per_node=0",)
 # Knobs the core handles the same way for every engine: no native key to check. Each with its reason.
 ALLOWED = {
     "data.train": "the core loads the rows (rlbridge.contract.data.load_rows) and hands every engine the same "
-                  "prompts in its own file format; the source itself is no engine key",
+    "prompts in its own file format; the source itself is no engine key",
 }
 
 # One sample per canonical knob (a new knob adds one here, and an expectation to each adapter).
@@ -152,7 +152,9 @@ SAMPLES: dict[str, Sample] = {
     "resources.ray_address": Sample("127.0.0.1:6379"),
     "resources.gpus_per_node": Sample(2),
     "resources.cpus_per_node": Sample(3),
-    "placement.policy": Sample("split", ("resources.gpus_per_node=3", "placement.args={rollout_gpus: 1}", "rollout.engine=vllm")),
+    "placement.policy": Sample(
+        "split", ("resources.gpus_per_node=3", "placement.args={rollout_gpus: 1}", "rollout.engine=vllm")
+    ),
     "placement.args": Sample({"rollout_gpus": 2}),
     "checkpoint.dir": Sample("/tmp/rlbridge-effect/ckpt"),
     "checkpoint.interval": Sample(5),
@@ -175,4 +177,9 @@ SAMPLES: dict[str, Sample] = {
 
 # --set overrides that turn the quickstart into an offline stage (docs/stages.md): no rollout, no reward
 SFT_STAGE = ("algorithm={name: sft}", "rollout={}", "reward=[]", "data.train={type: generator, name: digit_sft}")
-DPO_STAGE = ("algorithm={name: dpo}", "rollout={}", "reward=[]", "data.train={type: generator, name: digit_preferences}")
+DPO_STAGE = (
+    "algorithm={name: dpo}",
+    "rollout={}",
+    "reward=[]",
+    "data.train={type: generator, name: digit_preferences}",
+)

@@ -26,6 +26,7 @@ from typing import Any
 from rlbridge.contract.local_plugins import load_object
 from rlbridge.errors import ConfigError
 
+
 class Scores(list):
     """A reward callable's scores, with the extra metrics the native function reported (name -> one
     value per sample, None where it reported none)."""
@@ -62,12 +63,16 @@ def convention(family: str, field: str, pm=None) -> NativeConvention:
     """The convention `native: family` names, or a ConfigError naming `field`.native and the choices."""
     known = conventions(pm)
     if family not in known:
-        raise ConfigError(f"{field}.native: '{family}' is not a reward convention; use one of {', '.join(known) or 'none'} "
-                          "(the backends that declare one)")
+        raise ConfigError(
+            f"{field}.native: '{family}' is not a reward convention; use one of {', '.join(known) or 'none'} "
+            "(the backends that declare one)"
+        )
     return known[family]
 
 
-def keyword_problem(needs: str, passed: tuple[str, ...] | None = None, engine: str = "") -> Callable[[inspect.Signature, dict[str, Any]], str | None]:
+def keyword_problem(
+    needs: str, passed: tuple[str, ...] | None = None, engine: str = ""
+) -> Callable[[inspect.Signature, dict[str, Any]], str | None]:
     """The check of a convention that calls by keyword: the function takes `needs` (or **kwargs), has
     no required positional-only parameter, and takes every arg of the entry. With `passed` (the
     keywords the engine offers), a required parameter outside them and the args is refused too."""
@@ -82,8 +87,11 @@ def keyword_problem(needs: str, passed: tuple[str, ...] | None = None, engine: s
             return f"has no '{needs}' parameter (its parameters: {', '.join(params) or 'none'})"
         if passed is not None:
             known = set(passed) | set(args)
-            unknown = [n for n, p in params.items()
-                       if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in known]
+            unknown = [
+                n
+                for n, p in params.items()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in known
+            ]
             if unknown:
                 return f"requires {', '.join(unknown)}, which {engine} does not pass (give them in the entry's args)"
         for name in args:
@@ -113,7 +121,9 @@ def load_native(family: str, function: str, args: dict[str, Any], field: str, pm
     declared = convention(family, field, pm)
     fn = load_object(function, f"{field}.function")
     if not callable(fn):
-        raise ConfigError(f"{field}.function: '{function}' is not callable; name a function written as {declared.expected}")
+        raise ConfigError(
+            f"{field}.function: '{function}' is not callable; name a function written as {declared.expected}"
+        )
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -124,12 +134,16 @@ def load_native(family: str, function: str, args: dict[str, Any], field: str, pm
     return fn
 
 
-def native_reward(family: str, function: str, where: str = "reward", /, **args: Any) -> Callable[[Sequence[Any]], Scores]:
+def native_reward(
+    family: str, function: str, where: str = "reward", /, **args: Any
+) -> Callable[[Sequence[Any]], Scores]:
     """The engine-neutral reward callable for a native function (the reward entry's factory)."""
     return _native_reward(family, function, where, args, None)
 
 
-def _native_reward(family: str, function: str, where: str, args: dict[str, Any], pm) -> Callable[[Sequence[Any]], Scores]:
+def _native_reward(
+    family: str, function: str, where: str, args: dict[str, Any], pm
+) -> Callable[[Sequence[Any]], Scores]:
     fn = load_native(family, function, args, where, pm)
     adapt = convention(family, where, pm).adapt
 

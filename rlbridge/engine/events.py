@@ -87,12 +87,20 @@ def reward_sample(total: float, plugins: dict[str, float | None], x: RewardInput
     return {"kind": "reward_sample", "total": total, "plugins": plugins, **(sample_fields(x) if x is not None else {})}
 
 
-def reward_batch(inputs: list[RewardInput], totals: list[float], per_plugin: dict[str, list[float | None]], train: bool) -> RewardBatch:
+def reward_batch(
+    inputs: list[RewardInput], totals: list[float], per_plugin: dict[str, list[float | None]], train: bool
+) -> RewardBatch:
     rows = [
         {**sample_fields(x), "reward": totals[i], "rewards": {k: v[i] for k, v in per_plugin.items()}}
         for i, x in enumerate(inputs[:SAMPLE_ROWS_SENT])
     ]
-    return {"kind": "reward", "train": train, "stats": reward_stats(totals, per_plugin), "samples": rows, "totals": list(totals)}
+    return {
+        "kind": "reward",
+        "train": train,
+        "stats": reward_stats(totals, per_plugin),
+        "samples": rows,
+        "totals": list(totals),
+    }
 
 
 def reward_stats(totals: list[float], per_plugin: dict[str, list[float | None]]) -> dict[str, float]:

@@ -64,7 +64,8 @@ class EventFollower(threading.Thread):
         # an incomplete one left by a killed run is reported once this run has saved it again
         self.seen_checkpoints: set[str] = (
             {p.name for p in self.checkpoint_dir.glob(checkpoint_glob) if self.checkpoint_complete(p)}
-            if self.checkpoint_dir and self.checkpoint_dir.exists() else set()
+            if self.checkpoint_dir and self.checkpoint_dir.exists()
+            else set()
         )
         self.peak_mb = 0.0
         self.weight_sync: dict[str, int] = {}  # bytes and tensors sent to the rollout engine since the last step
@@ -123,7 +124,10 @@ class EventFollower(threading.Thread):
             for key in ("bytes", "tensors"):
                 self.weight_sync[key] = self.weight_sync.get(key, 0) + event[key]
         elif kind == "reward_fault":  # the first faults of the run: their error lines and row reach the console
-            print(f"rlbridge: reward '{event['plugin']}' {event['outcome']} on row {event['row']}:\n{event['error']}", file=sys.stderr)
+            print(
+                f"rlbridge: reward '{event['plugin']}' {event['outcome']} on row {event['row']}:\n{event['error']}",
+                file=sys.stderr,
+            )
         elif kind == "eval_metrics":  # an evaluation logged on its own (OpenRLHF's log_eval)
             if self.to_eval is not None:
                 self.ctx.emit_eval(int(event["step"]), self.to_eval(event["data"]))

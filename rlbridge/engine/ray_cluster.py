@@ -17,8 +17,14 @@ from rlbridge.engine.ray_failures import describe_ray_failure
 
 
 @contextmanager
-def ray_cluster(num_cpus: int, env: dict[str, str], logical_gpus: int = 0, resources: dict | None = None,
-                run_dir: Path | None = None, address: str | None = None) -> Iterator[None]:
+def ray_cluster(
+    num_cpus: int,
+    env: dict[str, str],
+    logical_gpus: int = 0,
+    resources: dict | None = None,
+    run_dir: Path | None = None,
+    address: str | None = None,
+) -> Iterator[None]:
     """The Ray cluster a run trains on. By default one of this run only: `address="local"` never
     attaches to a cluster someone else started (engines' own `ray.init()` would), its temp dir is
     private, and it is stopped by its own handle (never the Ray CLI's stop command, which kills every

@@ -25,10 +25,15 @@ BOOT_DIR = Path(__file__).resolve().parent / "boot"
 def boot_env(installer: str) -> dict[str, str]:
     """Variables that make every Python process inheriting them call `installer` ("module:function")
     at start-up: RLBRIDGE_BOOT and PYTHONPATH with the boot directory first."""
-    return {BOOT_ENV: installer, "PYTHONPATH": os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p)}
+    return {
+        BOOT_ENV: installer,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p),
+    }
 
 
-def worker_env(ctx, installer: str, events: Path, native_env: str, native_plan: Path, rewards: Any, run_dir: Path) -> dict[str, str]:
+def worker_env(
+    ctx, installer: str, events: Path, native_env: str, native_plan: Path, rewards: Any, run_dir: Path
+) -> dict[str, str]:
     """What every process of a Ray engine's run gets: the boot, the events file, the adapter's native
     plan (under its own variable `native_env`, which its patches read), the reward specs, the worker
     pool's settings, the config's local plugins, and where applied patches are reported."""
