@@ -12,7 +12,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Capability, only_for, approximated, gpus_per_node, honoured
+from rlbridge.contract.backend import Capability, approximated, critic_knob, gpus_per_node, honoured, only_for
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import resolve_path
 
@@ -140,20 +140,6 @@ def _check_roles(config: RunConfig) -> str | None:
     return None
 
 
-PPO_ONLY = "the only algorithm with a critic"
-
-
-def _all(*checks):
-    def check(config: RunConfig) -> str | None:
-        return next((p for p in (c(config) for c in checks if c) if p), None)
-
-    return check
-
-
-def _critic(knob: str, extra=None):
-    return _all(only_for(knob, ("ppo",), PPO_ONLY), extra)
-
-
 def capabilities() -> list[Capability]:
     return [
         honoured("algorithm.kl_estimator", "algo.kl.estimator", _check_kl_estimator),
@@ -182,11 +168,11 @@ def capabilities() -> list[Capability]:
                  ("train.dynamic_batch_enable", "train.max_tokens_per_gpu", "rollout.max_tokens_per_gpu"), _check_dynamic_batch),
         honoured("training.sequence_packing", "ds.packing_samples", _check_packing),
         honoured("training.sequence_parallel_size", "ds.ring_attn_size", _check_sequence_parallel),
-        honoured("critic.path", "critic.model_name_or_path", _critic("critic.path", _check_roles)),
-        honoured("critic.lr", "critic.adam.lr", _critic("critic.lr")),
-        honoured("critic.value_clip", "critic.value_clip", _critic("critic.value_clip")),
-        honoured("critic.warmup_steps", "critic.freezing_steps", _critic("critic.warmup_steps"), note="the actor is frozen for the first N steps"),
-        honoured("critic.micro_batch_size", "train.micro_batch_size", _critic("critic.micro_batch_size", _check_critic_micro), note="shared with the actor"),
+        honoured("critic.path", "critic.model_name_or_path", critic_knob("critic.path", _check_roles)),
+        honoured("critic.lr", "critic.adam.lr", critic_knob("critic.lr")),
+        honoured("critic.value_clip", "critic.value_clip", critic_knob("critic.value_clip")),
+        honoured("critic.warmup_steps", "critic.freezing_steps", critic_knob("critic.warmup_steps"), note="the actor is frozen for the first N steps"),
+        honoured("critic.micro_batch_size", "train.micro_batch_size", critic_knob("critic.micro_batch_size", _check_critic_micro), note="shared with the actor"),
     ]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Capability, flatten, gpus_per_node, honoured, only_for, resolved_dtype
+from rlbridge.contract.backend import Capability, critic_knob, flatten, gpus_per_node, honoured, only_for, resolved_dtype
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import resolve_path
 
@@ -148,20 +148,6 @@ def _check_sequence_parallel(config: RunConfig) -> str | None:
     return None
 
 
-PPO_ONLY = "the only algorithm with a critic"
-
-
-def _all(*checks):
-    def check(config: RunConfig) -> str | None:
-        return next((p for p in (c(config) for c in checks if c) if p), None)
-
-    return check
-
-
-def _critic(knob: str, extra=None):
-    return _all(only_for(knob, ("ppo",), PPO_ONLY), extra)
-
-
 def capabilities() -> list[Capability]:
     ref, critic, actor, model = "actor_rollout_ref.ref", "critic", "actor_rollout_ref.actor", "actor_rollout_ref.model"
     return [
@@ -191,11 +177,11 @@ def capabilities() -> list[Capability]:
         honoured("training.sequence_parallel_size",
                  (f"{actor}.ulysses_sequence_parallel_size", f"{critic}.ulysses_sequence_parallel_size"), _check_sequence_parallel,
                  note=f"{ref} inherits the actor's degree"),
-        honoured("critic.path", "critic.model.path", _critic("critic.path")),
-        honoured("critic.lr", "critic.optim.lr", _critic("critic.lr")),
-        honoured("critic.value_clip", "critic.cliprange_value", _critic("critic.value_clip")),
-        honoured("critic.warmup_steps", "trainer.critic_warmup", _critic("critic.warmup_steps")),
-        honoured("critic.micro_batch_size", "critic.ppo_micro_batch_size_per_gpu", _critic("critic.micro_batch_size")),
+        honoured("critic.path", "critic.model.path", critic_knob("critic.path")),
+        honoured("critic.lr", "critic.optim.lr", critic_knob("critic.lr")),
+        honoured("critic.value_clip", "critic.cliprange_value", critic_knob("critic.value_clip")),
+        honoured("critic.warmup_steps", "trainer.critic_warmup", critic_knob("critic.warmup_steps")),
+        honoured("critic.micro_batch_size", "critic.ppo_micro_batch_size_per_gpu", critic_knob("critic.micro_batch_size")),
     ]
 
 

@@ -172,6 +172,21 @@ def only_for(knob: str, algorithms: tuple[str, ...], why: str) -> Callable[[RunC
     return check
 
 
+def all_checks(*checks: Callable[[RunConfig], str | None] | None) -> Callable[[RunConfig], str | None]:
+    """One capability check made of several (None ones skipped): the first problem any of them finds."""
+
+    def check(config: RunConfig) -> str | None:
+        return next((p for p in (c(config) for c in checks if c) if p), None)
+
+    return check
+
+
+def critic_knob(knob: str, extra: Callable[[RunConfig], str | None] | None = None) -> Callable[[RunConfig], str | None]:
+    """The check of a critic.* knob: refused with a non-default value outside ppo (the only algorithm
+    with a critic), then `extra`, the engine's own check."""
+    return all_checks(only_for(knob, ("ppo",), "the only algorithm with a critic"), extra)
+
+
 def offline_only(knob: str) -> Callable[[RunConfig], str | None]:
     """A capability check refusing a non-default offline.* knob outside the offline stages that use it
     (rlbridge.contract.config.OFFLINE_KNOBS): e.g. offline.dpo_beta with algorithm.name sft."""
