@@ -66,11 +66,10 @@ def test_openrlhf_async_with_split_placement_on_gpus():
 
 
 @pytest.mark.parametrize("backend, reason", [
-    ("verl", "checkpoint engine"),
-    ("trl", "AsyncGRPOTrainer"),
+    ("verl", "checkpoint engine"),  # TRL's async trainer runs: tests/test_trl_async.py
 ])
 @pytest.mark.parametrize("knob", ["rollout.max_staleness=1", "rollout.max_staleness=2,rollout.partial_rollouts=true"])
-def test_verl_and_trl_refuse_the_async_loop_saying_why(backend, reason, knob):
+def test_verl_refuses_the_async_loop_saying_why(backend, reason, knob):
     with pytest.raises(CapabilityError, match=reason) as info:
         _settings(f"backend={backend}", *knob.split(","))
     assert "rollout.max_staleness" in str(info.value) or "rollout.partial_rollouts" in str(info.value)

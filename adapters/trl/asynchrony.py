@@ -1,28 +1,193 @@
-"""TRL: the asynchronous loop (rollout.max_staleness, partial_rollouts, weight_sync_interval).
+"""TRL: the asynchronous loop (rollout.max_staleness, partial_rollouts, weight_sync_interval) and split placement.
 
-TRL 1.16's asynchronous trainer is `trl.experimental.async_grpo.AsyncGRPOTrainer` with `AsyncGRPOConfig`
-(read in the installed wheel: `max_staleness` (default 4, stale samples are dropped), `weight_sync_steps`
-(default 1), `max_inflight_tasks`, `queue_maxsize`, `vllm_server_base_url`). It generates only through a
-`vllm serve` server, pauses that server with mode "keep" for each weight sync (in-flight requests continue
-with the new weights: always partial rollouts), and sends weights with `WeightTransferClient`, NCCL only.
-rlbridge's GRPOTrainer path is synchronous. Called by `TRLBackend`.
+rollout.max_staleness k >= 1 plans TRL 1.16's `trl.experimental.async_grpo.AsyncGRPOTrainer` with
+`AsyncGRPOConfig(max_staleness=k)` (read in the installed wheel): a spawned rollout worker keeps up to
+`max_inflight_tasks` generations in flight against a `vllm serve` server, tags each scored sample with the
+policy version it was generated from (`RolloutSample.model_version`), and the trainer drops a sample whose
+version is more than k behind its own (`RolloutQueueDataset`, `sample/dropped_stale_total`): the bound is
+exact, enforced by discarding. The trainer syncs every `weight_sync_steps` optimizer steps and bumps the
+version. The off-policy gap is corrected by the trainer itself: its clipped ratio is taken against the
+log-probabilities vLLM sampled with (the behaviour policy), so algorithm.rollout_correction has nothing to add.
+
+rlbridge starts that server on the rollout's devices (placement.policy: split, rollout_gpus; with colocate, on
+the training device, sharing a GPU's memory by rollout.gpu_memory_utilization) and stops it with the run
+(vllm_server.py), and syncs weights through its own seam instead of TRL's NCCL client, so the
+loop runs on CPU too. partial_rollouts is the server's pause mode at a sync: "keep" (in-flight requests
+continue with the new weights, TRL's own choice) or "wait" (the sync waits until they finish).
+max_staleness 0 keeps today's synchronous GRPOTrainer plan, unchanged. Called by `TRLBackend`.
 """
 
 from __future__ import annotations
 
-from rlbridge.contract.backend import Capability, rejected
+from typing import Any
 
-NO_ASYNC = (
-    "rlbridge drives TRL's synchronous GRPOTrainer. TRL 1.16's asynchronous trainer (trl.experimental.async_grpo."
-    "AsyncGRPOTrainer, AsyncGRPOConfig.max_staleness / weight_sync_steps) generates through a `vllm serve` server "
-    "whose weights it updates over NCCL (WeightTransferClient), which needs CUDA; rlbridge does not start that "
-    "server yet. Use backend: openrlhf (--train.async_enable), or keep the default"
-)
+from rlbridge.contract.backend import Capability, gpus_per_node, honoured
+from rlbridge.contract.config import RunConfig
+from rlbridge.errors import ConfigError
+
+ASYNC_TRAINER = "AsyncGRPOTrainer"
+VERIFIED = ("1.16",)  # AsyncGRPOConfig's names were read in 1.16.0; TRL renamed config fields in 1.18
+
+# GRPOConfig fields of the synchronous plan that AsyncGRPOConfig lacks: the value under which dropping the field
+# changes nothing (AsyncGRPOTrainer's fixed behaviour), and the knob that set it. None: dropped, handled elsewhere.
+GRPO_ONLY: dict[str, tuple[Any, str]] = {
+    "beta": (0.0, "algorithm.kl_coef: AsyncGRPOTrainer has no reference model (no KL term); use kl_coef 0"),
+    "num_iterations": (1, "algorithm.epochs_per_rollout: AsyncGRPOTrainer trains each sample once; use 1"),
+    "loss_type": ("dapo", "algorithm.loss_aggregation: AsyncGRPOTrainer's loss is the token mean (token_mean)"),
+    "scale_rewards": ("group", "algorithm.advantage_normalization: AsyncGRPOTrainer normalises within each group "
+                      "((r - mean) / std); use group"),
+    "entropy_coef": (0.0, "algorithm.entropy_coef: AsyncGRPOTrainer has no entropy bonus; use 0"),
+    "generation_batch_size": (None, ""),  # a step is per_device_train_batch_size x gradient_accumulation_steps samples
+    "reward_weights": (None, ""),  # applied by rlbridge's reward functions (AsyncGRPOTrainer sums with weight 1)
+    "shuffle_dataset": (None, ""),  # rlbridge shuffles the rows (launch.shuffle)
+    "use_vllm": (None, ""),
+    "vllm_mode": (None, ""),
+    "vllm_gpu_memory_utilization": (None, ""),  # the server's --gpu-memory-utilization
+    "vllm_tensor_parallel_size": (None, ""),
+    "vllm_enable_sleep_mode": (None, ""),
+}
+
+
+def wants_async(config: RunConfig) -> bool:
+    return config.rollout.max_staleness >= 1
+
+
+def rollout_layout(config: RunConfig) -> dict[str, Any]:
+    """Training and server device counts (as plugins/placement.py gives them): split, the server on rollout_gpus
+    devices of its own; colocate, the server on the training device (sharing its memory on a GPU)."""
+    gpus = gpus_per_node(config)
+    if config.placement.policy != "split":
+        return {"actor": max(gpus, 1), "rollout": max(gpus, 1), "shared": True}
+    rollout = int(config.placement.args.get("rollout_gpus") or 0)
+    return {"actor": gpus - rollout if gpus else 1, "rollout": rollout, "shared": False}
+
+
+def _check_staleness(config: RunConfig) -> str | None:
+    if not wants_async(config):
+        return None
+    from rlbridge_adapters.trl.backend import TRLBackend
+
+    version = str(TRLBackend.target_version(config))
+    if not any(version == v or version.startswith(v + ".") for v in VERIFIED):
+        return (f"rlbridge drives TRL's AsyncGRPOTrainer as read in TRL {', '.join(VERIFIED)} (TRL renamed its config "
+                f"fields in 1.18); TRL {version} is not verified: use engine_version 1.16.0")
+    if config.placement.policy not in ("split", "colocate"):
+        return f"TRL's AsyncGRPOTrainer runs with placement.policy split or colocate (got {config.placement.policy})"
+    if rollout_layout(config)["actor"] != 1:
+        return ("the TRL adapter runs one training process (multi-GPU AsyncGRPOTrainer needs `accelerate launch`); "
+                "give training one device: resources.gpus_per_node = rollout_gpus + 1 (or 0 on CPU)")
+    if config.rollout.engine == "hf":
+        return "AsyncGRPOTrainer generates with vLLM only; set rollout.engine: vllm (or auto)"
+    if config.algorithm.name != "grpo":
+        return f"AsyncGRPOTrainer is GRPO only (algorithm.name {config.algorithm.name}); use algorithm.name: grpo"
+    if config.environment is not None:
+        return "rlbridge drives environments through GRPOTrainer's rollout_func, which AsyncGRPOTrainer has not; remove environment"
+    if config.model.lora is not None:
+        return ("AsyncGRPOTrainer syncs a LoRA adapter by file to a server started with --enable-lora, which rlbridge "
+                "does not start; remove model.lora")
+    if config.data.eval is not None:
+        return "AsyncGRPOTrainer has no evaluation loop; remove data.eval"
+    if config.algorithm.rollout_correction != "none":
+        return ("AsyncGRPOTrainer's clipped ratio is taken against vLLM's own sampling log-probabilities, which already "
+                "corrects the off-policy gap; it has no separate importance-sampling correction: use rollout_correction: none")
+    if config.training.steps is None:
+        return "AsyncGRPOTrainer streams samples without epochs here; set training.steps"
+    if config.checkpoint.resume:
+        return "resuming AsyncGRPOTrainer (its rollout_state.json) is not verified by rlbridge; remove checkpoint.resume"
+    if config.training.deterministic:
+        return "AsyncGRPOTrainer's rollout order depends on the timing of its concurrent requests; remove training.deterministic"
+    if any(spec.model for spec in config.reward):
+        return "reward models are scored in TRL's GRPOTrainer path only; use a reward plugin"
+    for key, (neutral, why) in GRPO_ONLY.items():
+        if why and _sync_value(config, key) not in (neutral, None):
+            return why
+    return None
+
+
+def _sync_value(config: RunConfig, key: str) -> Any:
+    algo = config.algorithm
+    return {"beta": algo.kl_coef, "num_iterations": algo.epochs_per_rollout, "entropy_coef": algo.entropy_coef,
+            "loss_type": {"token_mean": "dapo"}.get(algo.loss_aggregation, algo.loss_aggregation),
+            "scale_rewards": algo.effective_advantage_normalization}.get(key)
+
+
+def _check_partial(config: RunConfig) -> str | None:
+    return None  # both values are honoured (the server's pause mode); the config model checks max_staleness >= 1
 
 
 def capabilities() -> list[Capability]:
     return [
-        rejected("rollout.max_staleness", NO_ASYNC),
-        rejected("rollout.partial_rollouts", NO_ASYNC),
-        rejected("rollout.weight_sync_interval", NO_ASYNC),
+        honoured("rollout.partial_rollouts", "launch.pause_mode", _check_partial,
+                 note="the vLLM server's pause mode at a weight sync: keep (in-flight requests continue with the new "
+                      "weights) or wait (the sync waits until they finish)"),
+        honoured("rollout.weight_sync_interval", "weight_sync_steps"),
+        honoured("rollout.max_staleness", ("launch.trainer", "max_staleness"), _check_staleness,
+                 note="k >= 1: AsyncGRPOTrainer(max_staleness=k) against a vLLM server rlbridge starts on the rollout "
+                      "devices (split) or the training device (colocate); samples more than k policy versions old are dropped"),
     ]
+
+
+def check_placement(config: RunConfig) -> str | None:
+    """placement.policy on TRL: colocate (one process, or a colocated vLLM), or split for the asynchronous trainer."""
+    if config.placement.policy == "colocate":
+        return None
+    if config.placement.policy == "split" and wants_async(config):
+        return None  # checked with rollout.max_staleness
+    if config.placement.policy == "split":
+        # TRL's own split is GRPOTrainer's vllm_mode="server", whose weight sync (VLLMClient.init_communicator) is
+        # vLLM's NCCL transfer engine: it raises off CUDA, and rlbridge's server is built for the async trainer
+        return ("TRL's split placement is its asynchronous trainer against a vLLM server rlbridge starts: set "
+                "rollout.max_staleness >= 1 (AsyncGRPOTrainer); GRPOTrainer's own vllm_mode: server syncs weights over "
+                "NCCL (CUDA only). Or use placement.policy: colocate")
+    return f"TRL places its roles with colocate or split only (got {config.placement.policy})"
+
+
+def translate(config: RunConfig, sync_native: dict[str, Any]) -> dict[str, Any]:
+    """The AsyncGRPOTrainer plan from the synchronous GRPOTrainer plan of the same config."""
+    args = dict(sync_native["args"])
+    for key, (neutral, why) in GRPO_ONLY.items():
+        value = args.pop(key, None)
+        if why and value not in (neutral, None):
+            raise ConfigError(f"rollout.max_staleness: {why}")  # the capability check says it first
+    leftover = sorted(k for k in args if k.startswith("vllm_") or k in _OTHER_GRPO_ONLY)
+    if leftover:
+        raise ConfigError(f"rollout.max_staleness: AsyncGRPOConfig has no {', '.join(leftover)}, which this plan sets; "
+                          "remove the knob or backend_options that set it (rlbridge plan --explain names it)")
+    ro = config.rollout
+    args.update(
+        max_staleness=ro.max_staleness,
+        weight_sync_steps=ro.weight_sync_interval,
+        # batches of training.micro_batch_size samples (FixedCountBatcher), not of the server's max_model_len tokens
+        token_budget=0,
+        vllm_server_base_url="http://127.0.0.1:0",  # the server's address, set when rlbridge has started it
+        vllm_server_timeout=600.0,
+        dtype=sync_native["model"]["dtype"],
+        log_completions=False,
+    )
+    samples = config.rollout_samples
+    max_model_len = ro.max_prompt_tokens + ro.max_new_tokens if ro.max_prompt_tokens else None
+    return {
+        **sync_native,
+        "trainer": ASYNC_TRAINER,
+        "config_class": "AsyncGRPOConfig",
+        "config_module": "trl.experimental.async_grpo",
+        "args": args,
+        "pause_mode": "keep" if ro.partial_rollouts else "wait",
+        "shuffle": config.data.shuffle,
+        "placement": rollout_layout(config),
+        "server": {
+            "max_model_len": max_model_len,
+            # every request the rollout worker may hold in flight (its max_inflight_tasks default)
+            "max_num_seqs": min(max(samples * ro.max_staleness, 16), 1024),
+            "gpu_memory_utilization": ro.gpu_memory_utilization,
+            "start_timeout_s": 600.0,
+        },
+        "env": {**sync_native["env"], "TRL_EXPERIMENTAL_SILENCE": "1"},
+    }
+
+
+# GRPOConfig-only fields the synchronous plan may set through other knobs (adapters/trl/knobs.py)
+_OTHER_GRPO_ONLY = {"mask_truncated_completions", "generation_kwargs", "importance_sampling_level", "top_entropy_quantile",
+                    "cast_lm_head_to_fp32", "disable_dropout", "pad_to_multiple_of", "multi_objective_aggregation",
+                    "num_generations_eval", "steps_per_generation", "sync_ref_model", "ref_model_sync_steps",
+                    "ref_model_mixup_alpha", "delta", "epsilon_high_delta", "off_policy_mask_threshold"}

@@ -52,7 +52,8 @@ RESERVED = {
 def _only_for_vllm(knob: str, default: Any):
     def check(config: RunConfig) -> str | None:
         value = getattr(config.rollout, knob)
-        if config.rollout.engine != "vllm" and value != default:
+        # the asynchronous trainer always generates with vLLM (its server)
+        if config.rollout.engine != "vllm" and not asynchrony.wants_async(config) and value != default:
             return "it only applies to rollout.engine: vllm; remove it or set rollout.engine: vllm"
         return None
 
@@ -114,16 +115,7 @@ def _check_resources(config: RunConfig) -> str | None:
 
 
 def _check_placement(config: RunConfig) -> str | None:
-    if config.placement.policy != "colocate":
-        # TRL's own split is vllm_mode="server"; its weight sync (VLLMClient.init_communicator) is vLLM's NCCL
-        # transfer engine and raises NotImplementedError off CUDA, so the policy could never reach the rollout on CPU
-        return (
-            "TRL generates inside the training process (or a colocated vLLM); its split is vllm_mode: server, whose "
-            "weight sync (VLLMClient.init_communicator) runs on NCCL and needs CUDA, and rlbridge does not start that "
-            "server yet (backend_options.trl.vllm_mode: server with a server you launch, on GPUs). Use placement.policy: "
-            "colocate, or backend: verl / openrlhf"
-        )
-    return None
+    return asynchrony.check_placement(config)
 
 
 class TRLBackend(Backend):
@@ -137,6 +129,8 @@ class TRLBackend(Backend):
                    "SFTTrainer, DPOTrainer and RewardTrainer (sft, dpo, reward_model)")
     partial_weight_sync = True  # TRL's vLLM weight generator is the seam (patch.py); colocated vLLM keeps its weights
     resume_reproduces_metrics = True  # TRL's checkpoints hold every RNG state; HF generate on CPU is deterministic
+    # the split placement's processes (adapters/trl/async_run.py writes placement.json, as the Ray engines' read-back)
+    actor_roles = {"AsyncGRPOTrainer": ("actor", "reference"), "vllm serve": ("rollout",)}
 
     def native_reward_convention(self) -> Any:
         from rlbridge_adapters.trl.native_reward import CONVENTION
@@ -177,7 +171,10 @@ class TRLBackend(Backend):
             honoured("data.eval_interval", "eval_steps", note="eval_steps = interval x updates per step"),
             honoured("data.prompt_key", "launch.data.prompt_key"),
             honoured("data.answer_key", "launch.data.answer_key", note="column passed to rewards"),
-            honoured("data.shuffle", ("shuffle_dataset", "train_sampling_strategy"), note="offline stages: train_sampling_strategy"),
+            approximated("data.shuffle", ("shuffle_dataset", "train_sampling_strategy", "launch.shuffle"),
+                         "with rollout.max_staleness >= 1 rlbridge shuffles the rows once (training.seed); AsyncGRPOTrainer "
+                         "reads them in order and repeats that order on later passes. Otherwise honoured (offline stages: "
+                         "train_sampling_strategy)", when=lambda c: asynchrony.wants_async(c) and c.data.shuffle),
             honoured("rollout.engine", ("use_vllm", "vllm_mode"), lambda c: None if c.rollout.engine != "sglang" else (
                 "TRL has no SGLang rollout; use rollout.engine: vllm or hf, or backend: verl for SGLang"), note="auto: hf"),
             honoured("rollout.max_new_tokens", "max_completion_length"),
@@ -226,8 +223,10 @@ class TRLBackend(Backend):
             honoured("resources.gpus_per_node", "use_cpu", _check_resources, note="use_cpu when 0"),
             approximated("resources.cpus_per_node", "launch.torch_threads", "TRL runs one process; cpus_per_node caps torch's threads unless training.torch_threads is set",
                          when=lambda c: c.resources.cpus_per_node is not None),
-            honoured("placement.policy", (), _check_placement, note="colocated (one process)"),
-            honoured("placement.args", (), note="checked by the placement policy"),
+            honoured("placement.policy", ("launch.trainer", "launch.placement.actor", "launch.placement.rollout"), _check_placement,
+                     note="colocate: one process (or a colocated vLLM); split (with rollout.max_staleness >= 1): "
+                          "AsyncGRPOTrainer on the training device, a vLLM server rlbridge starts on rollout_gpus"),
+            honoured("placement.args", "launch.placement.rollout", note="checked by the placement policy"),
             honoured("checkpoint.dir", "output_dir"),
             honoured("checkpoint.interval", ("save_strategy", "save_steps"), note="save_steps = interval x updates per step"),
             honoured("checkpoint.resume", "launch.resume", note="trainer.train(resume_from_checkpoint=...)"),
@@ -316,7 +315,7 @@ class TRLBackend(Backend):
         if ro.engine == "vllm" and gpus == 0:
             env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
         threads = tr.torch_threads or config.resources.cpus_per_node
-        return {
+        native = {
             "trainer": f"{trainer}Trainer",
             "config_class": f"{trainer}Config",
             "args": args,
@@ -338,6 +337,9 @@ class TRLBackend(Backend):
             "resume": config.checkpoint.resume,
             "env": env,
         }
+        if asynchrony.wants_async(config):
+            return asynchrony.translate(config, native)
+        return native
 
     native_aliases = ALIASES
     reserved_options = RESERVED
@@ -354,8 +356,9 @@ class TRLBackend(Backend):
         import yaml
 
         native = plan.native
+        module = f"{native['config_module']}." if native.get("config_module") else ""
         head = (
-            f"# {native['trainer']}({native['config_class']}(**args)); one rlbridge step = "
+            f"# {module}{native['trainer']}({native['config_class']}(**args)); one rlbridge step = "
             f"{native['updates_per_step']} TRL optimizer step(s)\n"
         )
         return head + yaml.safe_dump(native, sort_keys=False)

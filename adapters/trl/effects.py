@@ -9,6 +9,7 @@ from __future__ import annotations
 from rlbridge.contract.effects import DPO_STAGE, REFUSED, SFT_STAGE, TEMPLATE, KnobEffect
 
 VLLM = ("rollout.engine=vllm",)
+SPLIT = ("placement.policy=split", "placement.args={rollout_gpus: 1}")  # the async trainer's vLLM server
 
 EFFECTS = {
     "algorithm.name": {"launch.trainer": "RLOOTrainer"},
@@ -45,6 +46,9 @@ EFFECTS = {
     "rollout.gpu_memory_utilization": {"vllm_gpu_memory_utilization": 0.5},
     "rollout.tensor_parallel_size": REFUSED,  # one training process: vLLM's tensor-parallel group cannot exceed it
     "rollout.drop_overlong_prompts": {"launch.data.drop_overlong_prompts": True},
+    "rollout.max_staleness": KnobEffect({"launch.trainer": "AsyncGRPOTrainer", "max_staleness": 2}, context=SPLIT),
+    "rollout.partial_rollouts": KnobEffect({"launch.pause_mode": "keep"}, context=SPLIT),
+    "rollout.weight_sync_interval": KnobEffect({"weight_sync_steps": 2}, context=SPLIT),
     "reward": {"reward_weights": [2.0], "launch.rewards": [{"name": "digit_match", "weight": 2.0, "args": {}}]},
     "environment": {"launch.environment.name": "digit_turns", "launch.environment.max_turns": 2},
     "training.steps": {"max_steps": 7},
@@ -63,7 +67,7 @@ EFFECTS = {
     "training.gradient_checkpointing": {"gradient_checkpointing": True},
     "resources.gpus_per_node": REFUSED,  # one training process
     "resources.cpus_per_node": KnobEffect({"launch.torch_threads": 3}, context=("training.torch_threads=null",)),
-    "placement.policy": REFUSED,
+    "placement.policy": REFUSED,  # split needs rollout.max_staleness >= 1 (AsyncGRPOTrainer), and one training device
     "placement.args": REFUSED,  # 'colocate' takes no arguments
     "checkpoint.dir": {"output_dir": "/tmp/rlbridge-effect/ckpt"},
     "checkpoint.interval": {"save_strategy": "steps", "save_steps": 5},

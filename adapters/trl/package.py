@@ -10,4 +10,6 @@ TESTS = (
     "tests/test_trl_adapter.py",
     "tests/test_trl_vllm.py",
     "tests/test_trl_environment.py",
+    "tests/test_trl_async.py",
+    "tests/engines/test_trl_async_in_env.py",
 )

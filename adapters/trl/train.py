@@ -257,6 +257,11 @@ def phase_timings(timers: dict, trainer) -> dict[str, float]:
 
 def run_trl(plan, ctx) -> None:
     native = plan.native
+    if native["trainer"] == "AsyncGRPOTrainer":  # rollout.max_staleness >= 1
+        from rlbridge_adapters.trl.async_run import run_async
+
+        run_async(plan, ctx)
+        return
     config = ctx.config
     os.environ.update(native["env"])
     check_drift(PATCHES, native, str(ctx.run_dir / "patches_drift.json"))  # before anything runs
@@ -336,10 +341,11 @@ def run_trl(plan, ctx) -> None:
 def make_args(native: dict[str, Any]):
     """Build the GRPOConfig/RLOOConfig of a plan: TRL's own __post_init__ validates it."""
     import dataclasses
+    import importlib
 
     import trl
 
-    config_class = getattr(trl, native["config_class"])
+    config_class = getattr(importlib.import_module(native.get("config_module", "trl")), native["config_class"])
     kwargs = native["args"]
     fields = {f.name for f in dataclasses.fields(config_class)}
     for key in kwargs:

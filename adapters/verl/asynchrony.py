@@ -15,11 +15,15 @@ from rlbridge.contract.backend import Capability, rejected
 
 NO_ASYNC = (
     "verl's main_ppo, the trainer rlbridge drives, is synchronous. verl 0.9.1's asynchronous trainers "
-    "(verl.experimental.fully_async_policy.fully_async_main, one_step_off_policy.main_ppo) move weights from the "
-    "trainer's GPUs to the rollout's with a checkpoint engine (actor_rollout_ref.rollout.checkpoint_engine.backend: "
-    "nccl, nixl, hccl, mooncake or kimi; 'naive' is the colocated in-process copy), none of which runs without GPUs, "
-    "and rlbridge does not launch them on GPUs yet; verl 0.5.0 has no asynchronous trainer. Use backend: openrlhf "
-    "(--train.async_enable), or keep the default"
+    "(verl.experimental.one_step_off_policy.main_ppo, fully_async_policy.fully_async_main) run the rollout on devices of "
+    "its own (actor_rollout_ref.hybrid_engine: False, asserted in one_step_off_policy/ray_trainer.py) and move the "
+    "weights with a checkpoint engine: one_step_off_ppo_trainer.yaml sets checkpoint_engine.backend: nccl, whose module "
+    "needs cupy and CUDA buffers; in this CPU environment verl.checkpoint_engine registers 'naive' only "
+    "(CheckpointEngineRegistry.get('nccl'): \"Checkpoint engine nccl not registered ... nccl_checkpoint_engine: No module "
+    "named 'cupy'\"; nixl and delta need cupy too, hccl torch.npu, kimi and mooncake their own libraries), and 'naive' is "
+    "the in-process colocated copy (its prepare/init_process_group/build_topology raise NotImplementedError). rlbridge "
+    "does not launch those trainers on GPUs yet; verl 0.5.0 has neither. Use backend: openrlhf (--train.async_enable) or "
+    "backend: trl (AsyncGRPOTrainer), or keep the default"
 )
 
 
