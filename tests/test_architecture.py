@@ -191,7 +191,7 @@ FORMATTED = [
     "adapters/openrlhf/effects.py", "adapters/openrlhf/native_reward.py", "adapters/trl/native_reward.py",
     "adapters/verl/effects.py", "adapters/verl/native_reward.py",
     "rlbridge/contract/effects.py", "rlbridge/contract/native_rewards.py",
-    "rlbridge/engine/events.py", "rlbridge/engine/follower.py", "rlbridge/engine/model_dir.py",
+    "rlbridge/engine/environment_steps.py", "rlbridge/engine/events.py", "rlbridge/engine/follower.py", "rlbridge/engine/model_dir.py",
     "rlbridge/engine/ray_cluster.py", "rlbridge/engine/ray_engine.py", "rlbridge/engine/ray_failures.py",
     "rlbridge/engine/scoring.py",
     "rlbridge/engine/vllm_cpu.py", "rlbridge/engine/weight_sync.py",

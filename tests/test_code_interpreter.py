@@ -100,7 +100,8 @@ class WorkerPid(CodeInterpreter):
 
 
 def test_tools_run_in_a_worker_process_and_keep_the_episodes_state():
-    from rlbridge.engine.workers import RewardScorer, Settings, call_environment_tool
+    from rlbridge.engine.environment_steps import call_environment_tool
+    from rlbridge.engine.workers import RewardScorer, Settings
 
     env = WorkerPid()
     env.reset(ROW, ROW["prompt"])

@@ -345,7 +345,7 @@ class LocalEnv(CountingEnv):
 
 
 def test_environment_steps_run_in_workers_and_keep_their_state():
-    from rlbridge.engine.workers import step_environment
+    from rlbridge.engine.environment_steps import step_environment
 
     env = CountingEnv()
     with scorer(timeout_s=2.0) as s:
@@ -364,7 +364,7 @@ def test_environment_steps_run_in_workers_and_keep_their_state():
 
 
 def test_an_environment_that_does_not_pickle_is_stepped_inline():
-    from rlbridge.engine.workers import step_environment
+    from rlbridge.engine.environment_steps import step_environment
 
     env = LocalEnv()
     with scorer() as s:

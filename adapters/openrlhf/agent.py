@@ -6,7 +6,7 @@ OpenRLHF's executor has no tool-call parsing: it hands each assistant turn's tex
 appends what `step` returns as `environment_feedback` (outside the turn's action range, so not
 trained on). So the episode parses tool calls itself, in the hermes format TRL's rollout and verl
 parse too (rlbridge.contract.environments.parse_tool_calls): a turn that calls tools while another
-turn may follow runs them (each through the worker pool, rlbridge.engine.workers.tool_call_text) and
+turn may follow runs them (each through the worker pool, rlbridge.engine.environment_steps.tool_call_text) and
 returns their outputs as tool messages, rendered with the chat template when the run uses one; any
 other turn, and the episode's last, goes to `Environment.step`. Tool calls and steps run in a thread,
 so the other episodes of the actor's event loop (OpenRLHF gathers them) generate and call meanwhile.
@@ -43,7 +43,7 @@ class RLBridgeEpisode(AgentInstanceBase):
         return {"observation": self.env.reset(info.get("row", {}), states["observation"])}
 
     async def step(self, states: dict, **kwargs):
-        from rlbridge.engine.workers import step_environment
+        from rlbridge.engine.environment_steps import step_environment
 
         action = states["action_text"]
         self.turns += 1
@@ -76,7 +76,7 @@ class RLBridgeEpisode(AgentInstanceBase):
 
     def _call_tools(self, calls: list) -> list[str]:
         """The texts of one turn's tool calls, in their order (an episode's calls may depend on each other)."""
-        from rlbridge.engine.workers import tool_call_text
+        from rlbridge.engine.environment_steps import tool_call_text
 
         return [tool_call_text(self.env, name, arguments) for name, arguments in calls]
 

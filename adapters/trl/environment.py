@@ -150,7 +150,7 @@ class EnvironmentRollout:
 
     def _call_tools(self, envs: list, calls: list[tuple[int, str | None, Any]]) -> list[str]:
         """The texts of (episode, name, arguments) tool calls, run concurrently (each in the worker
-        pool, rlbridge.engine.workers.call_environment_tool; one episode's calls in their order)."""
+        pool, rlbridge.engine.environment_steps.call_environment_tool; one episode's calls in their order)."""
         if len(calls) < 2:
             return [self._call_tool(envs[i], name, args) for i, name, args in calls]
         from concurrent.futures import ThreadPoolExecutor
@@ -170,8 +170,8 @@ class EnvironmentRollout:
         return out
 
     def _call_tool(self, env, name: str | None, arguments: Any) -> str:
-        """The tool's text, or an error message the policy sees (rlbridge.engine.workers.tool_call_text)."""
-        from rlbridge.engine.workers import tool_call_text
+        """The tool's text, or an error message the policy sees (rlbridge.engine.environment_steps.tool_call_text)."""
+        from rlbridge.engine.environment_steps import tool_call_text
 
         return tool_call_text(env, name, arguments)
 

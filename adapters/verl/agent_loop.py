@@ -121,7 +121,7 @@ class EnvironmentAgentLoop(AgentLoopBase):
         )
 
     def _step(self, environment, text: str):
-        from rlbridge.engine.workers import step_environment
+        from rlbridge.engine.environment_steps import step_environment
 
         try:
             return step_environment(environment, text)  # the worker pool: timeouts and fault counts

@@ -23,7 +23,7 @@ class EnvironmentTool(BaseTool):
             )
         import asyncio
 
-        from rlbridge.engine.workers import call_environment_tool
+        from rlbridge.engine.environment_steps import call_environment_tool
 
         # in a thread, through the worker pool: the agent loop's other episodes go on meanwhile
         text = await asyncio.to_thread(call_environment_tool, environment, self.name, parameters)

@@ -119,3 +119,14 @@ def reward_error(exc: BaseException) -> RewardError:
 
 def synced_weights(sent_bytes: int, tensors: int) -> WeightSync:
     return {"kind": "weight_sync", "bytes": int(sent_bytes), "tensors": int(tensors)}
+
+
+def reward_faults(counts: dict[str, int]) -> dict[str, Any]:
+    """Reward or environment faults of one call, by outcome (errors, timeouts, ...): the step's
+    reward/<outcome> counters."""
+    return {"kind": "reward_faults", "counts": counts}
+
+
+def reward_metrics(n: int, metrics: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The extra metrics native rewards reported over one scoring call of `n` samples (plugin -> name -> mean)."""
+    return {"kind": "reward_metrics", "n": n, "metrics": metrics}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlbridge.contract.rewards import RewardInput
-from rlbridge.engine.events import write_event
+from rlbridge.engine.events import reward_faults, reward_metrics, write_event
 
 
 def score_inputs(inputs: list[RewardInput]) -> tuple[list[float], dict[str, list[float | None]]]:
@@ -14,7 +14,7 @@ def score_inputs(inputs: list[RewardInput]) -> tuple[list[float], dict[str, list
 
     scored = engine_scorer().score(inputs)
     if scored.counts:
-        write_event({"kind": "reward_faults", "counts": scored.counts})
+        write_event(reward_faults(scored.counts))
     if scored.metrics:  # native rewards' extra metrics (verl `score` dicts, OpenRLHF extra_logs)
-        write_event({"kind": "reward_metrics", "n": len(inputs), "metrics": scored.metrics})
+        write_event(reward_metrics(len(inputs), scored.metrics))
     return scored.totals, scored.per_plugin
