@@ -148,3 +148,73 @@ def test_trl_async_metrics_map_to_canonical_names():
     assert out["async/staleness_mean"] == 0.4 and out["async/staleness_max"] == 1.0
     assert out["async/trainer_idle_s"] == 0.2 and out["async/rollout_idle_s"] == 0.3
     assert out["timing/weight_sync_s"] == 0.05 and "entropy" not in out
+
+
+def test_shared_memory_weight_transfer_pauses_loads_and_checks_every_tensor(tmp_path, monkeypatch):
+    """The transfer against a stand-in for vLLM's HTTP endpoints (the real server: the engine test): the pause
+    mode follows rollout.partial_rollouts, the file holds every tensor sent, a worker that loaded fewer raises,
+    and the events file gets the sync's bytes and tensors."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file
+
+    from rlbridge.engine.events import EVENTS_ENV
+    from rlbridge_adapters.trl.vllm_server import SharedMemoryWeightTransfer
+
+    calls, short = [], {"by": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _answer(self, body: bytes, kind="application/json"):
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            calls.append(self.path)
+            self._answer(b"vllm:num_requests_running{m=\"x\"} 3.0\nvllm:num_requests_waiting{m=\"x\"} 2.0\n", "text/plain")
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            calls.append(self.path)
+            if self.path == "/collective_rpc":
+                loaded = load_file(body["args"][0])
+                self._answer(json.dumps({"results": [str(len(loaded) - short["by"])]}).encode())
+            else:
+                self._answer(b"{}")
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv(EVENTS_ENV, str(tmp_path / "events.jsonl"))
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    weights = [("a.weight", torch.ones(2, 3)), ("b.weight", torch.zeros(4))]
+    try:
+        keep = SharedMemoryWeightTransfer(url, pause_mode="keep")
+        keep.pause()
+        keep.send_weights(iter(weights))
+        keep.resume()
+        assert "/pause?mode=keep" in calls and calls[-1] == "/resume"
+        assert keep.take_partial() == 5 and keep.take_partial() == 0  # running + waiting requests at the pause
+        assert keep.last["tensors"] == 2 and keep.last["bytes"] == (6 + 4) * 4
+        assert sorted(load_file(keep.path)) == ["a.weight", "b.weight"]
+        event = json.loads((tmp_path / "events.jsonl").read_text().splitlines()[-1])
+        assert event["kind"] == "weight_sync" and event["tensors"] == 2
+        wait = SharedMemoryWeightTransfer(url, pause_mode="wait")
+        wait.pause()
+        assert calls[-1] == "/pause?mode=wait" and wait.take_partial() == 0
+        short["by"] = 1
+        with pytest.raises(RuntimeError, match="loaded"):
+            wait.send_weights(iter(weights))
+        for transfer in (keep, wait):
+            transfer.destroy()
+            assert not __import__("os").path.exists(transfer.path)
+    finally:
+        server.shutdown()
