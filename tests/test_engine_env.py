@@ -221,3 +221,23 @@ def test_a_cells_select_narrows_its_e2e_tests_in_every_run_and_the_table_says_so
     assert commands[-1][commands[-1].index("-k") + 1] == "(two_step) and (b)"
     row = {"engine": "demo", "version": "1.0", "test": "e2e-cpu", "status": "pass", "passed": 1, "select": "two_step"}
     assert "- demo 1.0 e2e-cpu: `-k two_step`" in compat.render({"demo|1.0|e2e-cpu": row})
+
+
+def test_a_blocked_test_is_neither_pass_nor_fail_and_the_table_names_the_blocker(light_recipes, tmp_path):
+    """matrix.yaml `blocked: {test: why}`: the measured reason a test cannot run on this kind of machine
+    (e.g. an engine version without a CPU build of its rollout) is recorded in RESULTS.md, and the cell's
+    verdict comes from the tests that can run."""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text('cells:\n  - {engine: demo, version: "1.16.0", tests: [translate, e2e-cpu],\n'
+                      '     blocked: {e2e-cpu: "ImportError: FP8 quantization not available (x.py:28)"}}\n')
+    results = tmp_path / "results"
+    run_cli("compat", "run", "--engine", "demo", env={"RLBRIDGE_MATRIX": str(matrix), "RLBRIDGE_COMPAT_RESULTS": str(results)})
+    data = json.loads((results / "results.json").read_text())
+    assert data["demo|1.16.0|e2e-cpu"]["status"] == "blocked" and data["demo|1.16.0|translate"]["status"] == "fail"
+    table = (results / "RESULTS.md").read_text()
+    assert "| demo | 1.16.0 | **FAIL** | plans only | **FAIL** | blocked (below) |" in table
+    assert "- demo 1.16.0 e2e-cpu: ImportError: FP8 quantization not available (x.py:28)" in table
+    from rlbridge.envs.compat import cell_verdict
+
+    assert cell_verdict([{"status": "pass"}, {"status": "blocked"}]) == "pass"
+    assert cell_verdict([{"status": "blocked"}]) == "fail"  # nothing ran

@@ -80,6 +80,8 @@ def run_matrix(engine: str | None = None, version: str | None = None, echo=print
             started = dt.datetime.now(dt.timezone.utc)
             if env_error:
                 outcome = {"status": "fail", "reason": f"environment: {env_error}"}
+            elif test in cell.get("blocked", {}):  # measured: cannot run on this kind of machine, and why
+                outcome = {"status": "blocked", "reason": " ".join(str(cell["blocked"][test]).split())}
             elif test == "e2e-gpu" and not gpu:
                 outcome = {"status": "not run", "reason": "no GPU"}
             else:
@@ -98,10 +100,11 @@ def run_matrix(engine: str | None = None, version: str | None = None, echo=print
 
 def cell_verdict(outcomes: list[dict[str, Any]]) -> str:
     """A cell passes only if every test it requires ran and passed; GPU tests without a GPU are
-    'not run' and neither pass nor fail it."""
+    'not run', and a test matrix.yaml marks blocked (with the measured blocker) is 'blocked': neither
+    passes nor fails the cell."""
     if any(o["status"] == "fail" for o in outcomes):
         return "fail"
-    ran = [o for o in outcomes if o["status"] != "not run"]
+    ran = [o for o in outcomes if o["status"] not in ("not run", "blocked")]
     return "pass" if ran and all(o["status"] == "pass" for o in ran) else "fail"
 
 
@@ -270,6 +273,10 @@ def render(results: dict[str, Any]) -> str:
     if subsets:
         lines += ["", "## Cells that run a subset of the e2e tests (matrix.yaml `select`)", ""]
         lines += [f"- {r['engine']} {r['version']} {r['test']}: `-k {r['select']}`" for r in subsets]
+    blocked = [r for _, r in sorted(results.items()) if r["status"] == "blocked"]
+    if blocked:
+        lines += ["", "## Blocked: what keeps a test from running on this kind of machine (matrix.yaml `blocked`)", ""]
+        lines += [f"- {r['engine']} {r['version']} {r['test']}: {r['reason']}" for r in blocked]
     skipped = [(r, s) for _, r in sorted(results.items()) for s in r.get("skipped_tests", [])]
     if skipped:
         lines += ["", "## Tests of the engine skipped inside passing cells", ""]
@@ -281,6 +288,8 @@ def render(results: dict[str, Any]) -> str:
 def _icon(r: dict[str, Any]) -> str:
     if r["status"] == "pass":
         return f"pass ({r['passed']})" if r.get("passed") else "pass"
+    if r["status"] == "blocked":
+        return "blocked (below)"
     if r["status"] == "not run":
         return f"not run: {r.get('reason') or 'no GPU'}"
     return "**FAIL**"
