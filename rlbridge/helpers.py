@@ -12,7 +12,7 @@ def flatten(data: dict[str, Any] | list[Any], prefix: str = "", lists: bool = Fa
     after `prefix` (e.g. 'launch.'). An empty dict stays a leaf; with `lists`, list items are keyed
     by their index ('reward.0.name'), else a list is a leaf."""
     flat: dict[str, Any] = {}
-    for key, value in (data.items() if isinstance(data, dict) else enumerate(data)):
+    for key, value in data.items() if isinstance(data, dict) else enumerate(data):
         name = f"{prefix}{key}"
         if (isinstance(value, dict) or (lists and isinstance(value, list))) and value:
             flat.update(flatten(value, f"{name}.", lists))

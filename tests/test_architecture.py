@@ -190,7 +190,11 @@ def test_ruff_finds_nothing():
 FORMATTED = [
     "adapters/openrlhf/effects.py", "adapters/openrlhf/native_reward.py", "adapters/trl/native_reward.py",
     "adapters/verl/effects.py", "adapters/verl/native_reward.py",
-    "rlbridge/contract/effects.py", "rlbridge/contract/native_rewards.py",
+    "adapters/openrlhf/boot.py", "adapters/verl/boot.py",
+    "rlbridge/contract/backend.py", "rlbridge/contract/descriptors.py", "rlbridge/contract/effects.py",
+    "rlbridge/contract/hookspecs.py", "rlbridge/contract/local_plugins.py", "rlbridge/contract/native_rewards.py",
+    "rlbridge/contract/registry.py", "rlbridge/contract/rewards.py", "rlbridge/engine/checkpoints.py",
+    "rlbridge/engine/importhooks.py", "rlbridge/helpers.py", "rlbridge/run/knobdoc.py",
     "rlbridge/engine/environment_steps.py", "rlbridge/engine/events.py", "rlbridge/engine/follower.py", "rlbridge/engine/model_dir.py",
     "rlbridge/engine/ray_cluster.py", "rlbridge/engine/ray_engine.py", "rlbridge/engine/ray_failures.py",
     "rlbridge/engine/scoring.py",

@@ -1,6 +1,7 @@
-"""Installed in every verl process of a run (rlbridge/engine/boot/sitecustomize.py calls install): version-gated patches, the
-rlbridge reward manager's registration, and the copy of verl's per-step metrics into the events file.
-Everything acts through post-import hooks, so nothing of verl is imported before verl itself is.
+"""Installed in every verl process of a run (rlbridge/engine/boot/sitecustomize.py calls install):
+version-gated patches, the rlbridge reward manager's registration, and the copy of verl's per-step
+metrics into the events file. Everything acts through post-import hooks, so nothing of verl is
+imported before verl itself is.
 """
 
 from __future__ import annotations

@@ -27,18 +27,45 @@ from rlbridge.helpers import flatten  # adapters import it from here too
 
 
 # Knobs the core handles itself for every engine; a backend does not declare them.
-CORE_KNOBS = frozenset({"backend", "run_name", "output_dir", "engine_env", "engine_version", "telemetry", "backend_options", "plugins",
-                        # rlbridge's own reward shim runs the worker pool inside every engine (rlbridge.engine.workers)
-                        "rollout_workers",
-                        # read by `rlbridge submit --to slurm|kuberay` only, never by an engine
-                        "launcher",
-                        # handled by rlbridge itself on the metrics every engine streams
-                        "training.on_nonfinite", "training.nonfinite_steps",
-                        # restarts and the hang watchdog run in the user's process, around any engine (rlbridge.run.runner)
-                        "training.max_restarts", "training.restart_backoff_s", "training.hang_first_step_s",
-                        "training.hang_factor", "training.hang_min_s", "training.on_hang"})
+CORE_KNOBS = frozenset(
+    {
+        "backend",
+        "run_name",
+        "output_dir",
+        "engine_env",
+        "engine_version",
+        "telemetry",
+        "backend_options",
+        "plugins",
+        # rlbridge's own reward shim runs the worker pool inside every engine (rlbridge.engine.workers)
+        "rollout_workers",
+        # read by `rlbridge submit --to slurm|kuberay` only, never by an engine
+        "launcher",
+        # handled by rlbridge itself on the metrics every engine streams
+        "training.on_nonfinite",
+        "training.nonfinite_steps",
+        # restarts and the hang watchdog run in the user's process, around any engine (rlbridge.run.runner)
+        "training.max_restarts",
+        "training.restart_backoff_s",
+        "training.hang_first_step_s",
+        "training.hang_factor",
+        "training.hang_min_s",
+        "training.on_hang",
+    }
+)
 # Sections whose keys are knobs one level down (dicts and lists are one knob each).
-_SECTIONS = ("algorithm", "model", "data", "rollout", "training", "offline", "critic", "resources", "placement", "checkpoint")
+_SECTIONS = (
+    "algorithm",
+    "model",
+    "data",
+    "rollout",
+    "training",
+    "offline",
+    "critic",
+    "resources",
+    "placement",
+    "checkpoint",
+)
 
 
 def canonical_knobs() -> list[str]:
@@ -82,8 +109,10 @@ def nodes_need_a_cluster(config: RunConfig) -> str | None:
     """A capability check for Ray engines' `resources.nodes`: more than one node needs a Ray
     cluster that spans them, because the private cluster a run starts by default is one machine."""
     if config.resources.nodes > 1 and not config.resources.ray_address:
-        return (f"resources.nodes={config.resources.nodes} needs a Ray cluster across those nodes: start one and set "
-                f"resources.ray_address (or RAY_ADDRESS) to its address; the private cluster a run starts is one machine")
+        return (
+            f"resources.nodes={config.resources.nodes} needs a Ray cluster across those nodes: start one and set "
+            f"resources.ray_address (or RAY_ADDRESS) to its address; the private cluster a run starts is one machine"
+        )
     return None
 
 
@@ -96,8 +125,10 @@ def resolved_dtype(config: RunConfig) -> str:
 
 
 def _dumpable(value: Any) -> Any:
-    return value.model_dump(mode="json") if isinstance(value, BaseModel) else (
-        [_dumpable(v) for v in value] if isinstance(value, list) else value
+    return (
+        value.model_dump(mode="json")
+        if isinstance(value, BaseModel)
+        else ([_dumpable(v) for v in value] if isinstance(value, list) else value)
     )
 
 
@@ -116,9 +147,10 @@ class Capability:
     `launch.*`: what rlbridge's launcher does with it, e.g. `launch.env.OMP_NUM_THREADS`). It is a
     checked path: the knob effect test (rlbridge.testing.effects) sets every knob and checks these keys
     against `Backend.knob_effects()`, backend_options may not set them, and `rlbridge plan --explain`
-    shows their values. List every key the knob may set, on any engine version. `note` says how an approximation works, or for a
-    rejection, why and what to use instead. `check` refines an honoured or approximated knob:
-    given the config it returns an error message when this particular value cannot be honoured.
+    shows their values. List every key the knob may set, on any engine version. `note` says how an
+    approximation works, or for a rejection, why and what to use instead. `check` refines an honoured
+    or approximated knob: given the config it returns an error message when this particular value
+    cannot be honoured.
     A REJECTED knob may only keep its default value.
     """
 
@@ -165,7 +197,9 @@ def only_for(knob: str, algorithms: tuple[str, ...], why: str) -> Callable[[RunC
     `algorithms` (e.g. the critic's knobs outside ppo): a knob that would change nothing is an error."""
 
     def check(config: RunConfig) -> str | None:
-        if config.algorithm.name not in algorithms and _dumpable(knob_value(config, knob)) != _dumpable(knob_default(knob)):
+        if config.algorithm.name not in algorithms and _dumpable(knob_value(config, knob)) != _dumpable(
+            knob_default(knob)
+        ):
             return f"it applies only to algorithm.name {' or '.join(algorithms)} ({why}); remove it"
         return None
 
@@ -210,8 +244,10 @@ def one_stop_condition(why: str) -> Callable[[RunConfig], str | None]:
 
     def check(config: RunConfig) -> str | None:
         if config.training.steps is not None and config.training.epochs is not None:
-            return (f"training.steps ({config.training.steps}) and training.epochs ({config.training.epochs}) together "
-                    f"stop at whichever comes first, which this engine cannot do ({why}); set one of them to null")
+            return (
+                f"training.steps ({config.training.steps}) and training.epochs ({config.training.epochs}) together "
+                f"stop at whichever comes first, which this engine cannot do ({why}); set one of them to null"
+            )
         return None
 
     return check
@@ -312,7 +348,9 @@ class Backend(ABC):
         """The engine version a plan is for: the one installed here (engine_env current, or auto
         without engine_version), else config.engine_version, else default_version."""
         installed = cls.installed_version()
-        if installed and (config.engine_env == "current" or (config.engine_env == "auto" and not config.engine_version)):
+        if installed and (
+            config.engine_env == "current" or (config.engine_env == "auto" and not config.engine_version)
+        ):
             return Version(installed)
         if config.engine_version:
             return Version(config.engine_version.split("-")[0])  # labels such as 1.16.0-vllm
@@ -342,12 +380,14 @@ class Backend(ABC):
         if version is None:
             raise EngineNotAvailableError(
                 f"backend '{cls.name}': {cls.distribution} is not installed in this environment; install it with "
-                f"`pip install 'rlbridge[{cls.name}]'`, or set engine_env: auto to run in an rlbridge engine environment"
+                f"`pip install 'rlbridge[{cls.name}]'`, or set engine_env: auto to run in an rlbridge engine "
+                "environment"
             )
         if not cls.version_supported(version):
             raise EngineNotAvailableError(
                 f"backend '{cls.name}': installed {cls.distribution} {version} is outside the supported range "
-                f"{cls.supported_versions}; install a supported version (pip install '{cls.distribution}{cls.supported_versions}')"
+                f"{cls.supported_versions}; install a supported version "
+                f"(pip install '{cls.distribution}{cls.supported_versions}')"
             )
         return version
 
@@ -362,7 +402,9 @@ class Backend(ABC):
         table: dict[str, Capability] = {}
         for cap in self.capabilities():
             if cap.knob in table:
-                raise CapabilityError(f"backend '{self.name}' declares {cap.knob} twice in its capability table; keep one entry")
+                raise CapabilityError(
+                    f"backend '{self.name}' declares {cap.knob} twice in its capability table; keep one entry"
+                )
             table[cap.knob] = cap
         return table
 
@@ -386,9 +428,7 @@ class Backend(ABC):
             value = knob_value(config, knob)
             if cap.support is Support.REJECTED:
                 if _dumpable(value) != _dumpable(knob_default(knob)):
-                    raise CapabilityError(
-                        f"backend '{self.name}' cannot honour {knob}={_show(value)}: {cap.note}"
-                    )
+                    raise CapabilityError(f"backend '{self.name}' cannot honour {knob}={_show(value)}: {cap.note}")
                 continue
             if cap.check is not None:
                 problem = cap.check(config)
@@ -396,7 +436,7 @@ class Backend(ABC):
                     raise CapabilityError(f"backend '{self.name}' cannot honour {knob}={_show(value)}: {problem}")
             if cap.support is Support.APPROXIMATED and (cap.approximate_when is None or cap.approximate_when(config)):
                 if config.is_offline and _rl_only(knob):
-                    continue  # no rollout, reward or placement of engine roles in an offline stage: nothing approximated
+                    continue  # no rollout, reward or placement of engine roles in an offline stage: none approximated
                 notes.append(f"{knob}: {cap.note}")
         return notes
 
@@ -463,7 +503,9 @@ class Backend(ABC):
             landed = [f"{key}={_show(settings[key])}" for key in cap.native if key in settings]
             text = ", ".join(landed) or f"(no native key for this value; table: {', '.join(cap.native) or '-'})"
             if cap.note:
-                text += f"  [{cap.support.value}: {cap.note}]" if cap.support is Support.APPROXIMATED else f"  [{cap.note}]"
+                text += (
+                    f"  [{cap.support.value}: {cap.note}]" if cap.support is Support.APPROXIMATED else f"  [{cap.note}]"
+                )
             rows.append((knob, _show(value), text))
         return rows
 
@@ -536,6 +578,8 @@ def _explicitly_set(config: BaseModel, knob: str) -> bool:
 
 def _show(value: Any) -> str:
     value = _dumpable(value)
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip() if isinstance(
-        value, (dict, list)
-    ) else str(value)
+    return (
+        yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+        if isinstance(value, (dict, list))
+        else str(value)
+    )

@@ -15,11 +15,12 @@ Two kinds of hooks:
 * Lifecycle hooks (`rlbridge_run_start`, `rlbridge_step_end`, `rlbridge_checkpoint_saved`,
   `rlbridge_run_end`, `rlbridge_run_failed`) are called in the user's process (the one that ran
   `rlbridge train` or `rlbridge.run.runner.train`), never inside an engine process: whatever process
-  or environment the engine trains in, its steps and checkpoints travel back as events (engine.events and engine.follower,
-  launch) and the hooks run where the run started. Order: run_start, then step_end once per training
-  step with checkpoint_saved between steps when the engine saved one, then exactly one of run_end or
-  run_failed. Their return values are ignored (every implementation is called; nothing is combined).
-  Implementations may take any subset of a hook's parameters (pluggy passes only those named).
+  or environment the engine trains in, its steps and checkpoints travel back as events
+  (engine.events and engine.follower, launch) and the hooks run where the run started. Order:
+  run_start, then step_end once per training step with checkpoint_saved between steps when the
+  engine saved one, then exactly one of run_end or run_failed. Their return values are ignored
+  (every implementation is called; nothing is combined). Implementations may take any subset of a
+  hook's parameters (pluggy passes only those named).
 
   Two kinds of implementations receive them. Plugins registered through the entry-point group: an
   exception they raise fails the run. Telemetry sinks (`telemetry.sinks`, see

@@ -45,7 +45,7 @@ class _LocalFileFinder(importlib.abc.MetaPathFinder):
         prefix = f"{__name__}.m_"
         if not fullname.startswith(prefix):
             return None
-        encoded = fullname[len(prefix):].upper()
+        encoded = fullname[len(prefix) :].upper()
         try:
             file = Path(base64.b32decode(encoded + "=" * (-len(encoded) % 8)).decode())
         except (ValueError, UnicodeDecodeError):
@@ -101,10 +101,14 @@ def load_module(target: str, field: str) -> ModuleType:
         try:
             return importlib.import_module(target)
         except ImportError as exc:
-            raise ConfigError(f"{field}: cannot import module '{target}' ({exc}); give an importable module or a path to a .py file") from exc
+            raise ConfigError(
+                f"{field}: cannot import module '{target}' ({exc}); give an importable module or a path to a .py file"
+            ) from exc
     path = Path(target).expanduser().resolve()
     if not path.is_file():
-        raise ConfigError(f"{field}: no file {target}; give the path of a .py file (relative to the config file or absolute)")
+        raise ConfigError(
+            f"{field}: no file {target}; give the path of a .py file (relative to the config file or absolute)"
+        )
     try:
         return importlib.import_module(module_name(path))  # once per process, through _LocalFileFinder
     except Exception as exc:

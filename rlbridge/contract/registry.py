@@ -25,9 +25,19 @@ if TYPE_CHECKING:
     from rlbridge.contract.backend import Backend
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "KINDS", "PluginManager", "Registered", "get_plugin_manager", "reset_plugin_manager",
+    "ENTRY_POINT_GROUP",
+    "KINDS",
+    "PluginManager",
+    "Registered",
+    "get_plugin_manager",
+    "reset_plugin_manager",
     # the descriptors, re-exported
-    "DataSourcePlugin", "EnvironmentPlugin", "ModelBuilderPlugin", "PlacementPolicy", "RewardPlugin", "TelemetrySinkPlugin",
+    "DataSourcePlugin",
+    "EnvironmentPlugin",
+    "ModelBuilderPlugin",
+    "PlacementPolicy",
+    "RewardPlugin",
+    "TelemetrySinkPlugin",
 ]
 
 ENTRY_POINT_GROUP = "rlbridge"
@@ -95,16 +105,21 @@ class PluginManager:
             self.pm.check_pending()
         except pluggy.PluginValidationError as exc:
             known = [name for name in dir(hookspecs) if name.startswith(f"{hookspecs.PROJECT}_")]
-            plugin_name, dist = self._sources.get(id(exc.plugin), (self.pm.get_name(exc.plugin) or repr(exc.plugin), ""))
+            plugin_name, dist = self._sources.get(
+                id(exc.plugin), (self.pm.get_name(exc.plugin) or repr(exc.plugin), "")
+            )
             unknown = sorted(
-                name for name, caller in vars(self.pm.hook).items()
-                if not caller.has_spec() and any(impl.plugin is exc.plugin and not impl.optionalhook for impl in caller.get_hookimpls())
+                name
+                for name, caller in vars(self.pm.hook).items()
+                if not caller.has_spec()
+                and any(impl.plugin is exc.plugin and not impl.optionalhook for impl in caller.get_hookimpls())
             )
             hook = unknown[0] if unknown else "?"
             source = f" from distribution '{dist}'" if dist else ""
             self.pm.unregister(exc.plugin)  # the manager stays usable without it
             raise RLBridgeError(
-                f"plugin '{plugin_name}'{source} implements '{hook}', which is no rlbridge hook{did_you_mean(hook, known)}; "
+                f"plugin '{plugin_name}'{source} implements '{hook}', which is no rlbridge hook"
+                f"{did_you_mean(hook, known)}; "
                 f"rename it to a hook of rlbridge.contract.hookspecs (or mark it @hookimpl(optionalhook=True))"
             ) from exc
 

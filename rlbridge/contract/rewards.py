@@ -44,7 +44,9 @@ def build_rewards(config: RunConfig, plugins=None) -> list[BoundReward]:
     pm = plugins or get_plugin_manager()
     bound = []
     for i, spec in enumerate(config.reward):
-        bound.append(BoundReward(spec.name, spec.weight, reward_fn(spec, pm, f"reward[{i}]")))  # a plugin or a native function
+        bound.append(
+            BoundReward(spec.name, spec.weight, reward_fn(spec, pm, f"reward[{i}]"))
+        )  # a plugin or a native function
     return bound
 
 

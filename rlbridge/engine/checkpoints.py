@@ -59,7 +59,7 @@ def step_dirs(directory: Path, prefix: str) -> dict[int, Path]:
     out = {}
     if directory.is_dir():
         for path in directory.iterdir():
-            rest = path.name[len(prefix):] if path.name.startswith(prefix) else ""
+            rest = path.name[len(prefix) :] if path.name.startswith(prefix) else ""
             if rest.isdigit() and path.is_dir():
                 out[int(rest)] = path
     return out

@@ -40,8 +40,14 @@ def knob_markdown(backends: dict[str, Backend]) -> str:
         lines.append(f"| `{knob}` | " + " | ".join(_MARK[tables[n][knob].support] for n in names) + " |")
     for name in names:
         spelling = backends[name].native_key_spelling
-        lines += ["", f"## {name}", "", *([f"Native keys: {spelling}.", ""] if spelling else []),
-                  "| knob | support | native key(s) | note |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"## {name}",
+            "",
+            *([f"Native keys: {spelling}.", ""] if spelling else []),
+            "| knob | support | native key(s) | note |",
+            "|---|---|---|---|",
+        ]
         for knob in canonical_knobs():
             cap = tables[name][knob]
             native = ", ".join(f"`{k}`" for k in cap.native) or "-"
