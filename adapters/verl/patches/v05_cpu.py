@@ -97,7 +97,8 @@ DEDUPE_BACKEND = Patch(
     when=on_cpu,
     targets=(
         Target("verl.workers.fsdp_workers", "ActorRolloutRefWorker.__init__", ("1926ca04aa84",), versions="<0.6"),
-        Target("verl.utils.distributed", "initialize_global_process_group", ("44d73356020a",), versions=">=0.9"),
+        # 0.9.0 passes get_nccl_backend() alone (nothing to dedupe), 0.9.1 the duplicated string
+        Target("verl.utils.distributed", "initialize_global_process_group", ("44d73356020a", "0b8a6c6c5487"), versions=">=0.9"),
     ),
     check=lambda: _duplicate_backend_rejected(),
 )
