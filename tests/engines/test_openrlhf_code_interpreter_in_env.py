@@ -80,7 +80,8 @@ def episodes(tmp_path, monkeypatch):
         async def all_at_once():
             return await asyncio.gather(*[
                 executor.execute(prompt, json.dumps({"prompt": prompt, "answer": ROW["answer"], "row": {**ROW, "prompt": prompt}}),
-                                 SimpleNamespace(max_tokens=None, logprobs=None), 1024, tok, engine)
+                                 # max_tokens as a run sets it (OpenRLHF 0.9.10's executor subtracts it from max_length)
+                                 SimpleNamespace(max_tokens=256, logprobs=None), 1024, tok, engine)
                 for prompt in turns_by_prompt])
 
         outs = asyncio.run(all_at_once())
