@@ -124,7 +124,6 @@ def write_placement(run_dir: Path, trainer_devices: list[int], server) -> None:
 
 def run_async(plan, ctx) -> None:
     import torch
-    from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
 
     from rlbridge_adapters.trl.train import build_dataset, load_tokenizer, make_args
