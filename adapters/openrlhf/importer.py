@@ -22,10 +22,11 @@ from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import looks_local
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.run.recipe import Recipe, Setting, Token, find_command, scalar
+from rlbridge_adapters.openrlhf import stage_import
 from rlbridge_adapters.openrlhf.backend import DOTTED_SINCE, FLAT
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION
 
-MARKERS = ("openrlhf.cli.train_ppo_ray",)
+MARKERS = ("openrlhf.cli.train_ppo_ray", *stage_import.STAGES)  # and the offline stages' scripts (stage_import.py)
 DOTTED = {flat: dotted for dotted, flat in FLAT.items()}
 FLAT_VERSION = "0.9.10"  # what a recipe in the flat spelling is read as, without --engine-version
 OWNED = {
@@ -224,6 +225,8 @@ def _print_parser_flags() -> None:
 class OpenRLHFRecipeImporter:
     engine = "openrlhf"
     default_version = DEFAULT_VERSION
+    stage: str | None = None
+    """The offline stage of the recipe read last (None: train_ppo_ray), for special()."""
 
     def read(self, source: str, version: str | None) -> Recipe:
         path = Path(source)
@@ -232,14 +235,21 @@ class OpenRLHFRecipeImporter:
         cmd = find_command(text, MARKERS, name, "`python -m openrlhf.cli.train_ppo_ray`")
         version = _version_of(cmd.args, version)
         recipe = Recipe("openrlhf", name, version, [], list(cmd.notes))
-        if not version:
-            pass
+        stage = stage_import.stage_of([w.text for w in cmd.words])
+        self.stage = stage  # special() judges the offline stages' own flags (stage_import.special) for this recipe
         v = Version(version)
-        known = parser_flags(version)
-        if known is None:
+        if stage:  # an algorithm.name sft / dpo / reward_model job; train_ppo_ray's parser does not know its flags
+            recipe.extras["stage"] = stage
+            # the scripts train --train.max_epochs passes (default 1) over --data.max_samples rows, never a step count
+            recipe.extras["base"] = {"training": {"steps": None, "epochs": 1}}
+            if v < DOTTED_SINCE:
+                raise ConfigError(f"{name}: rlbridge drives OpenRLHF's {stage} script from {DOTTED_SINCE} (its dotted flags); "
+                                  "pass --engine-version 0.11.2 for a recipe in that spelling")
+        known = None if stage else parser_flags(version)
+        if known is None and not stage:
             recipe.notes.append((None, f"flags checked for their spelling only: no OpenRLHF {version} environment here "
                                        f"(`rlbridge env create openrlhf=={version}` checks them with its own parser)"))
-        kinds = parser_types(version)
+        kinds = {} if stage else parser_types(version)
         for key, value, line, text, spelling in read_flags(cmd.args, v):
             written = spelling or key
             if v >= DOTTED_SINCE and "." not in written:
@@ -257,6 +267,8 @@ class OpenRLHFRecipeImporter:
         return recipe
 
     def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
+        if native.get("stage"):
+            return stage_import.view(native, config, read_flags)
         version = Version(native["openrlhf_version"])
         tokens = [Token(a, 0) for a in native["args"]]
         out: dict[str, Any] = {}
@@ -274,6 +286,9 @@ class OpenRLHFRecipeImporter:
 
     def special(self, setting: Setting) -> tuple[str, str] | None:
         key = setting.key
+        found = stage_import.special(key, setting.value) if self.stage else None
+        if found:
+            return found
         for table, kind in ((OWNED, "owned"), (ACTION, "action")):
             for prefix, reason in table.items():
                 if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
@@ -295,6 +310,8 @@ class OpenRLHFRecipeImporter:
         function: FILE.py:reward_func}, run unchanged. A remote URL stays an action (a server)."""
         from rlbridge.run.importer import RecipeReward
 
+        if recipe.extras.get("stage"):
+            return []  # an offline stage has no reward
         out = []
         for s in recipe.settings:
             if s.key == "reward.model_name_or_path" and isinstance(s.value, str):
@@ -310,6 +327,12 @@ class OpenRLHFRecipeImporter:
     def defaults(self, recipe: Recipe) -> dict[str, Any]:
         """train_ppo_ray's own argparse defaults for this version (flags spelled as the recipe's keys): what
         a recipe that leaves a flag unset runs with (e.g. --rollout.n_samples_per_prompt 1, KL k1 in the reward)."""
+        if recipe.extras.get("stage"):
+            note = (None, f"flags the recipe leaves unset: the {recipe.extras['stage']} script's own defaults are not read here; "
+                          "they take rlbridge's")
+            if note not in recipe.notes:
+                recipe.notes.append(note)
+            return {}
         found = parser_defaults(recipe.version)
         if found is None:
             recipe.notes.append((None, f"OpenRLHF {recipe.version}'s defaults are unknown here (no environment, no vendored copy): "

@@ -107,8 +107,8 @@ def translate(config: RunConfig, version: Version, model_path: str) -> dict[str,
     if config.data.eval is not None:
         flags["eval.dataset"] = "<run_dir>/data/eval.jsonl"
         flags["eval.split"] = "train"  # the split datasets' json loader names a file's rows (train_dpo/train_rm default: test)
-    if config.checkpoint.interval:
-        flags["ckpt.save_steps"] = config.checkpoint.interval * config.updates_per_step
+    # -1 (train_sft/train_dpo/train_rm's default): no step checkpoints, written out as recipes write it
+    flags["ckpt.save_steps"] = config.checkpoint.interval * config.updates_per_step if config.checkpoint.interval else -1
     if config.checkpoint.resume:
         flags["ckpt.load_enable"] = True
     if gpus == 0:

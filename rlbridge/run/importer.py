@@ -431,8 +431,10 @@ class Solver:
     def base(self) -> dict[str, Any]:
         stage = self.recipe.extras.get("stage")
         if stage:  # an offline stage's recipe (e.g. verl's sft_trainer): no reward (docs/stages.md)
+            # the reader may start the search where the engine's script does (OpenRLHF's count epochs, not steps)
             return {"backend": self.backend.name, "engine_version": self.recipe.version, "run_name": "run",
-                    "algorithm": {"name": stage}, "reward": [], "resources": {"gpus_per_node": 1}}
+                    "algorithm": {"name": stage}, "reward": [], "resources": {"gpus_per_node": 1},
+                    **self.recipe.extras.get("base", {})}
         return {
             "backend": self.backend.name,
             "engine_version": self.recipe.version,
