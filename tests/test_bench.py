@@ -329,3 +329,16 @@ def _empty_report() -> dict:
     return {"arms": {}, "pairs": [], "native_overhead": [], "statistics": {}, "differences": {}, "steps": 0,
             "reward_at": [], "window": 1, "rlbridge_version": "0", "rlbridge_commit": None, "python": "3",
             "machine": "m", "date_utc": "d", "spec": {"seeds": [], "arms": [], "alpha": 0.05}, "runs": []}
+
+
+def test_an_offline_stage_is_judged_by_its_loss():
+    """SFT/DPO/RM arms (docs/stages.md): the learning curve is the stage's loss, a row is one sample."""
+    from rlbridge.run.bench_report import curve_metric, run_numbers
+    from rlbridge.run.loading import load_config
+
+    config = resolve(load_config(REPO / "configs" / "sft.yaml", ["training.steps=4", "training.batch_size=8"]))
+    history = [{"step": s, "loss/sft": loss, "timing/step_s": 0.5} for s, loss in ((1, 4.0), (2, 3.0), (3, 2.0), (4, 1.0))]
+    numbers = run_numbers({"history": history}, config, [2, 4], 2, None)
+    assert curve_metric(config) == "loss/sft" and curve_metric(resolve(load_config(QUICKSTART))) == "reward/mean"
+    assert (numbers["auc"], numbers["reward_at_2"], numbers["reward_final"]) == (2.5, 3.5, 1.5)
+    assert numbers["samples_per_s"] == 16.0  # 8 rows per 0.5 s step (no group of samples per row)

@@ -30,6 +30,13 @@ PHASES = [
     ("timing/weight_sync_s", "weight sync"),
 ]
 STEP = "timing/step_s"
+# the learning curve a run is judged by: reward/mean for RL, the stage's loss for an offline stage (docs/stages.md)
+STAGE_LOSS = {"sft": "loss/sft", "dpo": "loss/dpo", "reward_model": "loss/reward_model"}
+
+
+def curve_metric(config) -> str:
+    """reward/mean for an RL run, the stage's loss (lower is better) for sft, dpo and reward_model."""
+    return STAGE_LOSS.get(config.algorithm.name, "reward/mean")
 # scalar per-run numbers aggregated across seeds: (key, label, unit, lower is better)
 SCALARS = [
     ("auc", "reward AUC (mean reward over all steps)", "", False),
@@ -65,8 +72,9 @@ def run_numbers(result: dict[str, Any], config, reward_at: list[int], window: in
     """Every per-run number the report uses, from the run's metrics and the outside measurements."""
     history = result.get("history") or []
     arrivals = {int(k): v for k, v in (result.get("step_arrival_s") or {}).items()}
-    rewards = {int(r["step"]): r["reward/mean"] for r in history if "reward/mean" in r}
-    samples = config.training.batch_size * config.algorithm.group_size
+    metric = curve_metric(config)
+    rewards = {int(r["step"]): r[metric] for r in history if metric in r}
+    samples = config.training.batch_size * (1 if config.is_offline else config.algorithm.group_size)  # a row is a sample offline
     # step 1 carries warm-up (first generation, lazy init): timings use steps >= 2 where there are any
     timed = [r for r in history if r.get("step", 0) >= 2] or history
     out: dict[str, Any] = {"steps": len(history)}
@@ -151,6 +159,7 @@ def _git_commit() -> str | None:
 
 def aggregate(spec, jobs, diffs, results) -> dict[str, Any]:
     steps = jobs[0].config.training.steps if jobs else 0
+    curve = curve_metric(jobs[0].config) if jobs else "reward/mean"
     reward_at = spec.reward_at or sorted({max(1, round(steps * f)) for f in (0.25, 0.5, 0.75, 1.0)})
     window = spec.window or max(1, steps // 10)
     by_key = {j.key: j for j in jobs}
@@ -213,11 +222,12 @@ def aggregate(spec, jobs, diffs, results) -> dict[str, Any]:
         "steps": steps,
         "reward_at": reward_at,
         "window": window,
+        "curve": curve,
         "statistics": {
             "interval": f"mean over seeds +- Student-t {100 * (1 - spec.alpha):.0f} % interval (scipy.stats.t)",
             "verdict": f"Welch's t-test (scipy.stats.ttest_ind, equal_var=False), alpha {spec.alpha}",
-            "auc": "mean of reward/mean over all steps (area under the reward curve divided by the steps)",
-            "reward_at": f"mean reward/mean over steps s-{window - 1}..s",
+            "auc": f"mean of {curve} over all steps (area under the curve divided by the steps)",
+            "reward_at": f"mean {curve} over steps s-{window - 1}..s",
             "timings": "per run: median over steps >= 2 of the engine's own per-step timers; then mean over seeds",
             "memory": "peak of the summed resident memory of the run's whole process tree, sampled every 0.2 s",
         },
@@ -336,7 +346,9 @@ def markdown(data: dict[str, Any], plots: list[str]) -> str:
             lines.append(f"| `{key}` | " + " | ".join(f"`{json.dumps(values.get(n))}`" for n in names) + " |")
     else:
         lines.append("nothing but the kind of run")
-    lines += ["", "## Learning", "", "| arm | AUC | " + " | ".join(f"reward @ {s}" for s in data["reward_at"])
+    curve = data.get("curve", "reward/mean")
+    lines += ["", "## Learning", "", f"Curve: `{curve}`" + (" (lower is better)" if curve != "reward/mean" else "") + ".", "",
+              "| arm | AUC | " + " | ".join(f"{curve} @ {s}" for s in data["reward_at"])
               + " | steps to target | time to target (s) |",
               "|---|---|" + "---|" * len(data["reward_at"]) + "---|---|"]
     for n, a in arms.items():
@@ -403,9 +415,10 @@ def plot_all(out: Path, data: dict[str, Any], histories: dict[str, list[dict[str
     runs_of = {n: [r for r in data["runs"] if r["arm"] == n and r["status"] == "completed"] for n in arms}
     files = []
 
+    metric = data.get("curve", "reward/mean")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for n in arms:
-        curves = [{int(h["step"]): h["reward/mean"] for h in histories.get(r["key"], []) if "reward/mean" in h} for r in runs_of[n]]
+        curves = [{int(h["step"]): h[metric] for h in histories.get(r["key"], []) if metric in h} for r in runs_of[n]]
         if not curves:
             continue
         steps = sorted(set.intersection(*(set(c) for c in curves)))
@@ -415,7 +428,7 @@ def plot_all(out: Path, data: dict[str, Any], histories: dict[str, list[dict[str
         if len(curves) > 1:
             ax.fill_between(steps, [min(c[s] for c in curves) for s in steps], [max(c[s] for c in curves) for s in steps],
                             color=colors[n], alpha=0.2)
-    ax.set(xlabel="training step", ylabel="reward/mean", title="Reward vs step (band: min-max over seeds)")
+    ax.set(xlabel="training step", ylabel=metric, title=f"{metric} vs step (band: min-max over seeds)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -427,12 +440,12 @@ def plot_all(out: Path, data: dict[str, Any], histories: dict[str, list[dict[str
     for n in arms:
         for i, r in enumerate(runs_of[n]):
             arr = r.get("step_arrival_s") or {}
-            pts = [(arr[str(int(h["step"]))], h["reward/mean"]) for h in histories.get(r["key"], [])
-                   if "reward/mean" in h and str(int(h["step"])) in arr]
+            pts = [(arr[str(int(h["step"]))], h[metric]) for h in histories.get(r["key"], [])
+                   if metric in h and str(int(h["step"])) in arr]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colors[n], alpha=0.8, lw=1,
                         label=n if i == 0 else None)
-    ax.set(xlabel="seconds since process start", ylabel="reward/mean", title="Reward vs wall clock (one line per seed)")
+    ax.set(xlabel="seconds since process start", ylabel=metric, title=f"{metric} vs wall clock (one line per seed)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
