@@ -7,7 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
+verl = pytest.importorskip("verl")
+if Version(verl.__version__) < Version("0.9"):
+    # rlbridge drives verl's sft_trainer from 0.9 (the adapter refuses older ones); 0.7.1's does not even import
+    # with the transformers of its environment (ImportError, Qwen2VLCausalLMOutputWithPast)
+    pytest.skip(f"rlbridge drives verl's sft_trainer from verl 0.9 (this is {verl.__version__})", allow_module_level=True)
 pytest.importorskip("verl.trainer.sft_trainer")
 
 from rlbridge.run.loading import load_config
