@@ -159,7 +159,7 @@ def _check_environment(config: RunConfig) -> str | None:
     if config.reward:
         return "with an environment verl takes rewards from the agent loop only; move the reward into the environment or remove reward"
     version = _v(config)
-    if version < Version("0.9.0"):
+    if version < Version("0.9.1"):  # 0.9.0's AgentLoopBase has no ct_merge_context_msg yet (measured in its environment)
         return (
             f"verl {version}'s agent loops predate the Continuous Token API that rlbridge's agent loop uses; "
             "use engine_version 0.9.1 for environment plugins"

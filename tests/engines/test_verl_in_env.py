@@ -131,7 +131,7 @@ def _episode(tmp_path, turns, *extra):
     return asyncio.run(episode()), server, tokenizer
 
 
-@pytest.mark.skipif(VERL < Version("0.9.0"), reason="rlbridge's verl agent loop needs verl >= 0.9")
+@pytest.mark.skipif(VERL < Version("0.9.1"), reason="rlbridge's verl agent loop needs verl >= 0.9.1 (ct_merge_context_msg)")
 def test_environment_agent_loop_runs_tools_and_steps_with_verl_own_machinery(tmp_path):
     out, server, tokenizer = _episode(tmp_path, TURNS)
     assert out.reward_score == pytest.approx(0.5 + 0.25)
@@ -149,7 +149,7 @@ def test_environment_agent_loop_runs_tools_and_steps_with_verl_own_machinery(tmp
     assert server.max_tokens[0] == 256 and server.max_tokens[1] == 256 - (len(server.prompts[1]) - len(out.prompt_ids))
 
 
-@pytest.mark.skipif(VERL < Version("0.9.0"), reason="rlbridge's verl agent loop needs verl >= 0.9")
+@pytest.mark.skipif(VERL < Version("0.9.1"), reason="rlbridge's verl agent loop needs verl >= 0.9.1 (ct_merge_context_msg)")
 def test_environment_tool_output_follows_verl_truncation_settings(tmp_path):
     options = "backend_options.verl={actor_rollout_ref.rollout.multi_turn: {max_tool_response_length: 4, tool_response_truncate_side: right}}"
     out, server, tokenizer = _episode(tmp_path, [TURNS[0].replace('"repeat": 2', '"repeat": 6'), *TURNS[1:]], options)
