@@ -53,3 +53,13 @@ def eval_to_canonical(native: dict[str, float]) -> dict[str, float]:
         if match and match["var"] == "reward" and int(match["n"]) > best_n:
             best_n, out["eval/reward/mean"] = int(match["n"]), value
     return out
+
+
+# The SFT stage's map (verl.trainer.sft_trainer's tracker rows, adapters/verl/stages.py), for the metric table
+def _sft_map() -> dict[str, str]:
+    from rlbridge_adapters.verl.stages import EVAL_METRICS, METRICS
+
+    return {**{k: v for k, v in METRICS.items() if v.startswith("loss/")}, **EVAL_METRICS}
+
+
+STAGE = {"sft": _sft_map()}
