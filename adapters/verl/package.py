@@ -11,5 +11,6 @@ TESTS = (
     "tests/engines/test_verl_reward_managers_in_env.py",
     "tests/engines/test_verl_default_scorer.py",
     "tests/engines/test_verl_code_interpreter_in_env.py",
+    "tests/engines/test_verl_stages_in_env.py",
     "tests/test_verl_plan.py",
 )
