@@ -305,8 +305,10 @@ def run_offline(plan, ctx) -> None:
         if name == "train":
             # verl's sampler shuffles with its own fixed seed (0): the rows' order is training.seed's
             random.Random(native["seed"]).shuffle(rows)
-            while len(rows) < mini:  # an epoch of verl's loader is rows // train_batch_size updates
-                rows = rows + rows
+        # verl's loaders drop the last partial batch of train_batch_size rows (an epoch of the training rows,
+        # the whole evaluation): fewer rows than one batch are repeated whole, so that there is one
+        while len(rows) < mini:
+            rows = rows + rows
         write_parquet(rows, run_dir / "data" / f"{name}.parquet")
     overrides = dict(native["overrides"])
     overrides["trainer.default_local_dir"] = str(Path(overrides["trainer.default_local_dir"]).resolve())
