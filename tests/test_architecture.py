@@ -199,7 +199,7 @@ FORMATTED = [
     "rlbridge/engine/ray_cluster.py", "rlbridge/engine/ray_engine.py", "rlbridge/engine/ray_failures.py",
     "rlbridge/engine/scoring.py",
     "rlbridge/engine/vllm_cpu.py", "rlbridge/engine/weight_sync.py",
-    "tests/test_docs_tree.py", "tests/test_engine_names.py",
+    "tests/test_docs_tree.py", "tests/test_engine_names.py", "tests/test_native_rewards.py", "tests/test_sync_changed.py",
 ]
 
 

@@ -17,9 +17,19 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "native_rewards"
 
 def inputs():
     return [
-        RewardInput(prompt="7777", completion="777x", completion_ids=[5, 5, 5, 9, 3], answer="7", metadata={"answer": "7", "topic": "a"}),
-        RewardInput(prompt="2222", completion="", completion_ids=[3], answer="2", metadata={"answer": "2", "topic": "b"}),
-        RewardInput(prompt="1111", completion="11", completion_ids=[8], answer=None, metadata={"answer": None, "topic": "c"}),
+        RewardInput(
+            prompt="7777",
+            completion="777x",
+            completion_ids=[5, 5, 5, 9, 3],
+            answer="7",
+            metadata={"answer": "7", "topic": "a"},
+        ),
+        RewardInput(
+            prompt="2222", completion="", completion_ids=[3], answer="2", metadata={"answer": "2", "topic": "b"}
+        ),
+        RewardInput(
+            prompt="1111", completion="11", completion_ids=[8], answer=None, metadata={"answer": None, "topic": "c"}
+        ),
     ]
 
 
@@ -33,7 +43,9 @@ def test_verl_compute_score_dict_gives_score_and_metrics():
 
 def test_openrlhf_reward_func_batched_tensors():
     pytest.importorskip("torch")
-    fn = reward_fn({"native": "openrlhf", "function": f"{EXAMPLES}/openrlhf_reward_func.py:reward_func"}, None, "reward[0]")
+    fn = reward_fn(
+        {"native": "openrlhf", "function": f"{EXAMPLES}/openrlhf_reward_func.py:reward_func"}, None, "reward[0]"
+    )
     out = fn(inputs()[:2])
     assert list(out) == [0.75, 0.0]
     assert out.metrics["hit"] == [1.0, 0.0]
@@ -52,21 +64,31 @@ def write(tmp_path: Path, body: str) -> str:
 
 
 def test_trl_log_metric_and_args(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def f(completions, topic, scale, log_metric, **kwargs):
             log_metric("seen", len(completions))
             return [scale * (t == "a") for t in topic]
-    """)
+    """,
+    )
     out = reward_fn({"native": "trl", "function": f"{path}:f", "args": {"scale": 2.0}}, None, "reward[0]")(inputs())
     assert list(out) == [2.0, 0.0, 0.0] and out.metrics["seen"] == [3.0] * 3
 
 
 def test_async_verl_function(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         async def compute_score(data_source, solution_str, ground_truth, extra_info=None):
             return float(data_source == "rlbridge") + len(solution_str)
-    """)
-    assert list(reward_fn({"native": "verl", "function": f"{path}:compute_score"}, None, "r")(inputs())) == [5.0, 1.0, 3.0]
+    """,
+    )
+    assert list(reward_fn({"native": "verl", "function": f"{path}:compute_score"}, None, "r")(inputs())) == [
+        5.0,
+        1.0,
+        3.0,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -74,7 +96,11 @@ def test_async_verl_function(tmp_path):
     [
         ("verl", "def compute_score(text, truth): return 0.0", "has no 'solution_str' parameter"),
         ("verl", "def compute_score(solution_str, ground_truth, tokenizer): return 0.0", "requires tokenizer"),
-        ("openrlhf", "def reward_func(queries, prompts): return {}", "cannot be called as reward_func(queries, prompts, labels)"),
+        (
+            "openrlhf",
+            "def reward_func(queries, prompts): return {}",
+            "cannot be called as reward_func(queries, prompts, labels)",
+        ),
         ("trl", "def f(samples): return []", "has no 'completions' parameter"),
         ("trl", "def f(completions, /): return []", "positional-only"),
     ],
@@ -130,22 +156,30 @@ def test_a_backend_declares_its_own_convention_and_an_undeclared_one_is_refused_
         name = "toy"
 
         def native_reward_convention(self):
-            return NativeConvention("score(texts) -> list[float]", keyword_problem("texts"),
-                                    lambda fn, inputs, args: Scores(fn(texts=[x.completion for x in inputs], **args)))
+            return NativeConvention(
+                "score(texts) -> list[float]",
+                keyword_problem("texts"),
+                lambda fn, inputs, args: Scores(fn(texts=[x.completion for x in inputs], **args)),
+            )
 
     pm = PluginManager(load_entry_points=False)
     pm.register(SimpleNamespace(rlbridge_register_backends=hookimpl(lambda: [ToyBackend, TRLBackend])), "toy-plugin")
     assert sorted(conventions(pm)) == ["toy", "trl"]
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def score(texts, bonus=0.0):
             return [len(t) + bonus for t in texts]
 
         def other(completions):
             return [0.0 for _ in completions]
-    """)
+    """,
+    )
     out = reward_fn({"native": "toy", "function": f"{path}:score", "args": {"bonus": 0.5}}, pm, "reward[0]")(inputs())
     assert list(out) == [4.5, 0.5, 2.5]
     with pytest.raises(ConfigError, match="has no 'texts' parameter.*a native: toy reward is score\\(texts\\)"):
         check_reward_spec({"native": "toy", "function": f"{path}:other"}, pm, "reward[0]")
-    with pytest.raises(ConfigError, match=r"reward\[0\].native: 'verl' is not a reward convention; use one of toy, trl"):
+    with pytest.raises(
+        ConfigError, match=r"reward\[0\].native: 'verl' is not a reward convention; use one of toy, trl"
+    ):
         check_reward_spec({"native": "verl", "function": f"{path}:score"}, pm, "reward[0]")
