@@ -188,18 +188,17 @@ def test_ruff_finds_nothing():
 # The tree is shared by many hands, so it is formatted file by file, not at once: a file joins this
 # list when it is formatted and stays formatted; the list only grows, until it is the whole tree.
 FORMATTED = [
-    "adapters/openrlhf/effects.py", "adapters/openrlhf/native_reward.py", "adapters/trl/native_reward.py",
-    "adapters/verl/effects.py", "adapters/verl/native_reward.py",
-    "adapters/openrlhf/boot.py", "adapters/verl/boot.py",
-    "rlbridge/contract/backend.py", "rlbridge/contract/descriptors.py", "rlbridge/contract/effects.py",
-    "rlbridge/contract/hookspecs.py", "rlbridge/contract/local_plugins.py", "rlbridge/contract/native_rewards.py",
-    "rlbridge/contract/registry.py", "rlbridge/contract/rewards.py", "rlbridge/engine/checkpoints.py",
-    "rlbridge/engine/importhooks.py", "rlbridge/helpers.py", "rlbridge/run/knobdoc.py",
-    "rlbridge/engine/environment_steps.py", "rlbridge/engine/events.py", "rlbridge/engine/follower.py", "rlbridge/engine/model_dir.py",
+    "adapters/openrlhf/boot.py", "adapters/openrlhf/effects.py", "adapters/openrlhf/native_reward.py",
+    "adapters/trl/native_reward.py", "adapters/verl/boot.py", "adapters/verl/effects.py",
+    "adapters/verl/native_reward.py", "rlbridge/contract/backend.py", "rlbridge/contract/descriptors.py",
+    "rlbridge/contract/effects.py", "rlbridge/contract/hookspecs.py", "rlbridge/contract/local_plugins.py",
+    "rlbridge/contract/native_rewards.py", "rlbridge/contract/registry.py", "rlbridge/contract/rewards.py",
+    "rlbridge/engine/checkpoints.py", "rlbridge/engine/environment_steps.py", "rlbridge/engine/events.py",
+    "rlbridge/engine/follower.py", "rlbridge/engine/importhooks.py", "rlbridge/engine/model_dir.py",
     "rlbridge/engine/ray_cluster.py", "rlbridge/engine/ray_engine.py", "rlbridge/engine/ray_failures.py",
-    "rlbridge/engine/scoring.py",
-    "rlbridge/engine/vllm_cpu.py", "rlbridge/engine/weight_sync.py",
-    "tests/test_docs_tree.py", "tests/test_engine_names.py", "tests/test_native_rewards.py", "tests/test_sync_changed.py",
+    "rlbridge/engine/scoring.py", "rlbridge/engine/vllm_cpu.py", "rlbridge/engine/weight_sync.py",
+    "rlbridge/helpers.py", "rlbridge/run/knobdoc.py", "tests/test_docs_tree.py", "tests/test_engine_names.py",
+    "tests/test_native_rewards.py", "tests/test_sync_changed.py",
 ]
 
 
