@@ -20,7 +20,6 @@ ALLOWED = {
     "rlbridge/run/bench.py": "examples in arm-parsing error messages; TRL's native arm runs in this environment only",
     "rlbridge/contract/metrics.py": "metric descriptions that name where engines report them",
     "rlbridge/testing/suite.py": "the kill-and-resume test's slow reward is a native TRL-convention function",
-    "rlbridge/envs/compat.py": "the TRL+vLLM compatibility cell's test file",
 }
 
 

@@ -337,6 +337,10 @@ class Backend(ABC):
     default_version: ClassVar[str | None] = None
     """The version a plan targets when the engine is not installed where the plan is made (the
     default of its engine environment recipe). None: plans do not depend on the version."""
+    test_kinds: ClassVar[dict[str, list[str]]] = {}
+    """Test kinds only this engine's matrix cells run (compat_matrix/matrix.yaml `tests:`): kind -> the
+    pytest arguments, from the repository root, run inside the cell's engine environment. The kinds
+    every cell may name (translate, e2e-cpu, e2e-gpu) are rlbridge.envs.compat.TEST_KINDS."""
     actor_roles: ClassVar[dict[str, tuple[str, ...]]] = {}
     """Ray actor class name (or fnmatch pattern) -> the canonical roles its processes hold (actor,
     rollout, reference, critic, reward): how rlbridge reads back where a Ray engine placed each role

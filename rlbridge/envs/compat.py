@@ -42,16 +42,25 @@ CI_CELLS_ENV = "RLBRIDGE_CI_CELLS"
 TEST_KINDS = {
     "translate": ["tests/conformance", "tests/engines", "-m", "not engine"],
     "e2e-cpu": ["tests/conformance", "tests/engines", "-m", "engine"],
-    "e2e-cpu-vllm": ["tests/test_trl_vllm.py", "-m", "engine"],
     "e2e-gpu": ["tests/conformance", "tests/engines", "-m", "engine"],
 }
+
+
+def test_kinds() -> dict[str, list[str]]:
+    """TEST_KINDS and the kinds backends declare for their own cells (Backend.test_kinds, e.g. TRL's
+    e2e-cpu-vllm), in the order RESULTS.md shows them: the CPU kinds, then the GPU one."""
+    from rlbridge.contract.registry import get_plugin_manager
+
+    declared = {kind: list(args) for r in get_plugin_manager().items["backend"].values() for kind, args in r.item.test_kinds.items()}
+    cpu = {kind: args for kind, args in TEST_KINDS.items() if kind != "e2e-gpu"}
+    return {**cpu, **declared, "e2e-gpu": TEST_KINDS["e2e-gpu"]}
 
 
 def load_matrix(path: Path | None = None) -> list[dict[str, Any]]:
     path = path or _matrix_file()
     cells = yaml.safe_load(path.read_text())["cells"]
     for cell in cells:
-        unknown = set(cell["tests"]) - set(TEST_KINDS)
+        unknown = set(cell["tests"]) - set(test_kinds())
         if unknown:
             raise RLBridgeError(f"{path}: cell {cell['engine']}=={cell['version']} has unknown tests {sorted(unknown)}")
     return cells
@@ -127,7 +136,7 @@ def _run_tests(env: Path, test: str, engine: str, ci_select: str | None = None, 
     report = env / ".rlbridge" / f"junit-{test}.xml"
     log = env / ".rlbridge" / f"pytest-{test}-{stamp}.log"
     report.unlink(missing_ok=True)
-    args = list(TEST_KINDS[test])
+    args = list(test_kinds()[test])
     marks = args.index("-m") + 1
     e2e = "engine" in args[marks].replace("not engine", "")
     selections = [select] if select and e2e else []
@@ -221,7 +230,7 @@ KEY_VERSIONS = ("torch", "transformers", "vllm", "ray")
 
 
 def render(results: dict[str, Any]) -> str:
-    tests = [t for t in TEST_KINDS if any(r["test"] == t for r in results.values())]
+    tests = [t for t in test_kinds() if any(r["test"] == t for r in results.values())]
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for r in results.values():
         rows.setdefault((r["engine"], r["version"]), {})[r["test"]] = r
