@@ -464,6 +464,21 @@ def test_the_stuck_process_is_the_one_in_plugin_code_not_an_idle_peer_or_the_wai
     assert stacks.stuck(procs)["frame"].startswith("all_reduce ("), stacks.stuck(procs)
 
 
+def test_a_stalled_reward_worker_under_a_ray_actor_outranks_a_busy_looking_ray_main_loop():
+    # as verl 0.9.1 met it (the conformance suite's reward-stall run): py-spy called the vLLMHttpServer
+    # actor's main thread active in Ray's Worker.main_loop, and it was named instead of the reward worker
+    site = "/venv/lib/python3.11/site-packages"
+    procs = [
+        _proc(20, "vLLM engine (Ray actor vLLMHttpServer)", [("Worker.main_loop", f"{site}/ray/_private/worker.py"),
+                                                            ("<module>", f"{site}/ray/_private/workers/default_worker.py")], active=True),
+        _proc(21, "Ray actor TaskRunner.run", [("TaskRunner.run", f"{site}/verl/trainer/main_ppo.py")], active=True),
+        _proc(22, "reward worker", [("stalls_after.<locals>.reward", "/tmp/stalls_after_plugin.py"),
+                                    ("_score_chunk", "/repo/rlbridge/engine/workers.py"), ("process_execute", f"{site}/pebble/common/process.py")]),
+    ]
+    culprit = stacks.stuck(procs)
+    assert culprit["pid"] == 22 and culprit["frame"] == "stalls_after.<locals>.reward (/tmp/stalls_after_plugin.py:1)", culprit
+
+
 def test_a_ray_actor_running_a_method_is_named_with_its_canonical_roles():
     # Ray names a busy actor's process ray::Class.method: OpenRLHF 0.11.2's stopped policy actor was
     # 'ray::PolicyModelActor.save_checkpoint' (the conformance suite's stopped-actor run)

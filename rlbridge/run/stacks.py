@@ -25,7 +25,8 @@ from typing import Any
 # leaf functions a thread waits in (the stdlib's and the engines' waiting primitives)
 _WAITS = {"wait", "_wait_for_tstate_lock", "acquire", "get", "select", "poll", "recv", "recv_into", "_recv", "_recv_bytes",
           "recv_bytes", "read", "readline", "readinto", "sleep", "accept", "join", "result", "wait_for", "_poll", "epoll",
-          "_worker", "_run_once", "run_forever", "get_objects", "serve_forever", "_handle_workers", "_wait_for_updates"}
+          "_worker", "_run_once", "run_forever", "get_objects", "serve_forever", "_handle_workers", "_wait_for_updates",
+          "main_loop"}  # the last: a Ray worker waiting for its next task (ray/_private/worker.py)
 _WAITING = re.compile(r"poll|wait|recv|select|sleep|accept", re.IGNORECASE)
 _LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python3\.\d+/|<frozen )")
 
@@ -166,13 +167,18 @@ def _thread_score(thread: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
     own = next((f for f in frames if not _LIBRARY.search(f["file"]) and not f["file"].startswith("<")), None)
     leaf = frames[0]
     score = 0
-    if thread["active"]:
-        score += 4
     name = leaf["name"].split(".")[-1]
-    if name not in _WAITS and not _WAITING.search(name):
+    waiting = name in _WAITS or bool(_WAITING.search(name))
+    # py-spy calls a thread active when it is not in a known idle syscall: a Ray worker's main loop (C++
+    # waiting for tasks) reads as active, so activity counts only outside a waiting primitive
+    if thread["active"] and not waiting:
+        score += 4
+    if not waiting:
         score += 2
     if own is not None and "rlbridge/" not in own["file"]:
-        score += 3  # a plugin's or the user's code, not the engines' or rlbridge's plumbing
+        # a plugin's or the user's code, not the engines' or rlbridge's plumbing: above any busy engine
+        # thread (verl 0.9.1's vLLMHttpServer main loop outranked a stalled reward worker before)
+        score += 8
     return score, own or leaf
 
 

@@ -673,7 +673,8 @@ def test_a_reward_that_never_returns_inside_a_ray_engine_is_a_hang_named_with_th
         train(load_config(QUICKSTART, overrides), progress=False)
     summary = json.loads((run / "summary.json").read_text())
     failure = summary["failure"]
-    assert summary["status"] == "failed" and summary["steps"] == 2, summary
+    # the stall starts once 2 rows are written; an engine may already be scoring the next step then
+    assert summary["status"] == "failed" and 2 <= summary["steps"] < CHAOS_STEPS, summary
     assert failure["kind"] == "hang" and failure["role"] == "reward worker", failure
     assert "stalls_after.<locals>.reward" in failure["frame"] and str(plugin) in failure["frame"], failure
     assert failure["waited_s"] <= failure["bound_s"] + 2.0 and 20 <= failure["bound_s"] < 900, failure
