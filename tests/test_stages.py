@@ -290,3 +290,17 @@ def test_the_pipeline_with_its_rl_stage_on_another_engine(engine, version, tmp_p
     record = json.loads((tmp_path / "runs" / "pipeline" / "pipeline.json").read_text())
     grpo = record["stages"][-1]
     assert grpo["backend"] == engine and grpo["summary"]["steps"] == 2 and grpo["model_in"] == record["stages"][0]["model_out"]
+
+
+def test_a_trained_reward_model_served_by_verl_fits_its_own_context(tmp_path):
+    """The pipeline's GRPO stage on verl 0.9 with the RM stage's model as its only reward: verl serves it
+    with vLLM, whose max_model_len may not exceed the model's max_position_embeddings (512 for a reward
+    model trained from builtin:tiny-digits; vLLM refused 1288 = 1024 + 8 + 256)."""
+    rm = tmp_path / "rm"
+    rm.mkdir()
+    (rm / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    plan = _plan("quickstart.yaml", "backend=verl", "engine_version=0.9.1", f"reward=[{{model: {rm}}}]",
+                 "rollout.max_new_tokens=8").plan.native["overrides"]
+    assert plan["reward.reward_model.model_path"] == str(rm)
+    assert plan["reward.reward_model.rollout.max_model_len"] == 512
+    assert plan["reward.reward_model.rollout.max_num_batched_tokens"] == 512

@@ -132,8 +132,23 @@ def _reward_model(config: RunConfig, o: dict[str, Any]) -> None:
         o[f"{rm}rollout.max_num_seqs"] = max(config.rollout_samples, 16)
         # the scored text: the reward model's chat template around prompt + completion (margin for the template)
         length = (config.rollout.max_prompt_tokens or 1024) + config.rollout.max_new_tokens + 256
+        # never past the reward model's own context (vLLM refuses a longer max_model_len): a tiny model's 512
+        # positions, e.g. a reward model a pipeline's reward_model stage trained from builtin:tiny-digits
+        length = min(length, _max_positions(path) or length)
         o[f"{rm}rollout.max_model_len"] = length
         o[f"{rm}rollout.max_num_batched_tokens"] = length
+
+
+def _max_positions(model_dir: str) -> int | None:
+    """max_position_embeddings of a local model directory's config.json (None elsewhere: a hub id, a builtin
+    model not built yet)."""
+    import json
+    from pathlib import Path
+
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text()).get("max_position_embeddings")
 
 
 def _check_sequence_parallel(config: RunConfig) -> str | None:
