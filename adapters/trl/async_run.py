@@ -202,20 +202,21 @@ class AsyncMetrics:
         from transformers import TrainerCallback
 
         class _AsyncMetrics(TrainerCallback):
+            # A step's time is the wall time since the previous step ended (TRL's perf/step_s): the trainer waits
+            # for samples before on_step_begin (its dataloader), and that wait belongs to the step
             def __init__(self) -> None:
-                self.step_started: float | None = None
+                self.last_end: float | None = None
                 self.last_syncs = 0
 
-            def on_step_begin(self, args, state, control, **kwargs):
-                if self.step_started is None:
-                    self.step_started = time.perf_counter()
+            def on_train_begin(self, args, state, control, **kwargs):
+                self.last_end = time.perf_counter()
 
             def on_log(self, args, state, control, logs=None, **kwargs):
                 logs = dict(logs or {})
-                if "train_runtime" in logs or self.step_started is None:
+                if "train_runtime" in logs or self.last_end is None:
                     return
-                step_s = time.perf_counter() - self.step_started
-                self.step_started = None
+                now = time.perf_counter()
+                step_s, self.last_end = now - self.last_end, now
                 canonical = canonical_async(logs)
                 canonical["timing/step_s"] = step_s
                 canonical["memory/peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
