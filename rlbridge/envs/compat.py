@@ -66,6 +66,21 @@ def load_matrix(path: Path | None = None) -> list[dict[str, Any]]:
     return cells
 
 
+def ci_cells(path: Path | None = None) -> list[dict[str, Any]]:
+    """CI's cells: those matrix.yaml gives a `ci` field, as {cell: 'engine==version', peak_gib, warm_s}
+    (scripts/ci_test.py schedules them by these; the Makefile's `make test-engines` runs them)."""
+    found = []
+    for cell in load_matrix(path):
+        ci = cell.get("ci")
+        if ci is None:
+            continue
+        label = f"{cell['engine']}=={cell['version']}"
+        if not isinstance(ci, dict) or set(ci) != {"peak_gib", "warm_s"}:
+            raise RLBridgeError(f"{path or _matrix_file()}: cell {label}: `ci` needs exactly peak_gib and warm_s, got {ci!r}")
+        found.append({"cell": label, "peak_gib": float(ci["peak_gib"]), "warm_s": float(ci["warm_s"])})
+    return found
+
+
 def run_matrix(engine: str | None = None, version: str | None = None, echo=print) -> list[dict[str, Any]]:
     cells = [c for c in load_matrix() if (engine is None or c["engine"] == engine) and (version is None or str(c["version"]) == version)]
     if not cells:
