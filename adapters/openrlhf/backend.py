@@ -269,12 +269,11 @@ class OpenRLHFBackend(Backend):
             approximated("training.grad_clip", ("actor.max_norm", "critic.max_norm"), "OpenRLHF always clips; null becomes 1e9",
                          when=lambda c: c.training.grad_clip is None),
             honoured("training.seed", "train.seed", note="data order, vLLM engines (seed + engine index), DeepSpeed (transformers.set_seed)"),
-            approximated("training.deterministic", ("train.full_determinism_enable", "launch.env.RLBRIDGE_SEED"),
-                         "not shown identical run to run on OpenRLHF 0.11.2 (CPU): DeepSpeed's deterministic mode and vLLM's "
-                         "engine core in process (--train.full_determinism_enable), per-request vLLM seeds and rollout results "
-                         "in dispatch order (rlbridge patches, adapters/openrlhf/patches/determinism.py) are on, and two runs "
-                         "still differed from step 1 (docs/reproducibility.md)",
-                         check=_check_deterministic),
+            honoured("training.deterministic", ("train.full_determinism_enable", "launch.env.RLBRIDGE_SEED"), _check_deterministic,
+                     note="OpenRLHF 0.11+: DeepSpeed's deterministic mode and vLLM's engine core in process "
+                          "(--train.full_determinism_enable), and what it misses (rlbridge patches, adapters/openrlhf/patches/"
+                          "determinism.py): the trainer actor's prompt order seeded from --train.seed, a vLLM seed per sample "
+                          "from its prompt's place in the dispatch order, rollout results taken in dispatch order"),
             approximated("training.torch_threads", "launch.env.OMP_NUM_THREADS", "sets the thread count of every OpenRLHF process",
                          when=lambda c: c.training.torch_threads is not None),
             honoured("resources.nodes", "actor.num_nodes", check=nodes_need_a_cluster),
