@@ -35,6 +35,9 @@ def test_max_staleness_plans_async_grpo_trainer_on_split_devices():
     # GRPOConfig-only fields are gone (AsyncGRPOConfig would reject them)
     assert not {"beta", "loss_type", "scale_rewards", "generation_batch_size", "use_vllm", "reward_weights"} & set(settings)
     assert _settings("rollout.max_staleness=1", "rollout.partial_rollouts=true", *SPLIT)["launch.pause_mode"] == "keep"
+    # rollout.engine vllm (what auto means here) plans the same: GRPOTrainer's vLLM-only fields are dropped
+    explicit = _settings("rollout.max_staleness=1", "rollout.engine=vllm", *SPLIT)
+    assert explicit["launch.trainer"] == "AsyncGRPOTrainer" and not any(k.startswith("vllm_importance") for k in explicit)
 
 
 def test_the_async_plan_is_accepted_by_trls_own_config_class():

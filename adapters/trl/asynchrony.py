@@ -37,6 +37,9 @@ GRPO_ONLY: dict[str, tuple[Any, str]] = {
     "scale_rewards": ("group", "algorithm.advantage_normalization: AsyncGRPOTrainer normalises within each group "
                       "((r - mean) / std); use group"),
     "entropy_coef": (0.0, "algorithm.entropy_coef: AsyncGRPOTrainer has no entropy bonus; use 0"),
+    # set (False) whenever rollout.engine is vllm; a correction on is refused with rollout_correction
+    "vllm_importance_sampling_correction": (False, "algorithm.rollout_correction: AsyncGRPOTrainer's ratio is against "
+                                           "vLLM's sampling log-probabilities already; use rollout_correction: none"),
     "generation_batch_size": (None, ""),  # a step is per_device_train_batch_size x gradient_accumulation_steps samples
     "reward_weights": (None, ""),  # applied by rlbridge's reward functions (AsyncGRPOTrainer sums with weight 1)
     "shuffle_dataset": (None, ""),  # rlbridge shuffles the rows (launch.shuffle)
