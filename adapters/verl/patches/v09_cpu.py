@@ -275,6 +275,52 @@ VALUE_MODEL_SDPA = Patch(
 )
 
 
+# --- flash-attn's padding helpers (verl 0.9.0) -------------------------------------------------------
+
+
+def _attention_functions_without_flash_attn() -> None:
+    def patch(module):
+        original = module._get_attention_functions
+        if getattr(original, "_rlbridge", False):
+            return
+
+        @functools.wraps(original)
+        def _get_attention_functions():
+            try:
+                import flash_attn.bert_padding  # noqa: F401
+            except ImportError:
+                # verl's own pure-torch copy of flash_attn.bert_padding (what 0.9.0 uses on NPUs)
+                from verl.utils.npu_flash_attn_utils import index_first_axis, pad_input, rearrange, unpad_input
+
+                functions = (index_first_axis, pad_input, rearrange, unpad_input)
+                module._index_first_axis, module._pad_input, module._rearrange, module._unpad_input = functions
+                return functions
+            return original()
+
+        _get_attention_functions._rlbridge = True
+        module._get_attention_functions = _get_attention_functions
+
+    when_imported("verl.utils.attention_utils", patch)
+
+
+ATTENTION_FALLBACKS = Patch(
+    name="verl-cpu-attention-padding-without-flash-attn",
+    engine="verl",
+    versions="==0.9.0",  # 0.9.1 falls back to pure torch itself
+    kind=PatchKind.CPU_ENABLEMENT,
+    fixes="ModuleNotFoundError: No module named 'flash_attn' (verl/utils/attention_utils.py:30, from "
+    "workers/utils/padding.py:53 left_right_2_no_padding in ray_trainer._compute_old_log_prob; measured in the "
+    "verl 0.9.0 cell)",
+    why="Without an NPU, verl 0.9.0 takes unpad_input/pad_input/index_first_axis from flash-attn, which has no CPU "
+    "build; verl ships the same functions in pure torch (verl/utils/npu_flash_attn_utils.py), used when "
+    "flash-attn is not importable, as 0.9.1 does with its own fallbacks.",
+    probe=_no_flash_attention,
+    apply=_attention_functions_without_flash_attn,
+    when=on_cpu,
+    targets=(Target("verl.utils.attention_utils", "_get_attention_functions", ("90cc925e4865",)),),
+)
+
+
 def _registered_platform_missing(name: str) -> bool:
     """Unpatched verl 0.9 has no platform for a machine without an accelerator."""
     from verl.plugin.platform import platform_manager
@@ -282,4 +328,4 @@ def _registered_platform_missing(name: str) -> bool:
     return platform_manager.PlatformRegistry.get(name) is None
 
 
-PATCHES = [VLLM_VERSION, CPU_PLATFORM, KEEP_LINEAR_WEIGHTS, VALUE_MODEL_SDPA]
+PATCHES = [VLLM_VERSION, CPU_PLATFORM, KEEP_LINEAR_WEIGHTS, VALUE_MODEL_SDPA, ATTENTION_FALLBACKS]
