@@ -65,7 +65,7 @@ def run_arm(model: str, name: str, overrides: list[str], args, out: Path) -> dic
 def markdown(results: list[dict], env: dict, command: str) -> str:
     lines = [START, f"### TRL async loop, one GPU: {env['date']}", "",
              f"`{command}` on {env['device']} (torch {env['torch']}, TRL {env['trl']}, vLLM {env['vllm']}); "
-             f"{env['steps']} steps per arm, seed 0, a random model of Qwen2.5-0.5B's shape.", "",
+             f"{env['steps']} steps per arm, seed 0, model `{env['model']}`.", "",
              "| workload | arm | samples/s | vs sync | final reward | max staleness | weight sync (s) |",
              "|---|---|---|---|---|---|---|"]
     base: dict[str, float] = {}
@@ -121,7 +121,7 @@ def main() -> None:
             print(json.dumps(results[-1]), flush=True)
     env = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "device": torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor() or "CPU",
-           "torch": torch.__version__, "trl": trl.__version__, "vllm": vllm.__version__, "steps": args.steps}
+           "torch": torch.__version__, "trl": trl.__version__, "vllm": vllm.__version__, "steps": args.steps, "model": model}
     block = markdown(results, env, "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
     print(block)
     (out / "results.json").write_text(json.dumps({"env": env, "results": results}, indent=1))
