@@ -325,3 +325,14 @@ def test_openrlhf_rollout_results_are_taken_in_dispatch_order():
     fake.done.add("a")
     assert ray.wait(["a", "b", "c"], num_returns=1, timeout=10.0) == (["a"], ["b", "c"])
     assert ray.get("x") == "x"  # the rest is Ray itself
+
+
+def test_bench_holds_native_arms_to_identical_rewards_at_the_native_logs_float32_precision():
+    """The OpenRLHF 0.11.2 pair of the deterministic bench, steps 1-2: rlbridge's float64 mean and the float32
+    mean OpenRLHF's TensorBoard log stored are one number (step 2: one float32 ulp apart); a real difference
+    is still one."""
+    from rlbridge.run.bench_report import same_curve
+
+    assert same_curve([0.012606534090909092, 0.009905133928571428], [0.01260653417557478, 0.0099051333963871])
+    assert not same_curve([0.006836], [0.006901])  # verl's step 3: another reward for the same samples
+    assert not same_curve([], []) and not same_curve([0.1], [0.1, 0.2])
