@@ -7,8 +7,8 @@ import pytest
 
 def require_openrlhf_runtime() -> None:
     """Skip the calling module where OpenRLHF is not installed, or is installed without its
-    dependencies: the argument-parsing cells (0.9.10, 0.10.4; compat_matrix/engines.yaml installs
-    them --no-deps) have no deepspeed, and openrlhf.utils does not import there. Where OpenRLHF is
+    dependencies (an engine recipe with --no-deps, for argument parsing only: no deepspeed, and
+    openrlhf.utils does not import there; every matrix cell now installs them). Where OpenRLHF is
     installed with its dependencies, an import error is a failure, not a skip."""
     pytest.importorskip("openrlhf")
     try:
