@@ -201,18 +201,24 @@ def main() -> int:
     pending: dict[str, list[str]] = {}  # the jobs not started yet, with the environments they need
 
     expected: dict[str, float] = {}  # job name -> warm seconds
+    peaks: dict[str, float] = {}  # job name -> memory peak, GiB
 
     def rank(name: str) -> float:
         return -expected[name]
 
+    def fits(name: str) -> bool:
+        return not running or (len(running) < test_jobs and sum(running) + peaks[name] <= mem_budget)
+
     def may_start(name: str, mem: float) -> bool:
-        fits = not running or (len(running) < test_jobs and sum(running) + mem <= mem_budget)
-        ready = [n for n, needs in pending.items() if all(envs.ready[c].is_set() for c in needs)]
-        return fits and rank(name) == min(rank(n) for n in ready)
+        # the longest ready job that fits: one whose peak does not fit beside the running job waits without
+        # holding up a shorter one that does (a cold run's pytest-envs, 10 GiB beside the verl cell, kept a
+        # 5 GiB cell waiting 107 s)
+        ready = [n for n, needs in pending.items() if all(envs.ready[c].is_set() for c in needs) and fits(n)]
+        return name in ready and rank(name) == min(rank(n) for n in ready)
 
     def job(name: str, needs: list[str], cost: dict, cmd: list[str], junit: Path | None, env: dict | None = None,
             counts=None, engine: bool = True) -> threading.Thread:
-        mem = cost["peak_gib"]
+        mem = peaks[name] = cost["peak_gib"]
         expected[name] = cost["warm_s"]
         def body():
             if needs and not envs.wait(needs):
