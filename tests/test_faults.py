@@ -501,7 +501,7 @@ def test_doctor_names_a_hang_restart_s_frame_and_stacks(tmp_path):
 # site-packages shortened): vLLM runs in the trainer's process, so its failure is the raw exception
 SITE = "/envs/trl-1.16.0-vllm/lib/python3.11/site-packages"
 VLLM_IN_PROCESS = f'''Traceback (most recent call last):
-  File "/work/main/rlbridge/engine/child.py", line 72, in main
+  File "/src/rlbridge/rlbridge/engine/child.py", line 72, in main
     backend.run(plan, ctx)
   File "{SITE}/trl/generation/vllm_generation.py", line 729, in generate
     all_outputs = self.llm.generate(vllm_prompts, sampling_params=sampling_params, use_tqdm=False)
