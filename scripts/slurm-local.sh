@@ -38,7 +38,10 @@ SlurmctldPort=${CTLD_PORT}
 SlurmdPort=${SLURMD_PORT}
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=socket=${DIR}/munge/munge.socket.2
+# cred_expire is also how long a requeued job waits before it starts again (default 120 s); a
+# start forced sooner can fall in the second of the old credential's revocation, and slurmd then
+# kills it ("Job credential revoked")
+AuthInfo=socket=${DIR}/munge/munge.socket.2,cred_expire=10
 CredType=cred/munge
 StateSaveLocation=${DIR}/state
 SlurmdSpoolDir=${DIR}/spool
