@@ -76,6 +76,19 @@ def test_trl_log_metric_and_args(tmp_path):
     assert list(out) == [2.0, 0.0, 0.0] and out.metrics["seen"] == [3.0] * 3
 
 
+def test_trl_defaulted_parameter_the_rows_lack_keeps_its_default(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        def f(completions, topic, missing, scale=3.0, **kwargs):
+            assert missing == [None] * len(completions)  # required and absent: None per sample
+            return [scale * (t == "a") for t in topic]
+    """,
+    )
+    out = reward_fn({"native": "trl", "function": f"{path}:f"}, None, "reward[0]")(inputs())
+    assert list(out) == [3.0, 0.0, 0.0]
+
+
 def test_async_verl_function(tmp_path):
     path = write(
         tmp_path,

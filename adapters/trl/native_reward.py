@@ -6,11 +6,23 @@ metric) and `log_extra`."""
 
 from __future__ import annotations
 
+import inspect
 import statistics
 from collections.abc import Callable
 from typing import Any
 
 from rlbridge.contract.native_rewards import NativeConvention, Scores, accepts, call_native, keyword_problem, number
+
+
+def required_parameters(fn: Callable) -> list[str]:
+    """Parameters without a default: a defaulted one the rows lack keeps its default, as in TRL, which
+    passes only the columns it has."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in params if p.kind in plain and p.default is inspect.Parameter.empty]
 
 
 def call(fn: Callable, inputs: list, args: dict[str, Any]) -> Scores:
@@ -27,7 +39,7 @@ def call(fn: Callable, inputs: list, args: dict[str, Any]) -> Scores:
     }
     for column in columns:
         offered.setdefault(column, [x.metadata.get(column) for x in inputs])
-    for name in names:  # a required column the rows lack: None for every sample
+    for name in required_parameters(fn):  # a required column the rows lack: None for every sample
         if name not in offered and name not in args:
             offered[name] = [None] * len(inputs)
     kwargs = {k: v for k, v in offered.items() if var_kw or k in names}
