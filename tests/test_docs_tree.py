@@ -7,7 +7,7 @@ import subprocess
 
 from conftest import REPO
 
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.py|/)")
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.py|\.md|/)")
 
 
 def _tracked(folder: str) -> list[str]:
@@ -89,3 +89,15 @@ def test_contributing_checklist_names_every_file_each_adapter_has():
     common = set.intersection(*_adapter_entries().values())
     named = set(NAME.findall(section))
     assert not sorted(common - named), f"docs/contributing.md's adapter checklist misses {sorted(common - named)}"
+
+
+def test_each_adapter_is_documented_in_its_own_folder():
+    """An adapter's documentation is adapters/<engine>/README.md, not a docs/<engine>.md: adding an engine
+    touches its folder plus the six files docs/contributing.md names, and no page under docs/."""
+    entries = _adapter_entries()
+    undocumented = sorted(engine for engine, names in entries.items() if "README.md" not in names)
+    assert not undocumented, f"these adapters have no README.md in their folder: {undocumented}"
+    in_docs = sorted(f"docs/{engine}.md" for engine in entries if (REPO / "docs" / f"{engine}.md").exists())
+    assert not in_docs, f"move these into adapters/<engine>/README.md (git mv) and fix their links: {in_docs}"
+    section = (REPO / "docs" / "contributing.md").read_text().split("## Add an adapter", 1)[1]
+    assert "an engine touches six files" in section, "docs/contributing.md no longer says which six files"
