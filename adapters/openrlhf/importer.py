@@ -27,7 +27,11 @@ from rlbridge_adapters.openrlhf.backend import DOTTED_SINCE, FLAT
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION
 
 MARKERS = ("openrlhf.cli.train_ppo_ray", *stage_import.STAGES)  # and the offline stages' scripts (stage_import.py)
-DOTTED = {flat: dotted for dotted, flat in FLAT.items()}
+# the async flags before 0.10.2 (read in OpenRLHF v0.10.1's cli/train_ppo_ray.py), read as their dotted names so that
+# the import names the canonical knob and why the plan refuses it for that version (asynchrony.py)
+ASYNC_FLAT = {"async_train": "train.async_enable", "async_queue_size": "train.async_queue_size",
+              "partial_rollout": "train.partial_rollout_enable"}
+DOTTED = {**ASYNC_FLAT, **{flat: dotted for dotted, flat in FLAT.items()}}
 FLAT_VERSION = "0.9.10"  # what a recipe in the flat spelling is read as, without --engine-version
 OWNED = {
     "logger.": "logging: rlbridge writes metrics.jsonl and telemetry sinks (telemetry.sinks)",
@@ -227,6 +231,8 @@ class OpenRLHFRecipeImporter:
     default_version = DEFAULT_VERSION
     stage: str | None = None
     """The offline stage of the recipe read last (None: train_ppo_ray), for special()."""
+    asynchronous: bool = False
+    """Whether the recipe read last runs OpenRLHF's async loop (--train.async_enable), for special()."""
 
     def read(self, source: str, version: str | None) -> Recipe:
         path = Path(source)
@@ -264,6 +270,9 @@ class OpenRLHFRecipeImporter:
                 raise ConfigError(f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written}{did_you_mean(written, known)}")
             _check_type(recipe, line, written, value, kinds.get(written))
             recipe.settings.append(Setting(key, value, line, text, spelling))
+        self.asynchronous = not stage and any(s.key == "train.async_enable" and s.value is True for s in recipe.settings)
+        if self.asynchronous and v >= Version("0.10.2"):
+            recipe.extras["base"] = async_start(recipe)
         return recipe
 
     def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
@@ -293,6 +302,10 @@ class OpenRLHFRecipeImporter:
             for prefix, reason in table.items():
                 if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
                     return kind, reason
+        if self.asynchronous and key == "train.colocate_all" and setting.value is True:
+            return "owned", ("with --train.async_enable OpenRLHF colocates only its DeepSpeed models (train_ppo_ray: 'Using "
+                             "--colocate_all_models in async RLHF only colocates DeepSpeed models'), and rlbridge places the "
+                             "reference with the actor itself; the vLLM engines get devices of their own (placement.policy: split)")
         if isinstance(setting.value, str) and "<run_dir>" in setting.value:
             return "owned", "a path inside rlbridge's run directory"
         if key in ("data.prompt_dataset", "eval.dataset") and isinstance(setting.value, str) and not looks_local(setting.value):
@@ -340,3 +353,22 @@ class OpenRLHFRecipeImporter:
             return {}
         v = Version(recipe.version)
         return {(DOTTED.get(k, k) if v < DOTTED_SINCE else k): value for k, value in found.items()}
+
+
+def async_start(recipe: Recipe) -> dict[str, Any]:
+    """Where the search starts for a recipe with --train.async_enable: rollout.max_staleness = its queue size
+    (asynchrony.py: the queue of k batches bounds staleness at k, exactly), partial rollouts as the recipe says,
+    and split placement with the vLLM engines' devices (num_engines x tensor_parallel_size) beside the actor's:
+    OpenRLHF's async loop never puts vLLM on the actor's GPUs. The solver then checks every flag against the plan."""
+    by_key = {s.key: s.value for s in recipe.settings}
+    defaults = parser_defaults(recipe.version) or {}
+
+    def value(key: str, fallback: int) -> Any:
+        found = by_key.get(key, defaults.get(key))
+        return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else fallback
+
+    rollout_gpus = value("vllm.num_engines", 1) * value("vllm.tensor_parallel_size", 1)
+    return {"rollout": {"max_staleness": value("train.async_queue_size", 1),
+                        "partial_rollouts": by_key.get("train.partial_rollout_enable") is True},
+            "placement": {"policy": "split", "args": {"rollout_gpus": rollout_gpus}},
+            "resources": {"gpus_per_node": value("actor.num_gpus_per_node", 1) + rollout_gpus}}

@@ -20,10 +20,10 @@ from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.contract.backend import flatten
 from rlbridge.run.recipe import Recipe, Setting, find_command, read_mapping
-from rlbridge_adapters.verl import stage_import
+from rlbridge_adapters.verl import asynchrony, stage_import
 from rlbridge_adapters.verl.package import DEFAULT_VERSION
 
-MARKERS = ("verl.trainer.main_ppo", stage_import.MARKER)
+MARKERS = ("verl.trainer.main_ppo", stage_import.MARKER, *asynchrony.ENTRY_CONFIGS)
 # verl's own scorer of a recipe that names no reward: one function, keyed by each row's data_source
 DEFAULT_SCORER = "verl.utils.reward_score:default_compute_score"
 # What rlbridge sets itself, by key prefix, and why (these are dropped, and listed in the report).
@@ -105,11 +105,18 @@ class VerlRecipeImporter:
             name = str(path) if path.is_file() else "<command line>"
             recipe = self._read_script(text, name, version)
         self._check_known(recipe)
+        if recipe.extras.get("async_entry"):
+            # main_ppo's settings are searched with the trainer's own devices (the rollout's are added by asynchrony())
+            recipe.extras["base"] = {"resources": {"gpus_per_node": _async_devices(recipe)[2]}}
         return recipe
 
     def _read_script(self, text: str, name: str, version: str) -> Recipe:
         cmd = find_command(text, MARKERS, name, "`python -m verl.trainer.main_ppo`")
         recipe = Recipe("verl", name, version, [], list(cmd.notes))
+        entry = next((m for m in asynchrony.ENTRY_CONFIGS for w in cmd.words if w.text.replace("/", ".").removesuffix(".py").endswith(m)), None)
+        if entry:  # verl's async trainers (adapters/verl/asynchrony.py): their own packaged config, async knobs
+            recipe.extras["async_entry"] = entry
+            recipe.extras["async_line"] = cmd.line
         if stage_import.is_stage([w.text for w in cmd.words]):
             recipe.extras["stage"] = stage_import.STAGE  # an algorithm.name sft job (adapters/verl/stage_import.py)
         overrides = []
@@ -255,6 +262,64 @@ class VerlRecipeImporter:
             out.append(RecipeReward({"native": "verl", "function": DEFAULT_SCORER}, []))
         return out
 
+    def asynchrony(self, recipe: Recipe):
+        """A launch of verl's async trainers (fully_async_main, one_step_off_policy.main_ppo) as canonical async knobs
+        (rlbridge.run.importer.RecipeAsync): their settings leave the search, the rest imports as main_ppo's would.
+        The knobs come from the recipe's values, else the entry point's packaged defaults (fully_async: staleness_threshold
+        0.1, trigger_parameter_sync_step 4, partial_rollout True), and the round trip is asynchrony.translate()."""
+        from rlbridge.run.importer import RecipeAsync
+
+        entry = recipe.extras.get("async_entry")
+        if not entry:
+            return None
+        defaults = _defaults_of(recipe) or {}
+        by_key = {s.key: s for s in recipe.settings}
+
+        def value(key: str, fallback: Any = None) -> Any:
+            return by_key[key].value if key in by_key else defaults.get(key, fallback)
+
+        def count(key: str, fallback: int) -> int:
+            found = value(key, fallback)
+            return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else fallback
+
+        nodes, rollout_per_node, trainer_per_node = _async_devices(recipe)
+        if entry == asynchrony.ONE_STEP_OFF:
+            knobs = {"rollout.max_staleness": 1, "rollout.partial_rollouts": False, "rollout.weight_sync_interval": 1}
+            how = {"rollout.max_staleness": "rollout.max_staleness=1: one_step_off_policy generates batch n+1 while batch n "
+                                            "trains, from the weights synced after step n-1 (ray_trainer.py)"}
+        else:
+            threshold = value("async_training.staleness_threshold", 0.1)
+            threshold = threshold if isinstance(threshold, (int, float)) and not isinstance(threshold, bool) else 0.1
+            knobs = {"rollout.max_staleness": asynchrony.staleness_bound(threshold),
+                     "rollout.partial_rollouts": value("async_training.partial_rollout", True) is True,
+                     "rollout.weight_sync_interval": count("async_training.trigger_parameter_sync_step", 1)}
+            how = {"async_training.staleness_threshold":
+                       f"rollout.max_staleness={knobs['rollout.max_staleness']} (approximated: {asynchrony.STALENESS_APPROXIMATION})",
+                   "async_training.trigger_parameter_sync_step": f"rollout.weight_sync_interval={knobs['rollout.weight_sync_interval']}",
+                   "async_training.partial_rollout": f"rollout.partial_rollouts={knobs['rollout.partial_rollouts']}"}
+        knobs.update({"placement.policy": "split", "placement.args": {"rollout_gpus": nodes * rollout_per_node},
+                      "resources.gpus_per_node": trainer_per_node + rollout_per_node})
+        placement = f"placement.policy=split, placement.args.rollout_gpus={nodes * rollout_per_node}"
+        how.update({"actor_rollout_ref.hybrid_engine": placement + " (the rollout on devices of its own)",
+                    "rollout.nnodes": placement + " (resources.nodes nodes of rollout_gpus / nodes each)",
+                    "rollout.n_gpus_per_node": placement,
+                    "trainer.n_gpus_per_node": f"resources.gpus_per_node={trainer_per_node + rollout_per_node} minus the "
+                                               f"rollout's {rollout_per_node} per node"})
+        consumed = [s for s in recipe.settings if s.key in how or asynchrony.is_async_key(s.key)]
+        options = {(s.spelling or s.key).lstrip("+"): s.value for s in consumed if asynchrony.is_async_key(s.key)}
+        if entry == asynchrony.FULLY_ASYNC and "async_training.staleness_threshold" not in options:
+            options["async_training.staleness_threshold"] = value("async_training.staleness_threshold", 0.1)
+        for key in options:
+            how.setdefault(key, "no canonical knob: passed to verl's fully_async_main unchanged")
+        how["async_training.staleness_threshold"] = how.get("async_training.staleness_threshold", "") + \
+            "; the fraction itself is kept as backend_options.verl.async_training.staleness_threshold"
+        line = recipe.extras.get("async_line")
+        entry_setting = Setting(asynchrony.ENTRY, entry, line, f"python -m {entry}")
+        how[asynchrony.ENTRY] = ", ".join(f"{k}={v}" for k, v in knobs.items() if k.startswith("rollout."))
+        return RecipeAsync(knobs, options, [entry_setting, *consumed], how, asynchrony.translate,
+                           note=f"the config's async knobs are verl's {entry}, which rlbridge's verl plan refuses here: "
+                                f"{asynchrony.NO_ASYNC}")
+
     def difference_reason(self, key: str, config: RunConfig) -> str | None:
         """Why rlbridge's plan sets `key` to other than verl's default (None: the knob that sets it says why)."""
         from rlbridge_adapters.verl.backend import CPU_ONLY_REASONS
@@ -275,11 +340,45 @@ class VerlRecipeImporter:
         return {k: v for k, v in defaults.items() if not (isinstance(v, str) and "${" in v) and k not in skip}
 
 
+def _async_devices(recipe: Recipe) -> tuple[int, int, int]:
+    """An async launch's (rollout.nnodes, rollout.n_gpus_per_node, trainer.n_gpus_per_node): the recipe's, else verl's."""
+    defaults = _defaults_of(recipe) or {}
+    by_key = {s.key: s.value for s in recipe.settings}
+
+    def count(key: str) -> int:
+        found = by_key.get(key, defaults.get(key))
+        return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else 1
+
+    return count("rollout.nnodes"), count("rollout.n_gpus_per_node"), count("trainer.n_gpus_per_node")
+
+
 def _defaults_of(recipe: Recipe) -> dict[str, Any] | None:
-    """verl's packaged defaults of the recipe's entry point: main_ppo's, or sft_trainer's."""
+    """verl's packaged defaults of the recipe's entry point: main_ppo's, sft_trainer's, or an async trainer's
+    (its own yaml composed over main_ppo's)."""
     if recipe.extras.get("stage"):
         return stage_import.sft_defaults(recipe.version)
-    return packaged_defaults(recipe.version)
+    defaults = packaged_defaults(recipe.version)
+    entry = recipe.extras.get("async_entry")
+    if entry and defaults is not None:
+        overlay = entry_defaults(entry, recipe.version)
+        if overlay is None:
+            return None
+        defaults = {**defaults, **overlay}
+    return defaults
+
+
+def entry_defaults(entry: str, version: str) -> dict[str, Any] | None:
+    """The flat keys an async entry point's packaged yaml sets over ppo_trainer.yaml (verl/experimental/PACKAGE/
+    config/NAME.yaml, from the verl environment, else the copy in recipe_defaults/), or None without either."""
+    package, name = asynchrony.ENTRY_CONFIGS[entry]
+    config_dir = _version_dir(version)
+    path = config_dir.parent.parent / "experimental" / package / "config" / name if config_dir is not None else None
+    if path is None or not path.exists():
+        path = Path(__file__).parent / "recipe_defaults" / f"{Path(name).stem}-{version}.yaml"
+    if not path.exists():
+        return None
+    data = yaml.safe_load(path.read_text())
+    return flatten({k: v for k, v in data.items() if k not in ("hydra", "defaults")})
 
 
 def _check_type(recipe: Recipe, s: Setting, default: Any) -> None:

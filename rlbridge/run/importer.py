@@ -85,6 +85,27 @@ class RecipeReward:
 
 
 @dataclass
+class RecipeAsync:
+    """An asynchronous launch whose canonical knobs the backend's plan refuses on this machine (verl's async
+    trainers, which rlbridge does not launch yet), returned by an importer's optional `asynchrony(recipe)`.
+    The solver leaves its settings out of the search, writes `knobs` and `options` into the config, and
+    checks the round trip setting by setting with the adapter's own translation of those knobs (`native`)."""
+
+    knobs: dict[str, Any]
+    """Canonical values, by dotted path (rollout.max_staleness, placement.policy, ...)."""
+    options: dict[str, Any]
+    """backend_options.<engine> entries: native async settings with no canonical knob, passed through."""
+    settings: list[Setting]
+    """The recipe settings these stand for (they leave the solver's targets)."""
+    details: dict[str, str]
+    """Setting key -> how it maps (an approximation says how)."""
+    native: Any
+    """Callable(RunConfig) -> {native key: value}: the adapter's translation of the async knobs (the round trip)."""
+    note: str = ""
+    """Why the written config's plan is refused here (the backend's own reason)."""
+
+
+@dataclass
 class Entry:
     key: str
     value: Any
@@ -358,6 +379,9 @@ class Solver:
         for r in self.recipe_rewards:
             for s in r.settings:
                 consumed.setdefault((s.key, s.line), []).append(r)
+        self.asynchrony: RecipeAsync | None = getattr(importer, "asynchrony", lambda r: None)(recipe)
+        for s in self.asynchrony.settings if self.asynchrony else []:
+            consumed.setdefault((s.key, s.line), [])  # out of the search: the plan refuses what they are
         self.reward_settings: list[tuple[Setting, list[RecipeReward]]] = []
         self.unplanned_rewards = False
         self.cache: dict[str, dict[str, Any] | None] = {}
@@ -367,7 +391,8 @@ class Solver:
         for s in recipe.settings:
             special = importer.special(s)
             if (s.key, s.line) in consumed:
-                self.reward_settings.append((s, consumed[(s.key, s.line)]))
+                if consumed[(s.key, s.line)]:
+                    self.reward_settings.append((s, consumed[(s.key, s.line)]))
             elif special:
                 self.entries.append(Entry(s.spelling or s.key, s.value, s.line, special[0], special[1]))
             elif s.key in self.target and not same(self.target[s.key], s.value):
@@ -441,10 +466,17 @@ class Solver:
             "run_name": "run",
             "reward": self.rewards or [r.spec for r in self.recipe_rewards] or [_PLACEHOLDER_REWARD],
             "resources": {"gpus_per_node": 1},
+            # where the engine's own mode puts the search (OpenRLHF's async flags: max_staleness with split devices,
+            # which no single knob move reaches from the colocated start); the plan still has to reproduce it
+            **self.recipe.extras.get("base", {}),
         }
 
     def run(self) -> ImportResult:
         data = self.base()
+        if not self.recipe.extras.get("stage") and "base" in self.recipe.extras and self.view(data) is None:
+            for key in self.recipe.extras["base"]:  # the reader's start does not plan here: the search starts as usual
+                data.pop(key, None)
+            data.setdefault("resources", {"gpus_per_node": 1})
         if self.view(data) is None and data["reward"] != [_PLACEHOLDER_REWARD]:
             self.unplanned_rewards = True  # the recipe's rewards do not plan here (e.g. a model path not on this machine)
             data["reward"] = [_PLACEHOLDER_REWARD]
@@ -671,10 +703,15 @@ class Solver:
                 knobs_of.setdefault(k, []).append(path)
         options: dict[str, Any] = {}
         pending: list[tuple[str, Setting]] = []
+        owners = self.backend.owned_native_keys()
         for key, setting in self.lines.items():
             x = self.target[key]
             if key in view and same(view[key], x):
                 knobs = knobs_of.get(key, [])
+                if not knobs and key in owners and not same(_dump(_value_at(config, owners[key])), _dump(_default_at(owners[key]))):
+                    # no probe moved it (a switch only the knob's default turns off: --train.async_enable from
+                    # max_staleness 1), but the capability table names the knob that writes it, and that knob is set
+                    knobs = [owners[key]]
                 if knobs:
                     detail = self.knob_detail(config, knobs)
                     self.entries.append(Entry(setting.spelling or key, x, setting.line, "mapped", detail))
@@ -728,7 +765,42 @@ class Solver:
         differences = default_differences(self.backend, final_config, self.backend.plan(final_config).native,
                                           skip=set(self.target) | {s.key for s, _ in self.reward_settings}, knobs_of=knobs_of,
                                           recipe=self.recipe)
+        data = self.classify_async(data)  # after the differences: the plan may refuse the async knobs here (verl)
         return ImportResult(self.output(data), self.entries, self.recipe, self.output_notes(data), (matched, defaults_seen), differences)
+
+    def classify_async(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The async settings (RecipeAsync): the config with their knobs and options, and each setting mapped
+        (or kept as an option) when the adapter's translation of that config reproduces it, else a conflict."""
+        found = self.asynchrony
+        if found is None:
+            return data
+        trial = data
+        for path, value in found.knobs.items():
+            trial = set_path(trial, path, value)
+        if found.options:
+            trial = set_path(trial, "backend_options", {self.backend.name: {**trial.get("backend_options", {}).get(self.backend.name, {}),
+                                                                            **found.options}})
+        try:
+            native = found.native(RunConfig.model_validate(trial))
+        except ValidationError as exc:
+            errors = exc.errors()
+            native, failed = {}, (errors[0]["msg"] if errors else str(exc).splitlines()[0])
+        except (RLBridgeError, ValueError) as exc:
+            native, failed = {}, str(exc).splitlines()[0]
+        else:
+            failed = ""
+            data = trial  # a config that does not load is not written: its settings are conflicts, each saying why
+        for s in found.settings:
+            detail = found.details.get(s.key, "")
+            if s.key in native and same(native[s.key], s.value):
+                # an option that also sets a knob (verl's staleness fraction: max_staleness, and kept) is mapped
+                kind = "option" if s.key in found.options and not any(k in detail for k in found.knobs) else "mapped"
+            else:
+                kind = "conflict"
+                detail = (f"{detail}; " if detail else "") + (f"the async knobs do not load: {failed}" if failed else
+                                                              f"the async translation has {_show(native.get(s.key))}")
+            self.entries.append(Entry(s.spelling or s.key, s.value, s.line, kind, detail))
+        return data
 
     def recipe_conflict(self, data: dict[str, Any], key: str, x: Any, all_leaves: list[Leaf]) -> str | None:
         """Why a setting is in conflict with the recipe itself, found by the plan: the knob that owns the
@@ -836,7 +908,7 @@ class Solver:
         return ordered
 
     def output_notes(self, data: dict[str, Any]) -> list[str]:
-        notes = []
+        notes = [self.asynchrony.note] if self.asynchrony and self.asynchrony.note else []
         if self.unplanned_rewards:
             notes.append("reward: the recipe's own rewards do not plan on this machine (is the model path there?); "
                          "the settings were solved with a placeholder reward")
