@@ -134,7 +134,7 @@ def test_spawned_reward_pickles_and_scores_decoded_completions_with_its_weight(t
     reward({"x": 1} and [[{"role": "user", "content": "3333"}]], [[{"role": "assistant", "content": ""}]],
            [tok("33", add_special_tokens=False)["input_ids"]], answer=["3"])  # builds the plugin
     clone = pickle.loads(pickle.dumps(reward))  # what TRL's spawned rollout worker receives
-    assert clone._fn is None and clone.__name__ == "digit_match"
+    assert clone._tok is None and clone._pool is None and clone._scorer is None and clone.__name__ == "digit_match"  # built again where it runs
     ids = [tok("3333", add_special_tokens=False)["input_ids"], tok("35", add_special_tokens=False)["input_ids"]]
     prompts = [[{"role": "user", "content": "3333"}]] * 2
     scores = clone(prompts, [[{"role": "assistant", "content": ""}]] * 2, ids, answer=["3", "3"])

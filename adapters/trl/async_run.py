@@ -19,13 +19,16 @@ import json
 import os
 import re
 import resource
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from rlbridge.contract.data import load_rows
 from rlbridge.contract.models import materialize_model
 from rlbridge.engine.patches import apply_patches, check_drift
+from rlbridge.engine.workers import RewardScorer
 from rlbridge_adapters.trl.metrics import to_canonical
 from rlbridge_adapters.trl.patches import PATCHES
 
@@ -56,41 +59,103 @@ def canonical_async(logs: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+class ThreadPluginScorer(RewardScorer):
+    """The run's reward fault handling (rollout_workers.on_error, error_threshold, the fault log, the reward/<fault>
+    counters) for one plugin scored in the calling thread, by the instance that thread built for itself. Inline, as
+    rollout_workers.mode inline is: TRL's rollout process is a daemon, which cannot start the worker processes
+    that would let timeout_s interrupt a hung call."""
+
+    def __init__(self, spec: dict[str, Any], settings: dict[str, Any], plugin_of_thread, fault_log: str | None) -> None:
+        from rlbridge.engine.events import write_event
+
+        super().__init__([{**spec, "inline": True}], {**settings, "mode": "inline"}, fault_log=fault_log,
+                         on_fault=write_event)
+        self._plugin_of_thread = plugin_of_thread
+
+    def _inline_fn(self, name: str):
+        return self._plugin_of_thread()
+
+
 class SpawnedReward:
     """One rlbridge reward as a TRL reward function that survives pickling into TRL's spawned rollout worker:
-    it holds the reward's JSON spec and builds the plugin on first use, in the process that calls it."""
+    it holds the reward's JSON spec and builds the plugin in the process that calls it.
 
-    def __init__(self, spec: dict[str, Any], index: int, answer_key: str, tokenizer_dir: str) -> None:
+    TRL's rollout worker (patched: patches/async_grpo_scoring.py) calls it for several groups at once, each from
+    its own thread. A call's samples are split into chunks of `batch_size` (rollout_workers.batch_size), and the
+    chunks of every call go to one pool of `concurrency` threads (rollout_workers.max_concurrency, else
+    num_workers): at most that many calls of the plugin run at once, which a reward that waits (a remote tool, a
+    sandbox) turns into that many waits at once. Each pool thread builds its own plugin instance (as each of the
+    synchronous path's worker processes does), so that no state a plugin keeps between calls is shared by two
+    calls in flight; samples of different calls never share a chunk, and every chunk's scores go back to its own
+    samples by position, whatever order the chunks finish in. A chunk whose plugin raises or returns garbage
+    faults only its own samples (ThreadPluginScorer: rollout_workers.on_error, as on the synchronous path)."""
+
+    def __init__(self, spec: dict[str, Any], index: int, answer_key: str, tokenizer_dir: str, concurrency: int = 1,
+                 batch_size: int = 32, workers: dict[str, Any] | None = None, fault_log: str | None = None) -> None:
         self.spec = spec
         self.index = index
         self.answer_key = answer_key
         self.tokenizer_dir = tokenizer_dir
+        self.concurrency = max(int(concurrency), 1)
+        self.batch_size = max(int(batch_size), 1)
+        self.workers = dict(workers or {})  # rollout_workers: on_error, error_threshold
+        self.fault_log = fault_log
         self.__name__ = spec["name"]  # TRL logs rewards/<name>
-        self._fn = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()  # the tokenizer and the pool are built once; a fast tokenizer decodes alone
         self._tok = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._scorer: ThreadPluginScorer | None = None
+        self._local = threading.local()  # each pool thread's plugin
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fn": None, "_tok": None}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_tok", "_pool", "_scorer", "_local")}
 
-    def __call__(self, prompts, completions, completion_ids, **columns) -> list[float | None]:
-        from rlbridge.contract.rewards import BoundReward, RewardInput, score
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
 
-        if self._fn is None:
-            from transformers import PreTrainedTokenizerFast
-
+    def _plugin(self):
+        fn = getattr(self._local, "fn", None)
+        if fn is None:
             from rlbridge.contract.native_rewards import reward_fn
             from rlbridge.contract.registry import get_plugin_manager
 
-            self._fn = reward_fn(self.spec, get_plugin_manager(), f"reward[{self.index}]")
-            self._tok = PreTrainedTokenizerFast.from_pretrained(self.tokenizer_dir)
+            fn = self._local.fn = reward_fn(self.spec, get_plugin_manager(), f"reward[{self.index}]")
+        return fn
+
+    def _score_chunk(self, inputs: list) -> list[float | None]:
+        from rlbridge.engine.events import reward_faults, write_event
+
+        scored = self._scorer.score_plugin_result(self.spec["name"], inputs)  # raises for on_error fail
+        if scored.counts:
+            write_event(reward_faults(scored.counts))
+        return scored.per_plugin[self.spec["name"]]
+
+    def __call__(self, prompts, completions, completion_ids, **columns) -> list[float | None]:
+        from rlbridge.contract.rewards import RewardInput
+
+        with self._lock:
+            if self._tok is None:
+                from transformers import PreTrainedTokenizerFast
+
+                self._tok = PreTrainedTokenizerFast.from_pretrained(self.tokenizer_dir)
+                self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"rlbridge-{self.__name__}")
+                self._scorer = ThreadPluginScorer(self.spec, {**self.workers, "batch_size": self.batch_size}, self._plugin,
+                                                  self.fault_log)
+            texts = [self._tok.decode(list(ids), skip_special_tokens=True) for ids in completion_ids]
         inputs = []
         for i, ids in enumerate(completion_ids):
             prompt = prompts[i][-1]["content"] if isinstance(prompts[i], list) else prompts[i]
             metadata = {k: v[i] for k, v in columns.items() if isinstance(v, list) and len(v) == len(completion_ids)}
-            inputs.append(RewardInput(prompt=prompt, completion=self._tok.decode(list(ids), skip_special_tokens=True),
-                                      completion_ids=list(ids), answer=metadata.get(self.answer_key), metadata=metadata))
+            inputs.append(RewardInput(prompt=prompt, completion=texts[i], completion_ids=list(ids),
+                                      answer=metadata.get(self.answer_key), metadata=metadata))
+        chunks = [inputs[lo:lo + self.batch_size] for lo in range(0, len(inputs), self.batch_size)]
+        futures = [self._pool.submit(self._score_chunk, chunk) for chunk in chunks]
+        scores = [s for future in futures for s in future.result()]  # in the samples' order
         weight = float(self.spec.get("weight", 1.0))
-        scores = score(BoundReward(self.spec["name"], weight, self._fn), inputs)
         return [None if s is None else weight * s for s in scores]
 
 
@@ -162,7 +227,11 @@ def run_async(plan, ctx) -> None:
         train_ds = train_ds.shuffle(seed=int(native["args"]["seed"]))
     tok_dir = str(ctx.run_dir / "tokenizer")
     tok.save_pretrained(tok_dir)  # what the spawned reward functions decode with
-    rewards = [SpawnedReward(spec, i, native["data"]["answer_key"], tok_dir) for i, spec in enumerate(native["rewards"])]
+    scoring = native.get("scoring") or {}
+    rewards = [SpawnedReward(spec, i, native["data"]["answer_key"], tok_dir, concurrency=scoring.get("concurrency", 1),
+                             batch_size=scoring.get("batch_size", 32), workers=scoring.get("workers"),
+                             fault_log=str(ctx.run_dir / "reward_faults.jsonl"))
+               for i, spec in enumerate(native["rewards"])]
 
     server_opts = native["server"]
     server = VLLMServer(model_path, rollout_devices, ctx.run_dir / "vllm_server.log", dtype=native["model"]["dtype"],

@@ -9,6 +9,17 @@ exact, enforced by discarding. The trainer syncs every `weight_sync_steps` optim
 version. The off-policy gap is corrected by the trainer itself: its clipped ratio is taken against the
 log-probabilities vLLM sampled with (the behaviour policy), so algorithm.rollout_correction has nothing to add.
 
+How far generation runs ahead is bounded by the same k (rollout_bounds): TRL tags a sample with the policy
+version of its dispatch and drops it at consumption when it is more than k versions old, so everything
+generated or generating but not yet taken by the trainer (generations in flight, finished groups waiting for
+or in scoring, scored samples in the trainer's queue) is held to k x the samples of one policy version
+(training.batch_size x group_size / updates per step x weight_sync_interval) through AsyncGRPOConfig's
+`max_inflight_tasks` and `queue_maxsize` and the score queue of the patched rollout worker
+(patches/async_grpo_scoring.py); more would be generated only to be dropped. Rewards are scored in threads of
+TRL's rollout process (a daemon process: it cannot start rlbridge's reward worker processes): at most
+rollout_workers.max_concurrency (else num_workers) calls of a reward at once, over every group, each of at
+most rollout_workers.batch_size samples, with that many groups scored at once.
+
 rlbridge starts that server on the rollout's devices (placement.policy: split, rollout_gpus; with colocate, on
 the training device, sharing a GPU's memory by rollout.gpu_memory_utilization) and stops it with the run
 (vllm_server.py), and syncs weights through its own seam instead of TRL's NCCL client, so the
@@ -19,11 +30,13 @@ max_staleness 0 keeps today's synchronous GRPOTrainer plan, unchanged. Called by
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rlbridge.contract.backend import Capability, gpus_per_node, honoured
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
+from rlbridge_adapters.trl.patches.async_grpo_scoring import SCORING_ENV
 
 ASYNC_TRAINER = "AsyncGRPOTrainer"
 VERIFIED = ("1.16",)  # AsyncGRPOConfig's names were read in 1.16.0; TRL renamed config fields in 1.18
@@ -126,7 +139,9 @@ def capabilities() -> list[Capability]:
         honoured("rollout.weight_sync_interval", "weight_sync_steps"),
         honoured("rollout.max_staleness", ("launch.trainer", "max_staleness"), _check_staleness,
                  note="k >= 1: AsyncGRPOTrainer(max_staleness=k) against a vLLM server rlbridge starts on the rollout "
-                      "devices (split) or the training device (colocate); samples more than k policy versions old are dropped"),
+                      "devices (split) or the training device (colocate); samples more than k policy versions old are "
+                      "dropped, and generation runs at most k policy versions' samples ahead of the trainer "
+                      "(max_inflight_tasks + queue_maxsize + the rollout worker's score queue: rollout_bounds)"),
     ]
 
 
@@ -157,8 +172,15 @@ def translate(config: RunConfig, sync_native: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"rollout.max_staleness: AsyncGRPOConfig has no {', '.join(leftover)}, which this plan sets; "
                           "remove the knob or backend_options that set it (rlbridge plan --explain names it)")
     ro = config.rollout
+    workers = config.rollout_workers
+    concurrency = workers.max_concurrency or workers.num_workers
+    samples_per_version = int(args["per_device_train_batch_size"]) * int(args["gradient_accumulation_steps"]) \
+        * ro.weight_sync_interval  # one optimizer step's samples (one process), times the steps between syncs
+    bounds = rollout_bounds(ro.max_staleness, samples_per_version, config.algorithm.group_size, concurrency)
     args.update(
         max_staleness=ro.max_staleness,
+        max_inflight_tasks=bounds["max_inflight_tasks"],
+        queue_maxsize=bounds["queue_maxsize"],
         weight_sync_steps=ro.weight_sync_interval,
         # batches of training.micro_batch_size samples (FixedCountBatcher), not of the server's max_model_len tokens
         token_budget=0,
@@ -167,7 +189,6 @@ def translate(config: RunConfig, sync_native: dict[str, Any]) -> dict[str, Any]:
         dtype=sync_native["model"]["dtype"],
         log_completions=False,
     )
-    samples = config.rollout_samples
     max_model_len = ro.max_prompt_tokens + ro.max_new_tokens if ro.max_prompt_tokens else None
     return {
         **sync_native,
@@ -180,13 +201,35 @@ def translate(config: RunConfig, sync_native: dict[str, Any]) -> dict[str, Any]:
         "placement": rollout_layout(config),
         "server": {
             "max_model_len": max_model_len,
-            # every request the rollout worker may hold in flight (its max_inflight_tasks default)
-            "max_num_seqs": min(max(samples * ro.max_staleness, 16), 1024),
+            # every request the rollout worker may hold in flight
+            "max_num_seqs": min(max(bounds["max_inflight_tasks"], 16), 1024),
             "gpu_memory_utilization": ro.gpu_memory_utilization,
             "start_timeout_s": 600.0,
         },
-        "env": {**sync_native["env"], "TRL_EXPERIMENTAL_SILENCE": "1"},
+        # each reward's calls in TRL's rollout process (async_run.SpawnedReward)
+        "scoring": {"concurrency": concurrency, "batch_size": workers.batch_size,
+                    "workers": {"on_error": workers.on_error, "error_threshold": workers.error_threshold}},
+        "env": {**sync_native["env"], "TRL_EXPERIMENTAL_SILENCE": "1",
+                SCORING_ENV: json.dumps({"score_groups": bounds["score_groups"],
+                                         "score_queue_groups": bounds["score_queue_groups"],
+                                         "threads": bounds["score_groups"] * max(len(config.reward), 1)})},
     }
+
+
+def rollout_bounds(max_staleness: int, samples_per_version: int, group_size: int, concurrency: int) -> dict[str, int]:
+    """How much of TRL's rollout pipeline may run ahead of the trainer: max_staleness x samples_per_version samples
+    in all, in whole groups (TRL queues and scores a group once all its samples are generated). First the groups
+    scored at once (`concurrency`, so that each of a reward's concurrent calls has a group to score) and one group
+    waiting for scoring, then half the rest as scored samples waiting for the trainer (`queue_maxsize`) and half as
+    generations in flight (`max_inflight_tasks`). Each part holds at least one group, so a bound of fewer than four
+    groups is exceeded (TRL then drops what arrives too old: the staleness bound itself always holds)."""
+    groups = max(max_staleness * samples_per_version // group_size, 1)
+    score_groups = max(1, min(concurrency, groups - 2))
+    rest = groups - score_groups - 1
+    queued = max(1, rest // 2)
+    inflight = max(1, rest - queued)
+    return {"max_inflight_tasks": inflight * group_size, "queue_maxsize": queued * group_size,
+            "score_groups": score_groups, "score_queue_groups": 1}
 
 
 # GRPOConfig-only fields the synchronous plan may set through other knobs (adapters/trl/knobs.py)

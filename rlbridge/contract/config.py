@@ -277,7 +277,8 @@ class RolloutConfig(StrictModel):
     advance one version per weight sync, every weight_sync_interval training steps). 0: the synchronous
     loop (generate, score, update, sync, repeat), unchanged. k >= 1: the engine's asynchronous loop
     generates while the trainer updates, and a sample may come from a policy up to k versions older than
-    the one it trains (TRL AsyncGRPOConfig.max_staleness, OpenRLHF --train.async_enable with
+    the one it trains (TRL AsyncGRPOConfig.max_staleness, with max_inflight_tasks and queue_maxsize sized
+    so that at most k versions' samples are generated ahead; OpenRLHF --train.async_enable with
     --train.async_queue_size k, verl fully_async_policy async_training.staleness_threshold; see
     docs/scale.md for each engine's loop)."""
 

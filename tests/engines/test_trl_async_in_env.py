@@ -63,7 +63,8 @@ def test_async_trl_run_keeps_staleness_within_the_bound(tmp_path):
     synced = [r for r in rows if "weight_sync/bytes" in r]
     assert synced and all(r["weight_sync/bytes"] > 0 and r["weight_sync/tensors"] > 0 for r in synced), rows
     by_patch = json.loads((run / "patches.json").read_text())["by_patch"]
-    for name in ("trl-async-grpo-cpu-tree-attention", "trl-async-grpo-peak-flops-off-cuda", "trl-vllm-cpu-unpacked-linear"):
+    for name in ("trl-async-grpo-cpu-tree-attention", "trl-async-grpo-peak-flops-off-cuda", "trl-async-grpo-concurrent-scoring",
+                 "trl-vllm-cpu-unpacked-linear"):
         assert by_patch[name]["applied_in"], (name, by_patch)  # the last one in the vLLM server's worker
     servers = [a for a in json.loads((run / "placement.json").read_text())["actors"] if a["class_name"] == "vllm serve"]
     assert servers and not _alive(servers[0]["pid"])  # stopped with the run
