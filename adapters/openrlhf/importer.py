@@ -278,12 +278,7 @@ class OpenRLHFRecipeImporter:
     def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
         if native.get("stage"):
             return stage_import.view(native, config, read_flags)
-        version = Version(native["openrlhf_version"])
-        tokens = [Token(a, 0) for a in native["args"]]
-        out: dict[str, Any] = {}
-        model = native["model"]["path"]
-        for key, value, *_ in read_flags(tokens, version):
-            out[key] = value.replace("<model_dir>", model) if isinstance(value, str) else value
+        out = stage_import.flags_view(native, read_flags)
         train, val = config.data.train, config.data.eval
         if train.path:
             out["data.prompt_dataset"] = train.path

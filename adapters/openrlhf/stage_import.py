@@ -44,14 +44,22 @@ def stage_of(words: list[str]) -> str | None:
     return None
 
 
-def view(native: dict[str, Any], config: RunConfig, read_flags) -> dict[str, Any]:
-    """A stage plan's flags as a recipe writes them (the data rlbridge writes is the config's own)."""
+def flags_view(native: dict[str, Any], read_flags) -> dict[str, Any]:
+    """A plan's flags (train_ppo_ray's or a stage trainer's) as a recipe writes them, <model_dir> filled in:
+    the part of OpenRLHFRecipeImporter.view() both kinds of plan share (each then points the data flags
+    at the config's own files)."""
     from packaging.version import Version
 
-    out: dict[str, Any] = {}
     model = native["model"]["path"]
-    for key, value, *_ in read_flags([Token(a, 0) for a in native["args"]], Version(native["openrlhf_version"])):
-        out[key] = value.replace("<model_dir>", model) if isinstance(value, str) else value
+    return {
+        key: value.replace("<model_dir>", model) if isinstance(value, str) else value
+        for key, value, *_ in read_flags([Token(a, 0) for a in native["args"]], Version(native["openrlhf_version"]))
+    }
+
+
+def view(native: dict[str, Any], config: RunConfig, read_flags) -> dict[str, Any]:
+    """A stage plan's flags as a recipe writes them (the data rlbridge writes is the config's own)."""
+    out = flags_view(native, read_flags)
     # the prompt column is the config's (rlbridge renames it to its own when it writes the rows)
     out["data.input_key" if native["stage"] == "sft" else "data.prompt_key"] = config.data.prompt_key
     train, val = config.data.train, config.data.eval

@@ -204,22 +204,9 @@ class VerlRecipeImporter:
             )
 
     def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
-        if native.get("stage"):
-            return stage_import.view(native, config)
-        out: dict[str, Any] = {}
-        model = native["model"]["path"]
-        for key, value in native["overrides"].items():
-            if isinstance(value, str):
-                value = value.replace("<model_dir>", model)
-            out[key.lstrip("+")] = value
-        # the data rlbridge rewrites into the run directory is the config's own data
-        train, val = config.data.train, config.data.eval
-        out["data.train_files"] = train.path if train.path else out.get("data.train_files")
-        if val is not None and val.path:
-            out["data.val_files"] = val.path
-        else:
-            out.pop("data.val_files", None)
-        out["data.prompt_key"] = native["data"]["prompt_key"]
+        out = stage_import.overrides_view(native, config)
+        if not native.get("stage"):
+            out["data.prompt_key"] = native["data"]["prompt_key"]
         return out
 
     def special(self, setting: Setting) -> tuple[str, str] | None:

@@ -70,8 +70,10 @@ def sft_defaults(version: str) -> dict[str, Any] | None:
     return flatten(yaml.safe_load(copy.read_text())) if copy.exists() else None
 
 
-def view(native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
-    """An sft_trainer plan as the overrides a recipe writes (the data rlbridge rewrites is the config's own)."""
+def overrides_view(native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
+    """A plan (main_ppo's or sft_trainer's) as the overrides a recipe writes: <model_dir> filled in, no
+    Hydra '+', and the data files the config's own (rlbridge rewrites the rows into the run directory).
+    VerlRecipeImporter.view() for both trainers."""
     out: dict[str, Any] = {}
     model = native["model"]["path"]
     for key, value in flatten(native["overrides"]).items():
