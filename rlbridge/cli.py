@@ -56,7 +56,10 @@ _state = {"debug": False}
 
 SetOption = typer.Option(None, "--set", "-s", help="Override a config key: --set training.steps=10 (repeatable).")
 PluginOption = typer.Option(
-    None, "--plugin", "-p", help="Load a plugin module without packaging: a .py file or a module name (repeatable; adds to the config's plugins)."
+    None,
+    "--plugin",
+    "-p",
+    help="Load a plugin module without packaging: a .py file or a module name (repeatable; adds to the config's plugins).",
 )
 
 
@@ -83,7 +86,11 @@ def train(
     set_: Optional[list[str]] = SetOption,
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (e.g. in CI logs)."),
     plugin: Optional[list[str]] = PluginOption,
-    resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint (checkpoint.resume=true), e.g. after the run was killed."),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue from the newest complete checkpoint (checkpoint.resume=true), e.g. after the run was killed.",
+    ),
 ) -> None:
     """Train: plan the config for its backend, then run it and write output_dir. A pipeline file (a
     top-level `stages` list, docs/stages.md) runs its stages in order; --set takes STAGE.key=value."""
@@ -92,36 +99,58 @@ def train(
 
     if is_pipeline(config):
         if plugin or resume:
-            raise RLBridgeError("a pipeline skips its finished stages and resumes a failed one by itself; "
-                                "give -p/--plugin in the stage configs (plugins:) and leave out --resume")
+            raise RLBridgeError(
+                "a pipeline skips its finished stages and resumes a failed one by itself; "
+                "give -p/--plugin in the stage configs (plugins:) and leave out --resume"
+            )
         record = run_pipeline(config, set_ or [], progress=False if no_progress else None)
         for stage in record["stages"]:
             how = "skipped (finished before)" if stage.get("skipped") else stage["status"]
-            out.print(f"[green]{stage['name']}[/green] ({stage['algorithm']} on {stage['backend']}): {how}; {stage['run_dir']}")
-        out.print(f"[green]pipeline done[/green]: {len(record['stages'])} stages; rlbridge report {Path(record['stages'][0]['run_dir']).parent}")
+            out.print(
+                f"[green]{stage['name']}[/green] ({stage['algorithm']} on {stage['backend']}): {how}; {stage['run_dir']}"
+            )
+        out.print(
+            f"[green]pipeline done[/green]: {len(record['stages'])} stages; rlbridge report {Path(record['stages'][0]['run_dir']).parent}"
+        )
         return
 
     cfg = _load(config, [*(set_ or []), *(["checkpoint.resume=true"] if resume else [])], plugin)
     summary = run_train(cfg, progress=False if no_progress else None)
-    learned = (f"{summary['loss']} {summary['loss_first']:.3f} -> {summary['loss_last']:.3f}" if "loss" in summary else
-               f"reward {summary.get('reward_first', float('nan')):.3f} -> {summary.get('reward_last', float('nan')):.3f}")
-    out.print(f"[green]done[/green]: {summary['steps']} steps, {learned}, {summary['wall_s']:.1f} s; files in {summary['output_dir']}")
+    learned = (
+        f"{summary['loss']} {summary['loss_first']:.3f} -> {summary['loss_last']:.3f}"
+        if "loss" in summary
+        else f"reward {summary.get('reward_first', float('nan')):.3f} -> {summary.get('reward_last', float('nan')):.3f}"
+    )
+    out.print(
+        f"[green]done[/green]: {summary['steps']} steps, {learned}, {summary['wall_s']:.1f} s; files in {summary['output_dir']}"
+    )
 
 
 @app.command()
 def reproduce(
     run_dir: Path = typer.Argument(..., help="A finished run's directory (it holds manifest.json and config.yaml)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where the rerun writes (default: RUN_DIR-reproduce)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Where the rerun writes (default: RUN_DIR-reproduce)."
+    ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
-    rebuild: bool = typer.Option(True, "--rebuild/--no-rebuild", help="When no engine environment matches the manifest, build one from its engine's recipe and pin the manifest's versions (--no-rebuild: refuse, naming the differences)."),
+    rebuild: bool = typer.Option(
+        True,
+        "--rebuild/--no-rebuild",
+        help="When no engine environment matches the manifest, build one from its engine's recipe and pin the manifest's versions (--no-rebuild: refuse, naming the differences).",
+    ),
 ) -> None:
     """Rerun RUN_DIR in an engine environment matching its manifest, into a new directory, and compare the
     two step by step: identical, same within noise, or different (naming the first step and metric that
     differ, and what in the manifests differs). Exit code 1 when different."""
     from rlbridge.run.reproduce import describe, reproduce as run_reproduce
 
-    report = run_reproduce(run_dir, output, progress=False if no_progress else None, rebuild=rebuild,
-                           echo=lambda line: print(line, file=sys.stderr))
+    report = run_reproduce(
+        run_dir,
+        output,
+        progress=False if no_progress else None,
+        rebuild=rebuild,
+        echo=lambda line: print(line, file=sys.stderr),
+    )
     out.print(escape(describe(report)), highlight=False)
     if report["verdict"] == "different":
         raise typer.Exit(1)
@@ -130,19 +159,41 @@ def reproduce(
 @app.command()
 def submit(
     config: Path = typer.Argument(..., help="YAML config file."),
-    to: str = typer.Option("ray", "--to", help="Where to run: ray (an existing Ray cluster, --address), slurm (an sbatch job that starts Ray on its nodes) or kuberay (a RayJob for the KubeRay operator)."),
-    address: Optional[str] = typer.Option(None, "--address", help="--to ray: the Ray cluster's job-submission address (its dashboard, e.g. http://head:8265)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="--to slurm | kuberay: print the batch script or the manifests instead of submitting them."),
-    follow: bool = typer.Option(True, "--follow/--no-follow", help="--to slurm: wait for the job and print its log as it grows (--no-follow: submit and return)."),
+    to: str = typer.Option(
+        "ray",
+        "--to",
+        help="Where to run: ray (an existing Ray cluster, --address), slurm (an sbatch job that starts Ray on its nodes) or kuberay (a RayJob for the KubeRay operator).",
+    ),
+    address: Optional[str] = typer.Option(
+        None,
+        "--address",
+        help="--to ray: the Ray cluster's job-submission address (its dashboard, e.g. http://head:8265).",
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="--to slurm | kuberay: print the batch script or the manifests instead of submitting them.",
+    ),
+    follow: bool = typer.Option(
+        True,
+        "--follow/--no-follow",
+        help="--to slurm: wait for the job and print its log as it grows (--no-follow: submit and return).",
+    ),
     set_: Optional[list[str]] = SetOption,
     plugin: Optional[list[str]] = PluginOption,
-    job_python: Optional[str] = typer.Option(None, "--job-python", help="Python on the cluster's nodes that has rlbridge and the engine (default: this engine environment's, for clusters that share it)."),
+    job_python: Optional[str] = typer.Option(
+        None,
+        "--job-python",
+        help="Python on the cluster's nodes that has rlbridge and the engine (default: this engine environment's, for clusters that share it).",
+    ),
 ) -> None:
     """Run CONFIG as a job on a cluster: an existing Ray cluster, a Slurm allocation or Kubernetes (KubeRay)."""
     if address and to != "ray":
         raise RLBridgeError(f"--address is for --to ray; --to {to} starts a Ray cluster of its own")
     if dry_run and to == "ray":
-        raise RLBridgeError("--dry-run is for --to slurm and --to kuberay (`rlbridge plan CONFIG` shows what a Ray job would run)")
+        raise RLBridgeError(
+            "--dry-run is for --to slurm and --to kuberay (`rlbridge plan CONFIG` shows what a Ray job would run)"
+        )
     cfg = _load(config, set_ or [], plugin)
     if to == "ray":
         from rlbridge.run.submit import submit as run_submit
@@ -168,9 +219,15 @@ def plan(
     config: Path = typer.Argument(..., help="YAML config file."),
     set_: Optional[list[str]] = SetOption,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-    check: bool = typer.Option(False, "--check", help="Also validate the plan with the engine's own config code (imports the engine)."),
+    check: bool = typer.Option(
+        False, "--check", help="Also validate the plan with the engine's own config code (imports the engine)."
+    ),
     plugin: Optional[list[str]] = PluginOption,
-    explain: bool = typer.Option(False, "--explain", help="For each knob set in CONFIG: the native key(s) and value(s) it becomes on this backend, or how it is approximated."),
+    explain: bool = typer.Option(
+        False,
+        "--explain",
+        help="For each knob set in CONFIG: the native key(s) and value(s) it becomes on this backend, or how it is approximated.",
+    ),
 ) -> None:
     """Print the engine-native configuration a run of CONFIG would use (nothing is started)."""
     from rlbridge.run.runner import prepare
@@ -181,8 +238,13 @@ def plan(
         prepared.backend.validate(prepared.plan)
         err.print(f"plan validated by {prepared.plan.engine} {prepared.backend.installed_version()}")
     if explain:
-        table = Table("knob", "value", f"on {prepared.plan.backend}: native key = value",
-                      title=f"where each knob set in {config.name} lands", title_justify="left")
+        table = Table(
+            "knob",
+            "value",
+            f"on {prepared.plan.backend}: native key = value",
+            title=f"where each knob set in {config.name} lands",
+            title_justify="left",
+        )
         for knob, value, where in prepared.backend.explain(prepared.config, prepared.plan):
             table.add_row(knob, escape(value), escape(where))
         out.print(table)
@@ -191,8 +253,13 @@ def plan(
         from rlbridge.run.importer import default_differences
 
         for d in default_differences(prepared.backend, prepared.config, prepared.plan.native):
-            out.print(f"differs from {prepared.plan.backend}'s own default: {d.key}: {prepared.plan.backend} {d.engine!r}, "
-                      f"rlbridge {d.planned!r} ({d.reason})", markup=False, highlight=False, emoji=False)
+            out.print(
+                f"differs from {prepared.plan.backend}'s own default: {d.key}: {prepared.plan.backend} {d.engine!r}, "
+                f"rlbridge {d.planned!r} ({d.reason})",
+                markup=False,
+                highlight=False,
+                emoji=False,
+            )
         return
     if as_json:
         print(json.dumps(prepared.plan.to_dict(), indent=2))
@@ -200,8 +267,10 @@ def plan(
     print(f"# backend: {prepared.plan.backend} ({prepared.plan.engine_requirement})")
     if prepared.plan.layout:  # the placement policy's layout (rlbridge.run.placement reads it back after a Ray run)
         roles = ", ".join(f"{role} {n}" for role, n in prepared.plan.layout.items() if role != "shared")
-        print(f"# placement: {prepared.config.placement.policy}: {roles} device(s)"
-              + (", shared" if prepared.plan.layout.get("shared") else ", separate"))
+        print(
+            f"# placement: {prepared.config.placement.policy}: {roles} device(s)"
+            + (", shared" if prepared.plan.layout.get("shared") else ", separate")
+        )
     for note in prepared.plan.approximations:
         print(f"# approximated: {note}")
     print(prepared.backend.render_native(prepared.plan))
@@ -209,7 +278,9 @@ def plan(
 
 @app.command()
 def knobs(
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the Markdown page to this file (docs/knobs.md)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Write the Markdown page to this file (docs/knobs.md)."
+    ),
 ) -> None:
     """What every backend does with every canonical knob, as Markdown (generated from the capability tables)."""
     from rlbridge.run.knobdoc import builtin_backends, knob_markdown
@@ -234,8 +305,12 @@ def backends(
     for name, reg in sorted(pm.items["backend"].items()):
         cls = reg.item
         version = cls.installed_version()
-        status = "not installed" if version is None else ("ok" if cls.version_supported(version) else "unsupported version")
-        table.add_row(name, cls.distribution, version or "-", cls.supported_versions, status, reg.distribution or reg.provider)
+        status = (
+            "not installed" if version is None else ("ok" if cls.version_supported(version) else "unsupported version")
+        )
+        table.add_row(
+            name, cls.distribution, version or "-", cls.supported_versions, status, reg.distribution or reg.provider
+        )
     out.print(table)
     if capabilities:
         for name, reg in sorted(pm.items["backend"].items()):
@@ -260,7 +335,9 @@ def plugins() -> None:
 
 
 @app.command()
-def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout.")) -> None:
+def schema(
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+) -> None:
     """The JSON Schema of the config file."""
     from rlbridge.contract.config import RunConfig, document_fields
 
@@ -275,7 +352,9 @@ def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="W
 
 @app.command()
 def doctor(
-    run_dir: Optional[Path] = typer.Argument(None, help="A run directory: explain how its run failed or hung (or that it runs)."),
+    run_dir: Optional[Path] = typer.Argument(
+        None, help="A run directory: explain how its run failed or hung (or that it runs)."
+    ),
 ) -> None:
     """What is installed or missing: Python, core libraries, engines, torch and CUDA. With RUN_DIR: why
     the run there failed or hung, in which process, the evidence and what to change (docs/faults.md)."""
@@ -304,7 +383,9 @@ def doctor(
         res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
         if res.returncode == 0:
             version, cuda, n = res.stdout.split()
-            table.add_row("torch", f"{version}; CUDA {'available, ' + n + ' device(s)' if cuda == 'True' else 'not available'}")
+            table.add_row(
+                "torch", f"{version}; CUDA {'available, ' + n + ' device(s)' if cuda == 'True' else 'not available'}"
+            )
         else:
             table.add_row("torch", "[yellow]missing[/yellow] (pip install torch==<version> before an engine extra)")
     except subprocess.TimeoutExpired:
@@ -315,7 +396,9 @@ def doctor(
         cls = reg.item
         version = cls.installed_version()
         if version is None:
-            status = f"[yellow]not installed here[/yellow] (`rlbridge env create {name}`; engine_env: auto runs it there)"
+            status = (
+                f"[yellow]not installed here[/yellow] (`rlbridge env create {name}`; engine_env: auto runs it there)"
+            )
         elif cls.version_supported(version):
             status = f"{cls.distribution} {version} (supported: {cls.supported_versions})"
         else:
@@ -342,7 +425,9 @@ def stacks(
         err.print(f"wrote {run_stacks.write(run_dir, procs, culprit, _time.strftime('live-%Y%m%d-%H%M%S'))}")
 
 
-env_app = typer.Typer(help="Engine environments: one isolated Python environment per engine version.", no_args_is_help=True)
+env_app = typer.Typer(
+    help="Engine environments: one isolated Python environment per engine version.", no_args_is_help=True
+)
 app.add_typer(env_app, name="env")
 
 
@@ -350,7 +435,9 @@ app.add_typer(env_app, name="env")
 def env_create(
     spec: str = typer.Argument(..., help="ENGINE or ENGINE==VERSION, e.g. trl==1.16.0"),
     with_: Optional[list[str]] = typer.Option(
-        None, "--with", help="Also install an rlbridge plugin extra the engine's processes need "
+        None,
+        "--with",
+        help="Also install an rlbridge plugin extra the engine's processes need "
         "(reasoning-gym, openenv, verifiers; repeatable), e.g. --with reasoning-gym.",
     ),
 ) -> None:
@@ -368,8 +455,13 @@ def env_list() -> None:
 
     table = Table("engine", "version", "complete", "size (MB)", "path")
     for env in list_envs():
-        table.add_row(env["engine"], env["version"], "yes" if env["complete"] else "no (run env create again)",
-                      f"{env['size_mb']:.0f}", env["path"])
+        table.add_row(
+            env["engine"],
+            env["version"],
+            "yes" if env["complete"] else "no (run env create again)",
+            f"{env['size_mb']:.0f}",
+            env["path"],
+        )
     out.print(table)
 
 
@@ -406,13 +498,17 @@ def patches(
         _patches_check(args[1:])
         return
     if len(args) > 1:
-        raise RLBridgeError("usage: rlbridge patches [ENGINE] | rlbridge patches export NAME | rlbridge patches check [ENGINE]")
+        raise RLBridgeError(
+            "usage: rlbridge patches [ENGINE] | rlbridge patches export NAME | rlbridge patches check [ENGINE]"
+        )
     table = Table("backend", "patch", "gates on", "range", "kind", "status here", "fixes")
     for name, reg in backends:
         if args and name != args[0]:
             continue
         for patch in reg.item().patches():
-            table.add_row(name, patch.name, patch.engine, patch.versions, patch.kind.value, patch_status(patch), patch.fixes)
+            table.add_row(
+                name, patch.name, patch.engine, patch.versions, patch.kind.value, patch_status(patch), patch.fixes
+            )
     out.print(table)
 
 
@@ -427,34 +523,67 @@ def _patches_check(engines: list[str]) -> None:
     pythons += [(f"{e['engine']}-{e['version']}", env_python(Path(e["path"]))) for e in list_envs() if e["complete"]]
     table = Table("environment", "backend", "patch", "gates on", "in range", "targets", "still needed")
     for label, python in pythons:
-        res = subprocess.run([str(python), "-m", "rlbridge.engine.patch_check", *engines], capture_output=True, text=True, timeout=600)
+        res = subprocess.run(
+            [str(python), "-m", "rlbridge.engine.patch_check", *engines], capture_output=True, text=True, timeout=600
+        )
         if res.returncode != 0:
-            table.add_row(label, "-", "-", "-", "-", "-", f"[red]checker failed[/red]: {escape(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else str(res.returncode))}")
+            table.add_row(
+                label,
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                f"[red]checker failed[/red]: {escape(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else str(res.returncode))}",
+            )
             continue
         for entry in json.loads(res.stdout.strip().splitlines()[-1]):
-            targets = ", ".join(f"{t['target'].split(':')[-1] or t['target']} {t['status']}" for t in entry.get("targets", []))
-            table.add_row(label, f"{entry['backend']} {entry['engine_version']}", entry["patch"], entry["gates_on"],
-                          "yes" if entry["in_range"] else f"no ({entry['range']})", escape(targets), escape(entry.get("needed", "-")))
+            targets = ", ".join(
+                f"{t['target'].split(':')[-1] or t['target']} {t['status']}" for t in entry.get("targets", [])
+            )
+            table.add_row(
+                label,
+                f"{entry['backend']} {entry['engine_version']}",
+                entry["patch"],
+                entry["gates_on"],
+                "yes" if entry["in_range"] else f"no ({entry['range']})",
+                escape(targets),
+                escape(entry.get("needed", "-")),
+            )
     out.print(table)
 
 
 @app.command()
 def bench(
     spec: Path = typer.Argument(..., help="Bench spec YAML: base config, arms, seeds (see docs/benchmarks.md)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Bench directory (default: the spec's output_dir)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Bench directory (default: the spec's output_dir)."
+    ),
     lock: Optional[list[Path]] = typer.Option(
-        None, "--lock", metavar="FILE", help="Hold an exclusive flock on this file during each run (machines shared with "
+        None,
+        "--lock",
+        metavar="FILE",
+        help="Hold an exclusive flock on this file during each run (machines shared with "
         "other jobs); repeat it for several slots: each run takes the first free one, and none is held between runs.",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Resolve arms, check fairness and plans; run nothing."),
-    report_only: bool = typer.Option(False, "--report-only", help="Write the report from the runs already done; run nothing."),
+    report_only: bool = typer.Option(
+        False, "--report-only", help="Write the report from the runs already done; run nothing."
+    ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
 ) -> None:
     """A/B runs: every arm x seed as one real run, then report.md, results.json and plots."""
     from rlbridge.run.bench import run_bench
 
-    data = run_bench(spec, output, lock, progress=not no_progress, dry_run=dry_run, report_only=report_only,
-                     echo=lambda m: err.print(m, highlight=False, markup=False))
+    data = run_bench(
+        spec,
+        output,
+        lock,
+        progress=not no_progress,
+        dry_run=dry_run,
+        report_only=report_only,
+        echo=lambda m: err.print(m, highlight=False, markup=False),
+    )
     if dry_run:
         out.print(f"{len(data['jobs'])} runs planned; nothing run (--dry-run)")
         return
@@ -479,9 +608,19 @@ def report(
 def import_(
     recipe: str = typer.Argument(..., help="A launch script, a command line (quoted), or a config file of the engine."),
     from_: str = typer.Option(..., "--from", help="The recipe's engine: verl, openrlhf or trl."),
-    engine_version: Optional[str] = typer.Option(None, "--engine-version", help="The engine version the recipe is for (default: the adapter's; OpenRLHF: from the flag spelling)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the canonical config here (and the report next to it, <stem>.import.txt)."),
-    reward: Optional[list[str]] = typer.Option(None, "--reward", help="Reward plugin for the config, NAME or NAME:WEIGHT (repeatable); replaces the recipe's own rewards (its reward model or reward-function file, imported by default)."),
+    engine_version: Optional[str] = typer.Option(
+        None,
+        "--engine-version",
+        help="The engine version the recipe is for (default: the adapter's; OpenRLHF: from the flag spelling).",
+    ),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Write the canonical config here (and the report next to it, <stem>.import.txt)."
+    ),
+    reward: Optional[list[str]] = typer.Option(
+        None,
+        "--reward",
+        help="Reward plugin for the config, NAME or NAME:WEIGHT (repeatable); replaces the recipe's own rewards (its reward model or reward-function file, imported by default).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Read a verl, OpenRLHF or TRL recipe into a canonical config; report how every setting maps."""
@@ -522,7 +661,9 @@ def compat_run(
     results = run_matrix(engine, version, echo=lambda m: err.print(m, highlight=False, markup=False))
     failed = [r for r in results if r["status"] == "fail"]
     not_run = [r for r in results if r["status"] == "not run"]
-    out.print(f"{len(results)} results, {len(failed)} failed, {len(not_run)} not run (no GPU); table in {results_dir() / 'RESULTS.md'}")
+    out.print(
+        f"{len(results)} results, {len(failed)} failed, {len(not_run)} not run (no GPU); table in {results_dir() / 'RESULTS.md'}"
+    )
     if failed:
         raise typer.Exit(1)
 

@@ -14,7 +14,12 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 OFFLINE_STAGES = ("sft", "dpo", "reward_model")  # train on fixed rows: no rollout, no reward (docs/stages.md)
-GROUP_ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")  # advantage from a group of samples of one prompt
+GROUP_ALGORITHMS = (
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_pp_baseline",
+)  # advantage from a group of samples of one prompt
 
 
 class StrictModel(BaseModel):
@@ -45,9 +50,15 @@ def document_fields() -> None:
                     if isinstance(inner, type) and issubclass(inner, StrictModel):
                         document(inner)
         body = ast.parse(textwrap.dedent(inspect.getsource(model))).body[0].body
-        docs = {node.target.id: inspect.cleandoc(after.value.value) for node, after in zip(body, body[1:])
-                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)}
+        docs = {
+            node.target.id: inspect.cleandoc(after.value.value)
+            for node, after in zip(body, body[1:])
+            if isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        }
         changed = False
         for name, info in model.model_fields.items():
             if info.description is None and name in docs:
@@ -63,7 +74,9 @@ def document_fields() -> None:
 
 
 class AlgorithmConfig(StrictModel):
-    name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "sft", "dpo", "reward_model"] = "grpo"
+    name: Literal[
+        "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "sft", "dpo", "reward_model"
+    ] = "grpo"
     """Training stage. RL: grpo: group-normalised advantages; dr_grpo: GRPO without std scaling and with
     length-unbiased aggregation; rloo: leave-one-out baseline; reinforce_pp: REINFORCE++ (batch
     baseline); reinforce_pp_baseline: REINFORCE++-baseline (the group's mean reward as baseline, then
@@ -97,7 +110,10 @@ class AlgorithmConfig(StrictModel):
     def effective_advantage_normalization(self) -> str:
         if self.advantage_normalization is not None:
             return self.advantage_normalization
-        return {"grpo": "group", "reinforce_pp": "batch", "reinforce_pp_baseline": "batch", "ppo": "batch"}.get(self.name, "none")
+        return {"grpo": "group", "reinforce_pp": "batch", "reinforce_pp_baseline": "batch", "ppo": "batch"}.get(
+            self.name, "none"
+        )
+
     epochs_per_rollout: int = Field(1, ge=1)
     """Passes of policy updates over one batch of rollouts (TRL num_iterations, verl ppo_epochs)."""
     kl_estimator: Literal["k1", "k2", "k3"] | None = None
@@ -130,7 +146,9 @@ class AlgorithmConfig(StrictModel):
                 "the lower one (DAPO clip-higher); raise clip_high or leave it unset"
             )
         if self.name == "dr_grpo":
-            if "loss_aggregation" not in self.model_fields_set:  # dr_grpo's own, written out (a dumped config loads again)
+            if (
+                "loss_aggregation" not in self.model_fields_set
+            ):  # dr_grpo's own, written out (a dumped config loads again)
                 object.__setattr__(self, "loss_aggregation", "seq_mean_token_sum_norm")
             elif self.loss_aggregation != "seq_mean_token_sum_norm":
                 raise ValueError(
@@ -178,8 +196,10 @@ class ModelConfig(StrictModel):
     @model_validator(mode="after")
     def _template_is_used(self) -> "ModelConfig":
         if self.chat_template is not None and not self.use_chat_template:
-            raise ValueError("chat_template is set but use_chat_template is false, so no template is applied: "
-                             "set use_chat_template: true or remove chat_template")
+            raise ValueError(
+                "chat_template is set but use_chat_template is false, so no template is applied: "
+                "set use_chat_template: true or remove chat_template"
+            )
         return self
 
 
@@ -207,7 +227,9 @@ class DataSource(StrictModel):
                 raise ValueError("type 'generator' takes 'name' and 'args', not 'path'")
         else:
             if self.split is not None and self.type != "hf_disk":
-                raise ValueError(f"'split' is only for type 'hf_disk' (a saved DatasetDict has splits; a {self.type} file has none)")
+                raise ValueError(
+                    f"'split' is only for type 'hf_disk' (a saved DatasetDict has splits; a {self.type} file has none)"
+                )
             if not self.path:
                 raise ValueError(f"type '{self.type}' needs 'path' (the file or directory to read)")
             if self.name:
@@ -236,7 +258,9 @@ class DataConfig(StrictModel):
     def _eval_interval_needs_eval(self) -> "DataConfig":
         # compared with the default, not "was it set": a dumped config.yaml must load again
         if self.eval is None and self.eval_interval != type(self).model_fields["eval_interval"].default:
-            raise ValueError("eval_interval is set but there is no data.eval to evaluate on: add data.eval or remove eval_interval")
+            raise ValueError(
+                "eval_interval is set but there is no data.eval to evaluate on: add data.eval or remove eval_interval"
+            )
         return self
 
 
@@ -287,11 +311,15 @@ class RolloutConfig(StrictModel):
         # compared with the defaults, not "was it set": a dumped config.yaml must load again
         if self.max_staleness == 0:
             if self.partial_rollouts:
-                raise ValueError("rollout.partial_rollouts needs rollout.max_staleness >= 1 (the synchronous loop has "
-                                 "no generation in flight at a weight sync)")
+                raise ValueError(
+                    "rollout.partial_rollouts needs rollout.max_staleness >= 1 (the synchronous loop has "
+                    "no generation in flight at a weight sync)"
+                )
             if self.weight_sync_interval != 1:
-                raise ValueError("rollout.weight_sync_interval needs rollout.max_staleness >= 1 (the synchronous loop "
-                                 "syncs after every step; skipping syncs makes samples stale)")
+                raise ValueError(
+                    "rollout.weight_sync_interval needs rollout.max_staleness >= 1 (the synchronous loop "
+                    "syncs after every step; skipping syncs makes samples stale)"
+                )
         return self
 
 
@@ -320,7 +348,9 @@ class RewardSpec(StrictModel):
     def _plugin_or_native(self) -> "RewardSpec":
         if self.model is not None:
             if self.native is not None or self.function is not None:
-                raise ValueError("a reward entry is a plugin (name), a native function (native + function) or a model, not several")
+                raise ValueError(
+                    "a reward entry is a plugin (name), a native function (native + function) or a model, not several"
+                )
             if not self.name:
                 object.__setattr__(self, "name", self.model.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1])
         elif self.native is not None:
@@ -329,9 +359,13 @@ class RewardSpec(StrictModel):
             if not self.name:
                 object.__setattr__(self, "name", self.function.rsplit(":", 1)[1].rsplit(".", 1)[-1])
         elif self.function is not None:
-            raise ValueError("'function' needs 'native' (the backend whose calling convention the function is written in)")
+            raise ValueError(
+                "'function' needs 'native' (the backend whose calling convention the function is written in)"
+            )
         elif not self.name:
-            raise ValueError("a reward entry needs 'name' (a reward plugin, see `rlbridge plugins`), 'native' + 'function', or 'model'")
+            raise ValueError(
+                "a reward entry needs 'name' (a reward plugin, see `rlbridge plugins`), 'native' + 'function', or 'model'"
+            )
         return self
 
 
@@ -514,7 +548,9 @@ class KubeRayLauncher(StrictModel):
     """Memory of each GPU worker pod (one per resources.nodes), a Kubernetes quantity."""
     node_selector: dict[str, str] = Field(default_factory=dict)
     """nodeSelector of the GPU worker pods (e.g. {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3})."""
-    tolerations: list[dict[str, Any]] = Field(default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    )
     """Tolerations of the GPU worker pods (Kubernetes Toleration objects); the default tolerates the
     usual nvidia.com/gpu taint."""
     shm_size: str = "16Gi"
@@ -667,11 +703,27 @@ OFFLINE_KNOBS = {
     "reward_model": ("max_length",),
 }
 # knobs of RL only: an offline stage has no rollout, reward, group or critic (each must keep its default)
-RL_ONLY = ("algorithm.group_size", "algorithm.kl_coef", "algorithm.kl_placement", "algorithm.clip_low", "algorithm.clip_high",
-           "algorithm.loss_aggregation", "algorithm.advantage_normalization", "algorithm.epochs_per_rollout",
-           "algorithm.kl_estimator", "algorithm.entropy_coef", "algorithm.gamma", "algorithm.gae_lambda",
-           "algorithm.dynamic_sampling", "algorithm.rollout_correction", "algorithm.rollout_correction_threshold",
-           "rollout", "reward", "environment", "critic")
+RL_ONLY = (
+    "algorithm.group_size",
+    "algorithm.kl_coef",
+    "algorithm.kl_placement",
+    "algorithm.clip_low",
+    "algorithm.clip_high",
+    "algorithm.loss_aggregation",
+    "algorithm.advantage_normalization",
+    "algorithm.epochs_per_rollout",
+    "algorithm.kl_estimator",
+    "algorithm.entropy_coef",
+    "algorithm.gamma",
+    "algorithm.gae_lambda",
+    "algorithm.dynamic_sampling",
+    "algorithm.rollout_correction",
+    "algorithm.rollout_correction_threshold",
+    "rollout",
+    "reward",
+    "environment",
+    "critic",
+)
 
 
 def _default_of(model: type[BaseModel], dotted: str) -> Any:
@@ -753,12 +805,22 @@ class RunConfig(StrictModel):
         name = self.algorithm.name
         if self.is_offline:
             sections = {"rollout": RolloutConfig, "critic": CriticConfig}  # named field by field
-            knobs = [sub for k in RL_ONLY for sub in ([f"{k}.{f}" for f in sections[k].model_fields] if k in sections else [k])]
+            knobs = [
+                sub
+                for k in RL_ONLY
+                for sub in ([f"{k}.{f}" for f in sections[k].model_fields] if k in sections else [k])
+            ]
             for knob in knobs:
-                value = getattr(self, knob) if "." not in knob else getattr(getattr(self, knob.split(".")[0]), knob.split(".")[1])
+                value = (
+                    getattr(self, knob)
+                    if "." not in knob
+                    else getattr(getattr(self, knob.split(".")[0]), knob.split(".")[1])
+                )
                 if _dumped(value) != _dumped(_default_of(RunConfig, knob)):
-                    raise ValueError(f"{knob}: algorithm.name {name} trains on fixed rows (no rollout, reward or groups), "
-                                     f"so {knob} would change nothing; remove it")
+                    raise ValueError(
+                        f"{knob}: algorithm.name {name} trains on fixed rows (no rollout, reward or groups), "
+                        f"so {knob} would change nothing; remove it"
+                    )
         # offline.* under the wrong stage is each backend's capability check (rlbridge.contract.backend.offline_only)
 
     @model_validator(mode="after")
@@ -803,11 +865,17 @@ class RunConfig(StrictModel):
             )
         default = type(algo).model_fields["rollout_correction_threshold"].default  # (a dumped config must load)
         if algo.rollout_correction == "none" and algo.rollout_correction_threshold != default:
-            raise ValueError("algorithm.rollout_correction_threshold needs algorithm.rollout_correction (e.g. token_truncate)")
+            raise ValueError(
+                "algorithm.rollout_correction_threshold needs algorithm.rollout_correction (e.g. token_truncate)"
+            )
         if self.rollout.drop_overlong_prompts and self.rollout.max_prompt_tokens is None:
-            raise ValueError("rollout.drop_overlong_prompts needs rollout.max_prompt_tokens (the length above which prompts are dropped)")
+            raise ValueError(
+                "rollout.drop_overlong_prompts needs rollout.max_prompt_tokens (the length above which prompts are dropped)"
+            )
         if self.model.chat_template_kwargs and not self.model.use_chat_template:
-            raise ValueError("model.chat_template_kwargs needs model.use_chat_template: true (without it no template is applied)")
+            raise ValueError(
+                "model.chat_template_kwargs needs model.use_chat_template: true (without it no template is applied)"
+            )
         if not self.reward and self.environment is None:
             raise ValueError("'reward' is empty: add at least one reward plugin (see `rlbridge plugins`)")
         if self.training.max_restarts and not self.checkpoint.interval:
@@ -823,12 +891,16 @@ class RunConfig(StrictModel):
         step, mini_batch_size rows per optimizer update, micro_batch_size rows per forward/backward."""
         tr = self.training
         if tr.mini_batch_size is not None and tr.batch_size % tr.mini_batch_size:
-            raise ValueError(f"training.mini_batch_size ({tr.mini_batch_size}) does not divide the batch of "
-                             f"training.batch_size = {tr.batch_size} rows: use a divisor of {tr.batch_size}")
+            raise ValueError(
+                f"training.mini_batch_size ({tr.mini_batch_size}) does not divide the batch of "
+                f"training.batch_size = {tr.batch_size} rows: use a divisor of {tr.batch_size}"
+            )
         mini = tr.mini_batch_size or tr.batch_size
         if tr.micro_batch_size is not None and mini % tr.micro_batch_size:
-            raise ValueError(f"training.micro_batch_size ({tr.micro_batch_size}) does not divide the mini batch ({mini}): "
-                             f"use a divisor of {mini}")
+            raise ValueError(
+                f"training.micro_batch_size ({tr.micro_batch_size}) does not divide the mini batch ({mini}): "
+                f"use a divisor of {mini}"
+            )
 
     # Derived batch arithmetic, shared by every adapter.
     @property

@@ -39,7 +39,9 @@ def load_rows(source: DataSource, config: RunConfig, field_name: str, plugins=No
                     try:
                         rows.append(json.loads(line))
                     except json.JSONDecodeError as exc:
-                        raise ConfigError(f"{field_name}.path: {source.path}:{lineno} is not valid JSON: {exc}") from exc
+                        raise ConfigError(
+                            f"{field_name}.path: {source.path}:{lineno} is not valid JSON: {exc}"
+                        ) from exc
     elif source.type == "parquet":
         import pyarrow.parquet as pq  # comes with the engine extras
 

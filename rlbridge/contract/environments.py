@@ -91,7 +91,9 @@ def tool_schemas(env_class: type[Environment]) -> list[dict[str, Any]]:
         where = f"{env_class.__name__}.{name} (listed in tools)"
         method = getattr(env_class, name, None)
         if not callable(method):
-            raise ConfigError(f"environment tool {where} is not a method of the class; define it or remove it from tools")
+            raise ConfigError(
+                f"environment tool {where} is not a method of the class; define it or remove it from tools"
+            )
         doc = inspect.getdoc(method)
         if not doc:
             raise ConfigError(f"environment tool {where} has no docstring; the policy needs its description")
@@ -108,11 +110,16 @@ def tool_schemas(env_class: type[Environment]) -> list[dict[str, Any]]:
             properties[param.name] = {"type": _JSON_TYPES[origin], "description": arg_docs.get(param.name, "")}
             if param.default is inspect.Parameter.empty:
                 required.append(param.name)
-        schemas.append({
-            "type": "function",
-            "function": {"name": name, "description": description,
-                         "parameters": {"type": "object", "properties": properties, "required": required}},
-        })
+        schemas.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": description,
+                    "parameters": {"type": "object", "properties": properties, "required": required},
+                },
+            }
+        )
     return schemas
 
 

@@ -78,8 +78,7 @@ EVAL.update({f"eval/{name}": f"On the evaluation rows: {doc}" for name, doc in S
 
 def eval_metrics(metrics: dict) -> dict[str, float]:
     """The canonical evaluation metrics (eval/...) of a dict, as finite floats."""
-    return {k: v for k, v in numbers(metrics).items()
-            if (k in EVAL or _EVAL_PLUGIN_RE.match(k)) and math.isfinite(v)}
+    return {k: v for k, v in numbers(metrics).items() if (k in EVAL or _EVAL_PLUGIN_RE.match(k)) and math.isfinite(v)}
 
 
 def numbers(data: dict) -> dict[str, float]:

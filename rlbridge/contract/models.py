@@ -25,7 +25,7 @@ def resolve_path(path: str) -> str:
     """The directory or hub id an engine loads a model given as `path` from (the policy, the critic
     or a reward model: each may be a directory, a hub id or 'builtin:NAME')."""
     if path.startswith(BUILTIN_PREFIX):
-        return str(builtin_model_dir(path[len(BUILTIN_PREFIX):]))
+        return str(builtin_model_dir(path[len(BUILTIN_PREFIX) :]))
     return str(Path(path).expanduser()) if looks_local(path) else path
 
 
@@ -42,7 +42,7 @@ def materialize_path(path: str, field: str, plugins: PluginManager | None = None
     """Build the builtin model `path` names on first use (`field` names the config field in errors);
     return the path the engine loads."""
     if path.startswith(BUILTIN_PREFIX):
-        name = path[len(BUILTIN_PREFIX):]
+        name = path[len(BUILTIN_PREFIX) :]
         builder = (plugins or get_plugin_manager()).get("model_builder", name, field)
         return builder.build(builtin_model_dir(name))
     return resolve_path(path)

@@ -16,8 +16,13 @@ from typing import Any, Callable
 from rlbridge.errors import ConfigError
 
 
-def check_args(factory: Callable[..., Any], args: dict[str, Any], field_name: str, plugin: str,
-               injected: dict[str, Any] | None = None) -> None:
+def check_args(
+    factory: Callable[..., Any],
+    args: dict[str, Any],
+    field_name: str,
+    plugin: str,
+    injected: dict[str, Any] | None = None,
+) -> None:
     """Raise ConfigError naming `field_name` unless factory(**injected, **args) binds and every value
     fits its parameter's annotation. `injected` are the arguments rlbridge itself passes (run_dir, seed)."""
     target = factory.__init__ if inspect.isclass(factory) else factory
@@ -32,12 +37,16 @@ def check_args(factory: Callable[..., Any], args: dict[str, Any], field_name: st
     if not takes_kwargs:
         unknown = sorted(set(args) - set(accepted))
         if unknown:
-            raise ConfigError(f"{field_name}: '{plugin}' does not take {', '.join(map(repr, unknown))}; it takes {shown}")
+            raise ConfigError(
+                f"{field_name}: '{plugin}' does not take {', '.join(map(repr, unknown))}; it takes {shown}"
+            )
     call = {**(injected or {}), **args}
     try:
         signature.bind(**{k: v for k, v in call.items() if k in params or takes_kwargs})
     except TypeError as exc:
-        raise ConfigError(f"{field_name}: '{plugin}' cannot be called with these args ({exc}); it takes {shown}") from None
+        raise ConfigError(
+            f"{field_name}: '{plugin}' cannot be called with these args ({exc}); it takes {shown}"
+        ) from None
     try:
         hints = typing.get_type_hints(target)
     except Exception:  # annotations that do not resolve here: the binding check above stands

@@ -49,8 +49,14 @@ def model_reward(path: str, where: str, batch_size: int = 16, **unused: Any) -> 
             scores: list[float] = []
             with torch.no_grad():
                 for i in range(0, len(texts), batch_size):
-                    batch = tok(texts[i:i + batch_size], return_tensors="pt", padding=True, truncation=True,
-                                max_length=MAX_TOKENS, add_special_tokens=False)
+                    batch = tok(
+                        texts[i : i + batch_size],
+                        return_tensors="pt",
+                        padding=True,
+                        truncation=True,
+                        max_length=MAX_TOKENS,
+                        add_special_tokens=False,
+                    )
                     scores += [float(v) for v in model(**batch).logits[:, 0]]
             return scores
 

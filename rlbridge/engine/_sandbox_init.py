@@ -48,8 +48,11 @@ def _check(rc, what):
 def mount(src, target, fstype, flags, data=None):
     _check(
         libc.mount(
-            src.encode() if src else None, target.encode(), fstype.encode() if fstype else None,
-            ctypes.c_ulong(flags), data.encode() if data else None,
+            src.encode() if src else None,
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
         ),
         f"mount {target}",
     )
@@ -206,7 +209,7 @@ def _read_exact(fd, n):
 def _send(fd, payload: bytes):
     data = len(payload).to_bytes(8, "little") + payload
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def _drop_privileges(job, uid, work):
@@ -263,7 +266,7 @@ def _call_in_child(job, req, uid, work, fds):
             args, kwargs = decode_value(req["args"]), decode_value(req["kwargs"])
             message = b"V" + json_text(encode_value(fn(*args, **kwargs))).encode()
             while message:
-                message = message[os.write(VALUE_FD, message):]
+                message = message[os.write(VALUE_FD, message) :]
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException as exc:
@@ -377,7 +380,7 @@ def run_call(job, req, number):
                 exited = True
             elif fd == stdin_w:
                 try:
-                    pending = pending[os.write(stdin_w, pending[:65536]):]
+                    pending = pending[os.write(stdin_w, pending[:65536]) :]
                 except OSError:  # the program closed its stdin: the rest is not read
                     pending = b""
                 if not pending:
@@ -402,7 +405,9 @@ def run_call(job, req, number):
         os.close(stdin_w)
     _remove_tree(work)
     stderr = bytes(bufs[err_r])
-    if verdict is None and (len(bufs[out_r]) + len(stderr) > lim["output_bytes"] or len(bufs[val_r]) > lim["output_bytes"]):
+    if verdict is None and (
+        len(bufs[out_r]) + len(stderr) > lim["output_bytes"] or len(bufs[val_r]) > lim["output_bytes"]
+    ):
         verdict = "output_limit"
     if verdict is None:
         verdict = _call_outcome(returncode, stderr)
@@ -485,8 +490,14 @@ def judge(job):
             answer = run_call(job, req, number)
         except BaseException as exc:  # the driver could not run it: not the solution's fault
             _end_everything_else()
-            answer = {"outcome": "setup_error", "returncode": None, "value": "", "stdout": "",
-                      "stderr": f"rlbridge-sandbox-setup-error: {exc}", "wall_s": 0.0}
+            answer = {
+                "outcome": "setup_error",
+                "returncode": None,
+                "value": "",
+                "stdout": "",
+                "stderr": f"rlbridge-sandbox-setup-error: {exc}",
+                "wall_s": 0.0,
+            }
         number += 1
         _send(1, json_text(answer).encode())
 

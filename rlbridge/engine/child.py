@@ -28,22 +28,40 @@ class ChildContext:
         self._events.write(json.dumps(event) + "\n")
         self._events.flush()
 
-    def emit_step(self, step: int, metrics: dict, native: dict | None = None, samples: list | None = None,
-                  rewards: list | None = None) -> None:
+    def emit_step(
+        self,
+        step: int,
+        metrics: dict,
+        native: dict | None = None,
+        samples: list | None = None,
+        rewards: list | None = None,
+    ) -> None:
         safe_native = {k: v for k, v in (native or {}).items() if isinstance(v, (int, float))}
         rows = [  # only the rows the parent keeps cross the pipe
-            {"prompt": str(r.get("prompt", "")), "completion": str(r.get("completion", "")), "reward": r.get("reward"),
-             "rewards": r.get("rewards") or {}}
+            {
+                "prompt": str(r.get("prompt", "")),
+                "completion": str(r.get("completion", "")),
+                "reward": r.get("reward"),
+                "rewards": r.get("rewards") or {},
+            }
             for r in (samples or [])[: self.config.telemetry.samples_per_step]
         ]
-        self._send(kind="step", step=step, metrics={k: float(v) for k, v in metrics.items()}, native=safe_native,
-                   samples=rows, rewards=[float(r) for r in rewards or [] if r is not None])
+        self._send(
+            kind="step",
+            step=step,
+            metrics={k: float(v) for k, v in metrics.items()},
+            native=safe_native,
+            samples=rows,
+            rewards=[float(r) for r in rewards or [] if r is not None],
+        )
 
     def checkpoint_saved(self, step: int, path: str) -> None:
         self._send(kind="checkpoint", step=step, path=str(path))
 
     def emit_eval(self, step: int, metrics: dict) -> None:
-        self._send(kind="eval", step=step, metrics={k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
+        self._send(
+            kind="eval", step=step, metrics={k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+        )
 
     def warn(self, message: str) -> None:
         """Shown on the user's console by the parent."""
@@ -76,7 +94,10 @@ def main(job_path: str) -> int:
     except BaseException as exc:
         message = f"{type(exc).__name__}: {exc}"
         failure = getattr(exc, "failure", None)  # set by launchers that know which engine process died
-        events.write(json.dumps({"kind": "error", "message": message, "traceback": traceback.format_exc(), "failure": failure}) + "\n")
+        events.write(
+            json.dumps({"kind": "error", "message": message, "traceback": traceback.format_exc(), "failure": failure})
+            + "\n"
+        )
         events.flush()
         traceback.print_exc()
         return 2 if exc.__class__.__module__.startswith("rlbridge") else 1

@@ -91,7 +91,9 @@ def _reap() -> None:
             return
 
 
-def kill_descendants(grace_s: float = 3.0, pid: int | None = None, exclude: set[int] | frozenset[int] = frozenset()) -> list[int]:
+def kill_descendants(
+    grace_s: float = 3.0, pid: int | None = None, exclude: set[int] | frozenset[int] = frozenset()
+) -> list[int]:
     """SIGTERM every descendant (but `exclude`), wait up to `grace_s`, SIGKILL what is left (new
     descendants included). Returns the pids that were signalled."""
     signalled: list[int] = []
@@ -139,8 +141,14 @@ def mark_killed(run_dir: Path | str | None, reason: str) -> None:
 class ParentWatch(threading.Thread):
     """Waits for the parent to go (lifeline EOF, or the parent pid changing); then stops the tree."""
 
-    def __init__(self, lifeline_fd: int | None, run_dir: str | None, grace_s: float = 3.0,
-                 on_orphaned: Callable[[str], None] | None = None, poll_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        lifeline_fd: int | None,
+        run_dir: str | None,
+        grace_s: float = 3.0,
+        on_orphaned: Callable[[str], None] | None = None,
+        poll_s: float = 1.0,
+    ) -> None:
         super().__init__(name="rlbridge-parent-watch", daemon=True)
         self.fd = lifeline_fd
         self.run_dir = run_dir

@@ -25,16 +25,23 @@ def check(backends: list[str] | None = None) -> list[dict]:
             continue
         for patch in cls().patches():
             version = installed_version(patch.engine)
-            entry = {"backend": name, "engine_version": cls.installed_version(), "patch": patch.name,
-                     "gates_on": f"{patch.engine} {version or 'not installed'}", "range": patch.versions,
-                     "in_range": patch.applies_to(version)}
+            entry = {
+                "backend": name,
+                "engine_version": cls.installed_version(),
+                "patch": patch.name,
+                "gates_on": f"{patch.engine} {version or 'not installed'}",
+                "range": patch.versions,
+                "in_range": patch.applies_to(version),
+            }
             if entry["in_range"]:
                 entry["targets"] = drift([patch])
                 if patch.check is None:
                     entry["needed"] = "cannot run the unpatched path here"
                 else:
                     try:
-                        entry["needed"] = "yes: the unpatched path still fails" if patch.check() else "no: upstream works unpatched"
+                        entry["needed"] = (
+                            "yes: the unpatched path still fails" if patch.check() else "no: upstream works unpatched"
+                        )
                     except Exception as exc:  # noqa: BLE001
                         entry["needed"] = f"check failed: {type(exc).__name__}: {str(exc)[:200]}"
                         entry["traceback"] = traceback.format_exc()[-1500:]

@@ -54,7 +54,11 @@ def module_file(module: str, search_path: list[str] | None = None) -> Path | Non
     `search_path` (another environment's site-packages) instead of sys.path when given."""
     top, *rest = module.split(".")
     try:
-        spec = importlib.util.find_spec(top) if search_path is None else importlib.machinery.PathFinder.find_spec(top, search_path)
+        spec = (
+            importlib.util.find_spec(top)
+            if search_path is None
+            else importlib.machinery.PathFinder.find_spec(top, search_path)
+        )
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
@@ -84,7 +88,11 @@ def fingerprint(module: str, qualname: str, search_path: list[str] | None = None
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and child.name == part:
                 found = child
             elif isinstance(child, (ast.Assign, ast.AnnAssign)):
-                names = [t.id for t in (child.targets if isinstance(child, ast.Assign) else [child.target]) if isinstance(t, ast.Name)]
+                names = [
+                    t.id
+                    for t in (child.targets if isinstance(child, ast.Assign) else [child.target])
+                    if isinstance(t, ast.Name)
+                ]
                 if part in names:
                     found = child
         node = found
@@ -102,12 +110,21 @@ def drift(patches) -> list[dict[str, Any]]:
     for patch in patches:
         installed = _installed(patch.engine)
         for target in getattr(patch, "targets", ()):
-            if target.versions and (installed is None or not SpecifierSet(target.versions).contains(installed, prereleases=True)):
+            if target.versions and (
+                installed is None or not SpecifierSet(target.versions).contains(installed, prereleases=True)
+            ):
                 continue
             here = fingerprint(target.module, target.qualname)
             status = "missing" if here is None else ("ok" if here in target.fingerprints else "drifted")
-            out.append({"patch": patch.name, "target": f"{target.module}:{target.qualname}", "status": status,
-                        "fingerprint": here, "expected": list(target.fingerprints)})
+            out.append(
+                {
+                    "patch": patch.name,
+                    "target": f"{target.module}:{target.qualname}",
+                    "status": status,
+                    "fingerprint": here,
+                    "expected": list(target.fingerprints),
+                }
+            )
     return out
 
 
@@ -210,7 +227,13 @@ def process_report() -> dict[str, Any]:
         if decision["status"] == "applied":
             entry.update(outcome(decision["patch"]))
         patches.append(entry)
-    return {"pid": os.getpid(), "ppid": os.getppid(), "process": process_name(), "written": time.time(), "patches": patches}
+    return {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "process": process_name(),
+        "written": time.time(),
+        "patches": patches,
+    }
 
 
 def write_process_report() -> None:
@@ -244,11 +267,18 @@ def merge(run_dir: Path | str, drift_report: list[dict[str, Any]] | None = None)
     by_patch: dict[str, dict[str, Any]] = {}
     for report in reports:
         for entry in report["patches"]:
-            item = by_patch.setdefault(entry["patch"], {"engine": entry.get("engine"), "version": entry.get("version"),
-                                                         "applied_in": [], "other": {}})
+            item = by_patch.setdefault(
+                entry["patch"],
+                {"engine": entry.get("engine"), "version": entry.get("version"), "applied_in": [], "other": {}},
+            )
             if entry["status"] == "applied":
-                item["applied_in"].append({"pid": report["pid"], "process": report["process"],
-                                           "ran_at_import_of": entry.get("ran_at_import_of", [])})
+                item["applied_in"].append(
+                    {
+                        "pid": report["pid"],
+                        "process": report["process"],
+                        "ran_at_import_of": entry.get("ran_at_import_of", []),
+                    }
+                )
             else:
                 item["other"].setdefault(entry["status"], []).append(report["pid"])
     if drift_report is None:

@@ -20,7 +20,6 @@ from rlbridge.engine import patch_report
 from rlbridge.engine.patch_report import Target
 
 
-
 class PatchKind(str, enum.Enum):
     UPSTREAM_BUG = "upstream-bug"
     CPU_ENABLEMENT = "cpu-enablement"
@@ -89,7 +88,9 @@ def apply_patches(patches: list[Patch], native: dict) -> list[dict]:
             status = "applied"
         report.append({"patch": patch.name, "engine": patch.engine, "version": version, "status": status})
     patch_report.record(report)  # this process's report (RLBRIDGE_PATCH_DIR), rewritten as hooks fire
-    return [{**entry, **patch_report.outcome(entry["patch"])} if entry["status"] == "applied" else entry for entry in report]
+    return [
+        {**entry, **patch_report.outcome(entry["patch"])} if entry["status"] == "applied" else entry for entry in report
+    ]
 
 
 def check_drift(patches: list[Patch], native: dict, report_path: str | None = None) -> list[dict]:
@@ -125,7 +126,9 @@ def patch_status(patch: Patch) -> str:
         needed = patch.probe()
     except Exception as exc:  # a probe that cannot run says so rather than guessing
         return f"probe failed: {exc}"
-    return f"applies to {patch.engine} {version}" if needed else f"obsolete: {patch.engine} {version} behaves without it"
+    return (
+        f"applies to {patch.engine} {version}" if needed else f"obsolete: {patch.engine} {version} behaves without it"
+    )
 
 
 def export(patch: Patch) -> str:

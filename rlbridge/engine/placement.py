@@ -60,8 +60,15 @@ def _watch(timeout_s: float, poll_s: float) -> None:
             node_id = context.get_node_id()
         except Exception:  # ray half imported, or not connected yet: reading placement never disturbs the engine
             continue
-        write_event({"kind": "placement_actor", "actor_id": actor_id, "node_id": node_id,
-                     "gpus": [str(i) for i in ids.get("GPU", [])], "pid": os.getpid()})
+        write_event(
+            {
+                "kind": "placement_actor",
+                "actor_id": actor_id,
+                "node_id": node_id,
+                "gpus": [str(i) for i in ids.get("GPU", [])],
+                "pid": os.getpid(),
+            }
+        )
         return
 
 
@@ -74,8 +81,15 @@ def snapshot(run_dir: Path | str, events: Path | str | None = None) -> dict[str,
         from ray._private.state import state  # the GCS actor table: works without the dashboard
 
         job = ray.get_runtime_context().get_job_id()
-        nodes = [{"node_id": n["NodeID"], "alive": n["Alive"], "address": n.get("NodeManagerAddress"),
-                  "gpus": n.get("Resources", {}).get("GPU", 0)} for n in ray.nodes()]
+        nodes = [
+            {
+                "node_id": n["NodeID"],
+                "alive": n["Alive"],
+                "address": n.get("NodeManagerAddress"),
+                "gpus": n.get("Resources", {}).get("GPU", 0),
+            }
+            for n in ray.nodes()
+        ]
         table = state.actor_table(None)
     except Exception:
         return None
@@ -91,15 +105,22 @@ def snapshot(run_dir: Path | str, events: Path | str | None = None) -> dict[str,
         if row.get("JobID") and job and row["JobID"] != job:
             continue  # another job's actor on a shared cluster
         report = reports.get(actor_id, {})
-        actors.append({
-            "actor_id": actor_id,
-            "class_name": (row.get("ActorClassName") or "").rsplit(".", 1)[-1],  # 'f.<locals>.WorkerDict' -> 'WorkerDict'
-            "node_id": (row.get("Address") or {}).get("NodeID") or report.get("node_id"),
-            "state": row.get("State"),
-            "pid": row.get("Pid") or report.get("pid"),
-            "gpus": report.get("gpus"),  # None: the actor did not report (it never started, or no rlbridge boot)
-        })
-    result = {"nodes": nodes, "actors": sorted(actors, key=lambda a: (a["class_name"], a["node_id"] or "", a["actor_id"]))}
+        actors.append(
+            {
+                "actor_id": actor_id,
+                "class_name": (row.get("ActorClassName") or "").rsplit(".", 1)[
+                    -1
+                ],  # 'f.<locals>.WorkerDict' -> 'WorkerDict'
+                "node_id": (row.get("Address") or {}).get("NodeID") or report.get("node_id"),
+                "state": row.get("State"),
+                "pid": row.get("Pid") or report.get("pid"),
+                "gpus": report.get("gpus"),  # None: the actor did not report (it never started, or no rlbridge boot)
+            }
+        )
+    result = {
+        "nodes": nodes,
+        "actors": sorted(actors, key=lambda a: (a["class_name"], a["node_id"] or "", a["actor_id"])),
+    }
     path = Path(run_dir) / PLACEMENT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))

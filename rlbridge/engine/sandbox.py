@@ -139,12 +139,30 @@ def run_python(
         "scratch_mb": max(1, 2 * limits.fsize_mb),
         "limits": asdict(limits),
     }
-    cmd = ["unshare", "--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
-           sys.executable, "-I", "-S", "-B", str(INIT)]
+    cmd = [
+        "unshare",
+        "--net",
+        "--mount",
+        "--pid",
+        "--ipc",
+        "--uts",
+        "--fork",
+        "--kill-child",
+        sys.executable,
+        "-I",
+        "-S",
+        "-B",
+        str(INIT),
+    ]
     started = time.monotonic()
     proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={"PATH": "/usr/bin:/bin"}, start_new_session=True, close_fds=True,
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PATH": "/usr/bin:/bin"},
+        start_new_session=True,
+        close_fds=True,
     )
     assert proc.stdin and proc.stdout and proc.stderr
     try:
@@ -220,7 +238,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-
 def _framed(payload: bytes) -> bytes:
     return len(payload).to_bytes(8, "little") + payload
 
@@ -280,11 +297,29 @@ class Judge:
             "scratch_mb": max(1, 2 * self.limits.fsize_mb),
             "limits": asdict(self.limits),
         }
-        cmd = ["unshare", "--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
-               sys.executable, "-I", "-S", "-B", str(INIT)]
+        cmd = [
+            "unshare",
+            "--net",
+            "--mount",
+            "--pid",
+            "--ipc",
+            "--uts",
+            "--fork",
+            "--kill-child",
+            sys.executable,
+            "-I",
+            "-S",
+            "-B",
+            str(INIT),
+        ]
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={"PATH": "/usr/bin:/bin"}, start_new_session=True, close_fds=True,
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={"PATH": "/usr/bin:/bin"},
+            start_new_session=True,
+            close_fds=True,
         )
         assert self.proc.stdin and self.proc.stdout
         os.set_blocking(self.proc.stdout.fileno(), False)
@@ -301,7 +336,9 @@ class Judge:
     def call(self, name: str, args: Sequence = (), kwargs: dict | None = None) -> Call:
         """`name(*args, **kwargs)` of the solution; the value arrives decoded (see Call)."""
         encode = _codec()[0]
-        call = self._request({"kind": "call", "name": name, "args": encode(list(args)), "kwargs": encode(dict(kwargs or {}))})
+        call = self._request(
+            {"kind": "call", "name": name, "args": encode(list(args)), "kwargs": encode(dict(kwargs or {}))}
+        )
         if call.outcome == "ok":
             call = _with_value(call)
         else:  # what it reported, if anything, is not a value: at most the name of what it raised
@@ -333,8 +370,13 @@ class Judge:
                 raise SandboxUnavailable(f"the code sandbox could not be built here: {stderr.strip().splitlines()[-1]}")
             call = Call(self.failed, error="the judge's driver did not answer", stderr=stderr)
         else:
-            call = Call(answer["outcome"], value=answer.get("value", ""), stdout=answer.get("stdout", ""),
-                        stderr=answer.get("stderr", ""), wall_s=float(answer.get("wall_s", 0.0)))
+            call = Call(
+                answer["outcome"],
+                value=answer.get("value", ""),
+                stdout=answer.get("stdout", ""),
+                stderr=answer.get("stderr", ""),
+                wall_s=float(answer.get("wall_s", 0.0)),
+            )
         self.calls.append(call)
         return call
 
@@ -492,7 +534,11 @@ def test_kind(test: Any) -> str:
     if isinstance(test, str):
         return "assert"
     if isinstance(test, dict):
-        for kind, keys in (("call", {"call", "expected"}), ("program", {"stdin", "stdout"}), ("check", {"check", "entry_point"})):
+        for kind, keys in (
+            ("call", {"call", "expected"}),
+            ("program", {"stdin", "stdout"}),
+            ("check", {"check", "entry_point"}),
+        ):
             if keys <= set(test):
                 return kind
     raise ValueError(
@@ -521,7 +567,9 @@ def _compile_asserts(test: str, index: int):
 
     tree = ast.parse(test, f"test_{index}")
     if not tree.body or not all(isinstance(node, ast.Assert) for node in tree.body):
-        raise ValueError(f"code test {index} must be assert statements only (the host evaluates them), not {test[:120]!r}")
+        raise ValueError(
+            f"code test {index} must be assert statements only (the host evaluates them), not {test[:120]!r}"
+        )
     return compile(tree, f"test_{index}", "exec")
 
 
@@ -529,7 +577,9 @@ def _judge_one(judge: Judge, names: list[str], test: Any, kind: str, index: int)
     failures: list[Call] = []
     try:
         if kind == "call":
-            call = judge.call(test["call"], _codec()[1](test.get("args", [])), _codec()[1](test.get("kwargs", {"t": "dict", "v": []})))
+            call = judge.call(
+                test["call"], _codec()[1](test.get("args", [])), _codec()[1](test.get("kwargs", {"t": "dict", "v": []}))
+            )
             if call.outcome != "ok":
                 failures.append(call)
             elif not strict_equal(call.value, _codec()[1](test["expected"])):
@@ -560,11 +610,15 @@ def _judge_one(judge: Judge, names: list[str], test: Any, kind: str, index: int)
             return Verdict(index, False, "failed", f"test {index}: {type(exc).__name__} {str(exc)[:200]}")
     if failures:
         first = failures[0]
-        return Verdict(index, False, first.outcome, f"test {index}: {first.outcome} {first.error or first.stderr.strip()[-300:]}")
+        return Verdict(
+            index, False, first.outcome, f"test {index}: {first.outcome} {first.error or first.stderr.strip()[-300:]}"
+        )
     return Verdict(index, True, "ok")
 
 
-def run_tests(solution: str, tests: Sequence[Any], limits: Limits | None = None, total_wall_s: float = 60.0) -> tuple[float, Judged]:
+def run_tests(
+    solution: str, tests: Sequence[Any], limits: Limits | None = None, total_wall_s: float = 60.0
+) -> tuple[float, Judged]:
     """Judge `solution` against `tests`: the share of tests passed (in [0, 1]) and the account.
 
     Each test is a string of assert statements (evaluated on the host, each call of a solution
@@ -582,7 +636,9 @@ def run_tests(solution: str, tests: Sequence[Any], limits: Limits | None = None,
     try:
         names = solution_names(solution)
     except (SyntaxError, ValueError) as exc:
-        verdicts = [Verdict(i, False, "failed", f"solution does not parse: SyntaxError {exc}") for i in range(len(tests))]
+        verdicts = [
+            Verdict(i, False, "failed", f"solution does not parse: SyntaxError {exc}") for i in range(len(tests))
+        ]
         return 0.0, Judged(0.0, verdicts, [], time.monotonic() - started)
     verdicts = []
     with Judge(solution, limits, total_wall_s) as judge:

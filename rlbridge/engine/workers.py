@@ -136,8 +136,11 @@ def specs_with_factories(specs: Sequence[dict], plugins) -> list[dict]:
         except Exception:
             same = False
         if not same:
-            log.warning("reward '%s' is registered in this process only (its factory is not importable by a worker "
-                        "process): it is scored inline, without a timeout", spec["name"])
+            log.warning(
+                "reward '%s' is registered in this process only (its factory is not importable by a worker "
+                "process): it is scored inline, without a timeout",
+                spec["name"],
+            )
         out.append({**spec, "factory": ref if same else None, "inline": not same})
     return out
 
@@ -166,7 +169,11 @@ def build_reward(spec: dict, index: int, plugins=None) -> Callable:
     from rlbridge.contract.native_rewards import reward_fn
     from rlbridge.contract.registry import get_plugin_manager
 
-    return reward_fn({k: v for k, v in spec.items() if k not in ("factory", "inline")}, plugins or get_plugin_manager(), f"reward[{index}]")
+    return reward_fn(
+        {k: v for k, v in spec.items() if k not in ("factory", "inline")},
+        plugins or get_plugin_manager(),
+        f"reward[{index}]",
+    )
 
 
 def _init_worker(specs_json: str) -> None:
@@ -259,8 +266,10 @@ class RayActorPool:
         import ray
 
         if not ray.is_initialized():
-            raise RLBridgeError("rollout_workers.mode is 'ray', but this engine process is not part of a Ray cluster: "
-                                "mode ray needs a backend that runs on Ray; use rollout_workers.mode: process")
+            raise RLBridgeError(
+                "rollout_workers.mode is 'ray', but this engine process is not part of a Ray cluster: "
+                "mode ray needs a backend that runs on Ray; use rollout_workers.mode: process"
+            )
         self.settings, self._specs_json = settings, specs_json
         resource = settings.ray_resource
         options: dict[str, Any] = {"num_cpus": settings.ray_num_cpus, "max_restarts": 0, "max_task_retries": 0}
@@ -277,7 +286,12 @@ class RayActorPool:
         ray.get([a.where.remote() for a in self._actors], timeout=300)  # every actor built its rewards
         self._threads = ThreadPoolExecutor(max_workers=settings.num_workers, thread_name_prefix="rlbridge-ray-pool")
         self.replaced = 0
-        log.info("rollout_workers: %d Ray actors of %s CPU(s) %s", settings.num_workers, settings.ray_num_cpus, self.placement)
+        log.info(
+            "rollout_workers: %d Ray actors of %s CPU(s) %s",
+            settings.num_workers,
+            settings.ray_num_cpus,
+            self.placement,
+        )
 
     def _new_actor(self):
         actor = self._actor_class.remote(self._specs_json)
@@ -404,7 +418,11 @@ class RewardScorer:
         self._inline = {r.name: r.fn for r in rewards} if rewards is not None else {}
         self._inline_only = {s["name"] for s in self.specs if s.get("inline")}
         self.last_metrics: dict[str, dict] = {}
-        self.fault_log = Path(fault_log) if fault_log else (Path(os.environ[FAULT_LOG_ENV]) if os.environ.get(FAULT_LOG_ENV) else None)
+        self.fault_log = (
+            Path(fault_log)
+            if fault_log
+            else (Path(os.environ[FAULT_LOG_ENV]) if os.environ.get(FAULT_LOG_ENV) else None)
+        )
         self.on_fault = on_fault
         self._lock = threading.Lock()
         self._pool_lock = threading.Lock()
@@ -451,8 +469,10 @@ class RewardScorer:
                 return None
 
             self._pool = pebble.ProcessPool(
-                max_workers=self.settings.num_workers, context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker, initargs=(self._specs_json,),
+                max_workers=self.settings.num_workers,
+                context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(self._specs_json,),
             )
             atexit.register(self.close)
             # start every worker now (spawn + imports) so that no first call pays for it
@@ -489,7 +509,12 @@ class RewardScorer:
         unless every plugin is scored in this process (no worker call to save, no wait)."""
         inputs = list(inputs)
         pooled = any(name not in self._inline_only for name in self.names)  # else nothing to batch for: score now
-        if self.settings.mode == "process" and pooled and self.settings.batch_wait_ms > 0 and 0 < len(inputs) < self.settings.batch_size:
+        if (
+            self.settings.mode == "process"
+            and pooled
+            and self.settings.batch_wait_ms > 0
+            and 0 < len(inputs) < self.settings.batch_size
+        ):
             return self._coalesced(inputs)
         return self._score_now(inputs)
 
@@ -525,7 +550,8 @@ class RewardScorer:
             for i, t in enumerate(group):
                 hi = lo + len(t["inputs"])
                 t["result"] = Scored(
-                    scored.totals[lo:hi], {n: v[lo:hi] for n, v in scored.per_plugin.items()},
+                    scored.totals[lo:hi],
+                    {n: v[lo:hi] for n, v in scored.per_plugin.items()},
                     scored.counts if i == 0 else {},  # the batch's counts once: callers sum them
                     {n: v[lo:hi] for n, v in scored.raw.items()},
                     scored.metrics,  # the batch's averages, for each caller's share
@@ -545,8 +571,14 @@ class RewardScorer:
         # a sample that no plugin scored (every one returned None) has no reward
         faulted = {(f.plugin, f.index) for f in raw_faults}
         for i in range(len(inputs)):
-            if self.names and all(per_plugin[n][i] is None for n in self.names) and not any((n, i) in faulted for n in self.names):
-                raw_faults.append(Fault(self.names[-1], "invalid", "no reward plugin scored this sample (every one returned None)", i))
+            if (
+                self.names
+                and all(per_plugin[n][i] is None for n in self.names)
+                and not any((n, i) in faulted for n in self.names)
+            ):
+                raw_faults.append(
+                    Fault(self.names[-1], "invalid", "no reward plugin scored this sample (every one returned None)", i)
+                )
         scored = self._finish(inputs, per_plugin, raw_faults)
         scored.metrics = dict(self._call.metrics)
         return scored
@@ -560,7 +592,9 @@ class RewardScorer:
     def score_plugin(self, name: str, inputs: Sequence[RewardInput]) -> list[float | None]:
         return self.score_plugin_result(name, inputs).per_plugin[name]
 
-    def _finish(self, inputs: list[RewardInput], per_plugin: dict[str, list[float | None]], faults: list[Fault]) -> Scored:
+    def _finish(
+        self, inputs: list[RewardInput], per_plugin: dict[str, list[float | None]], faults: list[Fault]
+    ) -> Scored:
         raw = {n: list(v) for n, v in per_plugin.items()}
         for f in faults:
             if f.outcome == "nonfinite":
@@ -598,8 +632,14 @@ class RewardScorer:
         return Scored(totals, per_plugin, {k: int(v) for k, v in counts.items()}, raw)
 
     def _report(self, fault: Fault, x: RewardInput) -> None:
-        record = {"kind": "reward_fault", "plugin": fault.plugin, "outcome": fault.outcome,
-                  "error": fault.message, "row": _row_text(x), "time": time.time()}
+        record = {
+            "kind": "reward_fault",
+            "plugin": fault.plugin,
+            "outcome": fault.outcome,
+            "error": fault.message,
+            "row": _row_text(x),
+            "time": time.time(),
+        }
         with self._lock:
             self._logged += 1
             quiet = self._logged > 20
@@ -657,7 +697,9 @@ class RewardScorer:
         while pending or running:
             while pending and slots.acquire(blocking=not running):
                 lo, hi = pending.pop(0)
-                fut = pool.schedule(_score_chunk, args=(self._specs_json, name, inputs[lo:hi]), timeout=self.settings.timeout_s)
+                fut = pool.schedule(
+                    _score_chunk, args=(self._specs_json, name, inputs[lo:hi]), timeout=self.settings.timeout_s
+                )
                 running[fut] = (lo, hi)
             done, _ = wait(list(running), return_when=FIRST_COMPLETED)
             for fut in done:
@@ -666,7 +708,12 @@ class RewardScorer:
                 try:
                     raw = fut.result()
                 except FutureTimeout:
-                    absorb(lo, hi, outcome="timeouts", message=f"ran past rollout_workers.timeout_s ({self.settings.timeout_s} s); its worker was killed and replaced")
+                    absorb(
+                        lo,
+                        hi,
+                        outcome="timeouts",
+                        message=f"ran past rollout_workers.timeout_s ({self.settings.timeout_s} s); its worker was killed and replaced",
+                    )
                 except pebble.ProcessExpired as exc:
                     absorb(lo, hi, outcome="crashes", message=f"its worker process died (exit code {exc.exitcode})")
                 except Exception as exc:

@@ -35,6 +35,7 @@ def results_dir() -> Path:
     """Where results.json and RESULTS.md go (RLBRIDGE_COMPAT_RESULTS overrides, e.g. for tests)."""
     return Path(os.environ.get("RLBRIDGE_COMPAT_RESULTS") or RESULTS_DIR)
 
+
 # What each test kind runs inside the engine environment (pytest arguments, from the repo root).
 # Set by `make test` for its engine cells: tests marked matrix_only (broader coverage) run in
 # `make compat` only, so that CI stays within its time budget.
@@ -51,7 +52,11 @@ def test_kinds() -> dict[str, list[str]]:
     e2e-cpu-vllm), in the order RESULTS.md shows them: the CPU kinds, then the GPU one."""
     from rlbridge.contract.registry import get_plugin_manager
 
-    declared = {kind: list(args) for r in get_plugin_manager().items["backend"].values() for kind, args in r.item.test_kinds.items()}
+    declared = {
+        kind: list(args)
+        for r in get_plugin_manager().items["backend"].values()
+        for kind, args in r.item.test_kinds.items()
+    }
     cpu = {kind: args for kind, args in TEST_KINDS.items() if kind != "e2e-gpu"}
     return {**cpu, **declared, "e2e-gpu": TEST_KINDS["e2e-gpu"]}
 
@@ -76,13 +81,19 @@ def ci_cells(path: Path | None = None) -> list[dict[str, Any]]:
             continue
         label = f"{cell['engine']}=={cell['version']}"
         if not isinstance(ci, dict) or set(ci) != {"peak_gib", "warm_s"}:
-            raise RLBridgeError(f"{path or _matrix_file()}: cell {label}: `ci` needs exactly peak_gib and warm_s, got {ci!r}")
+            raise RLBridgeError(
+                f"{path or _matrix_file()}: cell {label}: `ci` needs exactly peak_gib and warm_s, got {ci!r}"
+            )
         found.append({"cell": label, "peak_gib": float(ci["peak_gib"]), "warm_s": float(ci["warm_s"])})
     return found
 
 
 def run_matrix(engine: str | None = None, version: str | None = None, echo=print) -> list[dict[str, Any]]:
-    cells = [c for c in load_matrix() if (engine is None or c["engine"] == engine) and (version is None or str(c["version"]) == version)]
+    cells = [
+        c
+        for c in load_matrix()
+        if (engine is None or c["engine"] == engine) and (version is None or str(c["version"]) == version)
+    ]
     if not cells:
         raise RLBridgeError(f"no matrix cell matches engine={engine} version={version} (see {_matrix_file()})")
     results = _load_results()
@@ -111,14 +122,30 @@ def run_matrix(engine: str | None = None, version: str | None = None, echo=print
             else:
                 outcome = _run_tests(env, test, cell["engine"], cell.get("ci_select"), cell.get("select"))
             outcome.update(
-                engine=cell["engine"], version=str(cell["version"]), test=test, required=list(cell["tests"]),
-                date=started.date().isoformat(), started=started.isoformat(timespec="seconds"), rlbridge=__version__,
-                rlbridge_commit=source["commit"], dirty=source["dirty"], versions=versions, machine=machine(gpu),
+                engine=cell["engine"],
+                version=str(cell["version"]),
+                test=test,
+                required=list(cell["tests"]),
+                date=started.date().isoformat(),
+                started=started.isoformat(timespec="seconds"),
+                rlbridge=__version__,
+                rlbridge_commit=source["commit"],
+                dirty=source["dirty"],
+                versions=versions,
+                machine=machine(gpu),
             )
             outcome.setdefault("seconds", round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1))
-            echo(f"   {test}: {outcome['status']} in {outcome['seconds']:.0f} s" + (f" ({outcome['reason']})" if outcome.get("reason") else ""))
+            echo(
+                f"   {test}: {outcome['status']} in {outcome['seconds']:.0f} s"
+                + (f" ({outcome['reason']})" if outcome.get("reason") else "")
+            )
             results[f"{cell['engine']}|{cell['version']}|{test}"] = outcome
-        _merge_save({f"{cell['engine']}|{cell['version']}|{t}": results[f"{cell['engine']}|{cell['version']}|{t}"] for t in cell["tests"]})
+        _merge_save(
+            {
+                f"{cell['engine']}|{cell['version']}|{t}": results[f"{cell['engine']}|{cell['version']}|{t}"]
+                for t in cell["tests"]
+            }
+        )
     return [results[f"{c['engine']}|{c['version']}|{t}"] for c in cells for t in c["tests"]]
 
 
@@ -144,7 +171,9 @@ def _relevant(case, engine: str) -> bool:
     return engine in params or f"test_{engine}" in classname
 
 
-def _run_tests(env: Path, test: str, engine: str, ci_select: str | None = None, select: str | None = None) -> dict[str, Any]:
+def _run_tests(
+    env: Path, test: str, engine: str, ci_select: str | None = None, select: str | None = None
+) -> dict[str, Any]:
     """`select` (matrix.yaml, optional): the pytest -k expression every run of the cell applies to its e2e
     tests, make compat's included (a cell that proves a version's core seams, not every feature)."""
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -167,7 +196,12 @@ def _run_tests(env: Path, test: str, engine: str, ci_select: str | None = None, 
     elapsed = round(time.time() - started, 1)
     log.write_text(proc.stdout + proc.stderr)
     if not report.exists():
-        return {"status": "fail", "reason": f"pytest exited {proc.returncode} without a report", "seconds": elapsed, "log": str(log)}
+        return {
+            "status": "fail",
+            "reason": f"pytest exited {proc.returncode} without a report",
+            "seconds": elapsed,
+            "log": str(log),
+        }
     suite = ET.parse(report).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
@@ -198,8 +232,15 @@ def _run_tests(env: Path, test: str, engine: str, ci_select: str | None = None, 
         status, reason = "pass", ""
     # what each test that ran cost, slowest first (docs/engine-environments.md quotes them for the CI cells)
     slowest = dict(sorted(durations.items(), key=lambda kv: -kv[1])[:15])
-    out = {"status": status, "reason": reason, "passed": passed, **counts, "seconds": elapsed, "log": str(log),
-           "test_seconds": slowest}
+    out = {
+        "status": status,
+        "reason": reason,
+        "passed": passed,
+        **counts,
+        "seconds": elapsed,
+        "log": str(log),
+        "test_seconds": slowest,
+    }
     if skips and status == "pass":
         out["skipped_tests"] = skips
     if select and e2e:
@@ -267,7 +308,11 @@ def render(results: dict[str, Any]) -> str:
         "Versions are those installed in the cell's environment; commit is the rlbridge source that ran",
         "(`+dirty`: with uncommitted changes). Logs: `log` in results.json.",
         "",
-        "| engine | version | cell | checked | " + " | ".join(tests) + " | " + " | ".join(KEY_VERSIONS) + " | commit | started (UTC) | s |",
+        "| engine | version | cell | checked | "
+        + " | ".join(tests)
+        + " | "
+        + " | ".join(KEY_VERSIONS)
+        + " | commit | started (UTC) | s |",
         "|---|---|---|---|" + "---|" * len(tests) + "---|" * len(KEY_VERSIONS) + "---|---|---|",
     ]
     for (engine, version), by_test in sorted(rows.items(), key=lambda kv: (kv[0][0], _version_key(kv[0][1]))):
@@ -287,7 +332,10 @@ def render(results: dict[str, Any]) -> str:
         seconds = sum(r.get("seconds") or 0 for r in by_test.values())
         lines.append(
             f"| {engine} | {version} | {'pass' if verdict == 'pass' else '**FAIL**'} | {'end to end' if e2e else 'plans only'} | "
-            + " | ".join(cells) + " | " + " | ".join(vcols) + f" | {commit} | {started} | {seconds:.0f} |"
+            + " | ".join(cells)
+            + " | "
+            + " | ".join(vcols)
+            + f" | {commit} | {started} | {seconds:.0f} |"
         )
     notes = [r for _, r in sorted(results.items()) if r["status"] == "fail" and r.get("reason")]
     if notes:

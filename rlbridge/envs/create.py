@@ -66,7 +66,9 @@ class Recipe:
 def load_recipes(path: Path | None = None) -> dict[str, Any]:
     path = Path(os.environ.get("RLBRIDGE_RECIPES") or RECIPES_FILE) if path is None else path
     if not path.exists():
-        raise EnvError(f"no engine recipes at {path}: this rlbridge install has no compat_matrix/ (install from the source tree)")
+        raise EnvError(
+            f"no engine recipes at {path}: this rlbridge install has no compat_matrix/ (install from the source tree)"
+        )
     return yaml.safe_load(path.read_text())
 
 
@@ -97,7 +99,10 @@ def recipe_for(spec: str, cuda: bool | None = None) -> Recipe:
         label=version,
         version=str(cell.get("version", version)),
         torch=cell.get("torch", entry.get("torch", "torch")),
-        packages=[cell.get("requirement") or f"{entry['distribution']}=={cell.get('version', version)}", *cell.get("pins", [])],
+        packages=[
+            cell.get("requirement") or f"{entry['distribution']}=={cell.get('version', version)}",
+            *cell.get("pins", []),
+        ],
         before=[*cell.get("before", []), *per_machine.get("before", [])],
         extras=[*per_machine.get("extras", [])],
         engine_args=[*cell.get("engine_args", [])],
@@ -184,7 +189,9 @@ def _run(cmd: list[str], env: dict[str, str], log: Path, what: str) -> None:
         )
 
 
-def create(spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, ...] = (), path: Path | None = None) -> Path:
+def create(
+    spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, ...] = (), path: Path | None = None
+) -> Path:
     """Create (or finish) the environment; `extras` are rlbridge plugin extras (PLUGIN_EXTRAS) to
     install with rlbridge; `path` puts it somewhere other than the recipe's own place (`rlbridge
     reproduce` builds one beside the others, never over them)."""
@@ -201,7 +208,13 @@ def create(spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, .
     ]
     for i, step in enumerate(recipe.before):
         stages.append((f"before{i}", [step, recipe.torch], [*step, recipe.torch]))
-    stages.append(("engine", [recipe.packages, recipe.engine_args, recipe.torch], [*recipe.engine_args, *recipe.packages, recipe.torch]))
+    stages.append(
+        (
+            "engine",
+            [recipe.packages, recipe.engine_args, recipe.torch],
+            [*recipe.engine_args, *recipe.packages, recipe.torch],
+        )
+    )
     for i, extra in enumerate(recipe.extras):
         stages.append((f"extra{i}", [extra, recipe.torch], [*extra, recipe.torch]))
     stages.append(("cleanup", recipe.remove, None))
@@ -223,7 +236,10 @@ def create(spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, .
             continue
         started = time.time()
         what = {"venv": f"python -m venv {path}", "cleanup": f"uninstall {' '.join(recipe.remove) or 'nothing'}"}
-        echo(f"[{n}/{total}] {stage}: " + (" ".join(pip_args) if pip_args else what.get(stage) or f"python {' '.join(spec_obj)}"))
+        echo(
+            f"[{n}/{total}] {stage}: "
+            + (" ".join(pip_args) if pip_args else what.get(stage) or f"python {' '.join(spec_obj)}")
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         if stage == "venv":
             if installer == "uv":
@@ -232,12 +248,19 @@ def create(spec: str, echo=print, cuda: bool | None = None, extras: tuple[str, .
                 _run([sys.executable, "-m", "venv", str(path)], recipe.env, log, "creating the environment")
         elif stage == "cleanup":
             if recipe.remove:
-                cmd = (["uv", "pip", "uninstall", "--python", str(env_python(path))] if installer == "uv"
-                       else [str(env_python(path)), "-m", "pip", "uninstall", "-y"])
+                cmd = (
+                    ["uv", "pip", "uninstall", "--python", str(env_python(path))]
+                    if installer == "uv"
+                    else [str(env_python(path)), "-m", "pip", "uninstall", "-y"]
+                )
                 _run([*cmd, *recipe.remove], recipe.env, log, f"removing {', '.join(recipe.remove)}")
         elif stage.startswith("warm"):
-            _run([str(env_python(path)), *spec_obj], {**recipe.env, "TORCH_EXTENSIONS_DIR": str(path / "torch_extensions")},
-                 log, f"{stage} (python {' '.join(spec_obj)})")
+            _run(
+                [str(env_python(path)), *spec_obj],
+                {**recipe.env, "TORCH_EXTENSIONS_DIR": str(path / "torch_extensions")},
+                log,
+                f"{stage} (python {' '.join(spec_obj)})",
+            )
         else:
             _run(_pip_cmd(path, installer, pip_args), recipe.env, log, f"installing {stage} ({' '.join(pip_args)})")
         (path / ".rlbridge").mkdir(parents=True, exist_ok=True)
@@ -261,8 +284,10 @@ def pin_packages(path: Path, wanted: dict[str, str], echo=print) -> None:
     install = [f"{name}=={version}" for name, version in sorted(wanted.items()) if have.get(name) != version]
     extra = sorted(set(have) - set(wanted))
     if install:
-        echo(f"pinning {len(install)} distribution(s) to the manifest's versions: {' '.join(install[:8])}"
-             + (" ..." if len(install) > 8 else ""))
+        echo(
+            f"pinning {len(install)} distribution(s) to the manifest's versions: {' '.join(install[:8])}"
+            + (" ..." if len(install) > 8 else "")
+        )
         try:
             _run(_pip_cmd(path, installer, ["--no-deps", *install]), {}, log, "pinning the manifest's versions")
         except EnvError:
@@ -272,10 +297,15 @@ def pin_packages(path: Path, wanted: dict[str, str], echo=print) -> None:
                 except EnvError:
                     echo(f"    {requirement}: not installable here (see {log})")
     if extra:
-        echo(f"removing {len(extra)} distribution(s) the manifest does not have: {' '.join(extra[:8])}"
-             + (" ..." if len(extra) > 8 else ""))
-        cmd = (["uv", "pip", "uninstall", "--python", str(python)] if installer == "uv"
-               else [str(python), "-m", "pip", "uninstall", "-y"])
+        echo(
+            f"removing {len(extra)} distribution(s) the manifest does not have: {' '.join(extra[:8])}"
+            + (" ..." if len(extra) > 8 else "")
+        )
+        cmd = (
+            ["uv", "pip", "uninstall", "--python", str(python)]
+            if installer == "uv"
+            else [str(python), "-m", "pip", "uninstall", "-y"]
+        )
         _run([*cmd, *extra], {}, log, f"removing {', '.join(extra)}")
 
 
@@ -290,7 +320,15 @@ def list_envs() -> list[dict[str, Any]]:
     for path in sorted(p for p in envs_dir().iterdir() if p.is_dir() and not p.name.startswith(".")):
         engine, _, version = path.name.partition("-")  # labels may have a dash (1.16.0-vllm), engine names do not
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
-        out.append({"engine": engine, "version": version, "path": str(path), "complete": is_complete(path), "size_mb": size / 2**20})
+        out.append(
+            {
+                "engine": engine,
+                "version": version,
+                "path": str(path),
+                "complete": is_complete(path),
+                "size_mb": size / 2**20,
+            }
+        )
     return out
 
 
@@ -319,8 +357,11 @@ def find_env(engine: str, version: str | None) -> Path:
     if elsewhere is not None and (REPO_ROOT / "pyproject.toml").exists() and elsewhere != REPO_ROOT:
         # an editable install follows one checkout; from this one, its engine processes would import
         # rlbridge's core from here (the working directory) but plugins and adapters from there
-        print(f"the {engine}=={recipe.label} environment ran rlbridge from another checkout ({elsewhere}); "
-              f"reinstalling rlbridge there from this one ({REPO_ROOT})", file=sys.stderr)
+        print(
+            f"the {engine}=={recipe.label} environment ran rlbridge from another checkout ({elsewhere}); "
+            f"reinstalling rlbridge there from this one ({REPO_ROOT})",
+            file=sys.stderr,
+        )
         create(f"{engine}=={recipe.label}", echo=lambda line: print(line, file=sys.stderr))
     return path
 
@@ -330,5 +371,5 @@ def installed_checkout(path: Path) -> Path | None:
     for record in path.glob("lib/python*/site-packages/rlbridge-*.dist-info/direct_url.json"):
         info = json.loads(record.read_text())
         if info.get("dir_info", {}).get("editable") and str(info.get("url", "")).startswith("file://"):
-            return Path(info["url"][len("file://"):]).resolve()
+            return Path(info["url"][len("file://") :]).resolve()
     return None

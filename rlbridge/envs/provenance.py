@@ -23,6 +23,7 @@ def key_distributions() -> list[str]:
     engines = sorted({r.item.distribution for r in get_plugin_manager().items["backend"].values()})
     return [*engines, *KEY_DEPENDENCIES]
 
+
 _VERSIONS = """
 import importlib.metadata as m, json, sys
 out = {}
@@ -37,6 +38,7 @@ print(json.dumps(out))
 
 def source_state(repo: Path) -> dict[str, Any]:
     """The commit of the source tree rlbridge runs from, and whether it differs from it."""
+
     def git(*args: str) -> str | None:
         try:
             res = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30)
@@ -48,7 +50,17 @@ def source_state(repo: Path) -> dict[str, Any]:
     if commit is None:
         return {"commit": None, "dirty": None}
     # only the files that make rlbridge: other paths (runs/, results) do not change what ran
-    changes = git("status", "--porcelain", "--", "rlbridge", "adapters", "plugins", "tests", "pyproject.toml", "compat_matrix/engines.yaml")
+    changes = git(
+        "status",
+        "--porcelain",
+        "--",
+        "rlbridge",
+        "adapters",
+        "plugins",
+        "tests",
+        "pyproject.toml",
+        "compat_matrix/engines.yaml",
+    )
     dirty_files = [line[3:] for line in (changes or "").splitlines() if line.strip()]
     return {"commit": commit, "dirty": bool(dirty_files), "dirty_files": dirty_files[:20]}
 
@@ -82,11 +94,19 @@ def site_dirs(python: Path | str | None) -> list[str]:
         return [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
     env = Path(python).parent.parent
     if (env / "pyvenv.cfg").is_file():
-        return [str(p) for pattern in ("lib/python*/site-packages", "lib64/python*/site-packages")
-                for p in sorted(env.glob(pattern)) if p.is_dir()]
+        return [
+            str(p)
+            for pattern in ("lib/python*/site-packages", "lib64/python*/site-packages")
+            for p in sorted(env.glob(pattern))
+            if p.is_dir()
+        ]
     try:
-        res = subprocess.run([str(python), "-c", "import sys, json; print(json.dumps(sys.path))"],
-                             capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            [str(python), "-c", "import sys, json; print(json.dumps(sys.path))"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         paths = json.loads(res.stdout) if res.returncode == 0 else []
     except (OSError, subprocess.SubprocessError, ValueError):
         paths = []

@@ -50,9 +50,12 @@ class ArmSpec(BaseModel):
     )
     backend: str | None = Field(None, description="backend of this arm (declares `backend` as a difference).")
     engine_version: str | None = Field(None, description="Engine version / environment label, e.g. 0.9.1.")
-    set: list[str] = Field(default_factory=list, description="`key=value` overrides; their keys are declared differences.")
+    set: list[str] = Field(
+        default_factory=list, description="`key=value` overrides; their keys are declared differences."
+    )
     config: str | None = Field(
-        None, description="Another base config for this arm (relative to the spec); it may differ only in declared keys."
+        None,
+        description="Another base config for this arm (relative to the spec); it may differ only in declared keys.",
     )
 
     @classmethod
@@ -66,7 +69,7 @@ class ArmSpec(BaseModel):
         head, sets = words[0], words[1:]
         kind = "rlbridge"
         if head.startswith("native:"):
-            kind, head = "native", head[len("native:"):]
+            kind, head = "native", head[len("native:") :]
         backend, _, version = head.partition("@")
         if "=" in backend:
             raise ConfigError(f"arms: '{item}' must start with a backend (e.g. 'trl {item}')")
@@ -94,15 +97,24 @@ class BenchSpec(BaseModel):
     config: str = Field(..., description="The base canonical config (path relative to the spec file).")
     set: list[str] = Field(default_factory=list, description="Overrides applied to every arm (e.g. training.steps=60).")
     arms: list[ArmSpec] = Field(..., min_length=1, description="The arms to compare (strings or mappings).")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="training.seed values; every arm runs each.")
-    target_reward: float | None = Field(None, description="Reward for time- and steps-to-target (first step with reward/mean >= it).")
+    seeds: list[int] = Field(
+        default_factory=lambda: [0], min_length=1, description="training.seed values; every arm runs each."
+    )
+    target_reward: float | None = Field(
+        None, description="Reward for time- and steps-to-target (first step with reward/mean >= it)."
+    )
     reward_at: list[int] | None = Field(
-        None, description="Steps at which mean reward is compared across arms (default: 25, 50, 75 and 100 % of the steps)."
+        None,
+        description="Steps at which mean reward is compared across arms (default: 25, 50, 75 and 100 % of the steps).",
     )
     window: int | None = Field(
-        None, ge=1, description="Steps averaged for the reward at a step (s-window+1..s); default: a tenth of the steps."
+        None,
+        ge=1,
+        description="Steps averaged for the reward at a step (s-window+1..s); default: a tenth of the steps.",
     )
-    alpha: float = Field(0.05, gt=0, lt=1, description="Significance level of the pairwise verdicts (95 % intervals: 0.05).")
+    alpha: float = Field(
+        0.05, gt=0, lt=1, description="Significance level of the pairwise verdicts (95 % intervals: 0.05)."
+    )
     output_dir: str = Field("runs/bench/{name}", description="Bench directory ({name}: the spec file's stem).")
 
     @field_validator("arms", mode="before")
@@ -144,7 +156,9 @@ def load_spec(path: str | Path) -> tuple[BenchSpec, Path]:
     try:
         spec = BenchSpec.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"bench spec {path}: " + format_validation_error(exc).removeprefix("invalid config: ")) from exc
+        raise ConfigError(
+            f"bench spec {path}: " + format_validation_error(exc).removeprefix("invalid config: ")
+        ) from exc
     labels = [arm.label() for arm in spec.arms]
     dup = {x for x in labels if labels.count(x) > 1}
     if dup:
@@ -197,7 +211,7 @@ def check_fairness(spec: BenchSpec, diffs: dict[str, dict[str, Any]]) -> None:
     for key, values in diffs.items():
         names = list(values)
         for i, a in enumerate(names):
-            for b in names[i + 1:]:
+            for b in names[i + 1 :]:
                 if values[a] == values[b]:
                     continue
                 if not (_covered(key, arms[a].declared()) or _covered(key, arms[b].declared())):
@@ -259,10 +273,22 @@ def build_jobs(spec: BenchSpec, spec_path: Path, plugins=None) -> tuple[list[Run
             except RLBridgeError as exc:
                 raise type(exc)(f"arm '{label}': {exc}") from exc
             if arm.kind == "native" and config.backend == "trl" and not engine.startswith("here:"):
-                raise ConfigError(f"arm '{label}': kind native runs the engine installed here; {engine} is an engine environment")
+                raise ConfigError(
+                    f"arm '{label}': kind native runs the engine installed here; {engine} is an engine environment"
+                )
             key = run_key(prepared.config, engine, arm.kind)
             jobs.append(
-                RunJob(label, index, arm.kind, seed, config, engine, key, prepared.plan.to_dict(), prepared.plan.approximations)
+                RunJob(
+                    label,
+                    index,
+                    arm.kind,
+                    seed,
+                    config,
+                    engine,
+                    key,
+                    prepared.plan.to_dict(),
+                    prepared.plan.approximations,
+                )
             )
     return jobs, diffs
 
@@ -369,7 +395,9 @@ def command_for(job: RunJob, run_dir: Path) -> RunCommand:
         config = resolve(job.config)
         plan = json.loads(json.dumps(job.plan))
         # the canonical config this native run stands for (its key is computed from it, as for rlbridge runs)
-        (run_dir / "config.in.yaml").write_text(yaml.safe_dump(job.config.model_dump(mode="json", exclude_unset=True), sort_keys=False))
+        (run_dir / "config.in.yaml").write_text(
+            yaml.safe_dump(job.config.model_dump(mode="json", exclude_unset=True), sort_keys=False)
+        )
         rows = load_rows(config.data.train, config, "data.train")
         # the engine's own entry point, prepared in its environment by the adapter's module (Backend.native_arm)
         from rlbridge.contract.registry import get_plugin_manager
@@ -379,30 +407,51 @@ def command_for(job: RunJob, run_dir: Path) -> RunCommand:
         backend = get_plugin_manager().backend(config.backend)
         python = choose_engine_python(config, backend) or Path(sys.executable)
         module = backend.native_arm
-        native_job = {"plan": plan, "model_dir": materialize_model(config), "rows": rows,
-                      "reward": [r.model_dump(mode="json") for r in config.reward],
-                      "batch_size": config.training.batch_size, "steps": config.training.steps,
-                      "use_chat_template": config.model.use_chat_template, "max_new_tokens": config.rollout.max_new_tokens}
+        native_job = {
+            "plan": plan,
+            "model_dir": materialize_model(config),
+            "rows": rows,
+            "reward": [r.model_dump(mode="json") for r in config.reward],
+            "batch_size": config.training.batch_size,
+            "steps": config.training.steps,
+            "use_chat_template": config.model.use_chat_template,
+            "max_new_tokens": config.rollout.max_new_tokens,
+        }
         (run_dir / "native_job.json").write_text(json.dumps(native_job))
-        prep = subprocess.run([str(python), "-m", module, "prepare", str(run_dir / "native_job.json"), str(out)],
-                              capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        prep = subprocess.run(
+            [str(python), "-m", module, "prepare", str(run_dir / "native_job.json"), str(out)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
         if prep.returncode != 0:
             raise RLBridgeError(f"arm '{job.arm}': preparing the native run failed: {prep.stderr.strip()[-1500:]}")
         native = json.loads((out / "native_cmd.json").read_text())
-        return RunCommand(native["argv"], Path(native["metrics"]), {**engine_env_vars(python), **native["env"]}, Path(native["cwd"]),
-                          [str(python), "-m", module, "canonical", native["metrics"], str(out / "metrics.jsonl")],
-                          [Path(native["ray_temp_dir"])] if native.get("ray_temp_dir") else [])
+        return RunCommand(
+            native["argv"],
+            Path(native["metrics"]),
+            {**engine_env_vars(python), **native["env"]},
+            Path(native["cwd"]),
+            [str(python), "-m", module, "canonical", native["metrics"], str(out / "metrics.jsonl")],
+            [Path(native["ray_temp_dir"])] if native.get("ray_temp_dir") else [],
+        )
     config = job.config.model_copy(deep=True)
     config.output_dir = str(out.absolute())
     config.run_name = f"{job.arm} seed {job.seed}"
     # what the user set (the spec's and the arm's overrides included), so that defaults are left to
     # the config's own validation exactly as in `rlbridge train CONFIG --set ...`
-    (run_dir / "config.in.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False))
-    return RunCommand([sys.executable, "-m", "rlbridge", "train", str(run_dir / "config.in.yaml"), "--no-progress"],
-                      out / "metrics.jsonl")
+    (run_dir / "config.in.yaml").write_text(
+        yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False)
+    )
+    return RunCommand(
+        [sys.executable, "-m", "rlbridge", "train", str(run_dir / "config.in.yaml"), "--no-progress"],
+        out / "metrics.jsonl",
+    )
 
 
-def run_one(job: RunJob, run_dir: Path, lock: list[Path] | None = None, on_step=None, poll_s: float = 0.05) -> dict[str, Any]:
+def run_one(
+    job: RunJob, run_dir: Path, lock: list[Path] | None = None, on_step=None, poll_s: float = 0.05
+) -> dict[str, Any]:
     """Run one job in a fresh process and measure it from outside; returns run.json's content."""
     try:
         import psutil
@@ -426,7 +475,9 @@ def run_one(job: RunJob, run_dir: Path, lock: list[Path] | None = None, on_step=
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         started_at = time.time()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=command.cwd)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=command.cwd
+        )
         ps = psutil.Process(proc.pid)
         last_mem = 0.0
         try:
@@ -463,7 +514,11 @@ def run_one(job: RunJob, run_dir: Path, lock: list[Path] | None = None, on_step=
         metrics_path = run_dir / "run" / "metrics.jsonl"
         if command.metrics.exists():
             subprocess.run(command.canonical, check=False, capture_output=True)
-    history = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()] if metrics_path.exists() else []
+    history = (
+        [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+        if metrics_path.exists()
+        else []
+    )
     if command.canonical is not None and not tail.arrivals:  # a log read after the run: its own wall-clock stamps
         tail.arrivals = [(int(row["step"]), row["_wall_time"] - started_at) for row in history if "_wall_time" in row]
     for row in history:
@@ -476,7 +531,9 @@ def run_one(job: RunJob, run_dir: Path, lock: list[Path] | None = None, on_step=
         "engine": job.engine,
         "command": cmd,
         "returncode": proc.returncode,
-        "status": "completed" if proc.returncode == 0 and len(history) >= (job.config.training.steps or 0) else "failed",
+        "status": "completed"
+        if proc.returncode == 0 and len(history) >= (job.config.training.steps or 0)
+        else "failed",
         "started_at": started_at,
         "lock_wait_s": waited,
         "wall_s": wall,
@@ -533,7 +590,9 @@ def describe(jobs: list[RunJob], diffs: dict[str, dict[str, Any]]) -> str:
         if job.arm in seen:
             continue
         seen.add(job.arm)
-        lines.append(f"Arm '{job.arm}' ({job.kind}, {job.engine}) approximates:" + ("" if job.approximations else " nothing"))
+        lines.append(
+            f"Arm '{job.arm}' ({job.kind}, {job.engine}) approximates:" + ("" if job.approximations else " nothing")
+        )
         lines.extend(f"  - {note}" for note in job.approximations)
     return "\n".join(lines)
 
@@ -561,7 +620,9 @@ def run_bench(
     todo = []
     # a finished run is found by its key, whatever its arm's name or position in the spec
     by_key = {d.name.rsplit("-", 1)[-1]: d for d in sorted((out / "runs").glob("*-*")) if (d / "run.json").exists()}
-    if any(job.key not in by_key for job in jobs):  # runs keyed by an older key function: the key of the config they ran
+    if any(
+        job.key not in by_key for job in jobs
+    ):  # runs keyed by an older key function: the key of the config they ran
         for d in list(by_key.values()):
             key = key_from_files(d)
             if key is not None:
@@ -575,7 +636,9 @@ def run_bench(
         else:
             todo.append(job)
     if report_only:
-        echo(f"{len(jobs)} runs: {len(results)} done; --report-only: {len(todo)} not run, the report covers the done ones")
+        echo(
+            f"{len(jobs)} runs: {len(results)} done; --report-only: {len(todo)} not run, the report covers the done ones"
+        )
         todo = []
     else:
         echo(f"{len(jobs)} runs: {len(results)} already done (reused), {len(todo)} to run")
@@ -591,11 +654,12 @@ def run_bench(
         for job in todo:
             if bar is not None:
                 bar.start_run(f"{job.arm} seed {job.seed}", job.config.training.steps)
-            result = run_one(job, out / "runs" / job.dirname, locks,
-                             on_step=bar.step if bar is not None else None)
+            result = run_one(job, out / "runs" / job.dirname, locks, on_step=bar.step if bar is not None else None)
             if result["status"] != "completed":
                 failed.append(job)
-                echo(f"run failed: {job.arm} seed {job.seed} (rc {result['returncode']}); log: {out / 'runs' / job.dirname / 'output.log'}")
+                echo(
+                    f"run failed: {job.arm} seed {job.seed} (rc {result['returncode']}); log: {out / 'runs' / job.dirname / 'output.log'}"
+                )
             results.append(result)
             if bar is not None:
                 bar.finish_run()
@@ -606,8 +670,10 @@ def run_bench(
     data = write_report(out, spec, jobs, diffs, results)
     data["bench_dir"] = str(out)
     if failed:
-        raise RLBridgeError(f"{len(failed)} of {len(jobs)} runs failed (see their output.log); the report covers the rest; "
-                            f"run the bench again to retry them")
+        raise RLBridgeError(
+            f"{len(failed)} of {len(jobs)} runs failed (see their output.log); the report covers the rest; "
+            f"run the bench again to retry them"
+        )
     return data
 
 
@@ -617,7 +683,10 @@ class _BenchProgress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
             console=Console(stderr=True),
         )
         self.runs = self.progress.add_task("runs", total=total, completed=done)

@@ -37,6 +37,8 @@ STAGE_LOSS = {"sft": "loss/sft", "dpo": "loss/dpo", "reward_model": "loss/reward
 def curve_metric(config) -> str:
     """reward/mean for an RL run, the stage's loss (lower is better) for sft, dpo and reward_model."""
     return STAGE_LOSS.get(config.algorithm.name, "reward/mean")
+
+
 # scalar per-run numbers aggregated across seeds: (key, label, unit, lower is better)
 SCALARS = [
     ("auc", "reward AUC (mean reward over all steps)", "", False),
@@ -48,7 +50,12 @@ SCALARS = [
     ("train_s", "training time (sum of step times)", "s", True),
     ("wall_s", "whole run (process start to exit)", "s", True),
     ("fixed_s", "fixed cost (wall - training time)", "s", True),
-    ("cpu_s", "CPU time of the whole process tree (user + system; complete where the tree reaps its children)", "s", True),
+    (
+        "cpu_s",
+        "CPU time of the whole process tree (user + system; complete where the tree reaps its children)",
+        "s",
+        True,
+    ),
     ("peak_tree_rss_mb", "peak memory, whole process tree (RSS sum)", "MiB", True),
     ("steps_to_target", "steps to target reward", "", True),
     ("time_to_target_s", "time to target reward (from process start)", "s", True),
@@ -64,8 +71,14 @@ def same_curve(a: list, b: list) -> bool:
     metrics), rlbridge's the float64 mean of the same rewards, and the two differ in the last ulps."""
     import math
 
-    return bool(a) and len(a) == len(b) and all(
-        x == y or (x is not None and y is not None and math.isclose(x, y, rel_tol=FLOAT32_REL_TOL)) for x, y in zip(a, b))
+    return (
+        bool(a)
+        and len(a) == len(b)
+        and all(
+            x == y or (x is not None and y is not None and math.isclose(x, y, rel_tol=FLOAT32_REL_TOL))
+            for x, y in zip(a, b)
+        )
+    )
 
 
 def _runs_in_ray_workers(backend: str) -> bool:
@@ -81,13 +94,17 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def run_numbers(result: dict[str, Any], config, reward_at: list[int], window: int, target: float | None) -> dict[str, Any]:
+def run_numbers(
+    result: dict[str, Any], config, reward_at: list[int], window: int, target: float | None
+) -> dict[str, Any]:
     """Every per-run number the report uses, from the run's metrics and the outside measurements."""
     history = result.get("history") or []
     arrivals = {int(k): v for k, v in (result.get("step_arrival_s") or {}).items()}
     metric = curve_metric(config)
     rewards = {int(r["step"]): r[metric] for r in history if metric in r}
-    samples = config.training.batch_size * (1 if config.is_offline else config.algorithm.group_size)  # a row is a sample offline
+    samples = config.training.batch_size * (
+        1 if config.is_offline else config.algorithm.group_size
+    )  # a row is a sample offline
     # step 1 carries warm-up (first generation, lazy init): timings use steps >= 2 where there are any
     timed = [r for r in history if r.get("step", 0) >= 2] or history
     out: dict[str, Any] = {"steps": len(history)}
@@ -103,7 +120,9 @@ def run_numbers(result: dict[str, Any], config, reward_at: list[int], window: in
             phases[key] = _median(vals)
     out["phases"] = phases
     out["step_s"] = phases.get(STEP)
-    gen_tps = [r["response_length/mean"] * samples / r[STEP] for r in timed if "response_length/mean" in r and r.get(STEP)]
+    gen_tps = [
+        r["response_length/mean"] * samples / r[STEP] for r in timed if "response_length/mean" in r and r.get(STEP)
+    ]
     out["gen_tokens_per_s"] = _median(gen_tps)
     out["samples_per_s"] = samples / out["step_s"] if out["step_s"] else None
     out["train_s"] = sum(r[STEP] for r in history if STEP in r) or None
@@ -151,7 +170,11 @@ def verdict(a: list[float], b: list[float], alpha: float = 0.05) -> dict[str, An
         return {"verdict": "not enough seeds (need 2 per arm)", "p": None, "method": method}
     if statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0:
         same = a[0] == b[0]
-        return {"verdict": "identical" if same else "differs (no seed variance)", "p": None if same else 0.0, "method": method}
+        return {
+            "verdict": "identical" if same else "differs (no seed variance)",
+            "p": None if same else 0.0,
+            "method": method,
+        }
     res = stats.ttest_ind(a, b, equal_var=False)
     p = float(res.pvalue)
     return {
@@ -164,7 +187,9 @@ def verdict(a: list[float], b: list[float], alpha: float = 0.05) -> dict[str, An
 
 def _git_commit() -> str | None:
     try:
-        res = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=10)
+        res = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=10
+        )
         return res.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -210,15 +235,19 @@ def aggregate(spec, jobs, diffs, results) -> dict[str, Any]:
     names = list(arms)
     pairs = []
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             entry = {"a": a, "b": b}
             for key in ("auc", "reward_final", "step_s"):
                 va = arms[a]["aggregate"][key]["values"]
                 vb = arms[b]["aggregate"][key]["values"]
                 entry[key] = verdict(va, vb, spec.alpha)
                 if key != "step_s":  # same seeds, same numbers: the engines computed the same thing
-                    sa = {r["seed"]: r["numbers"].get(key) for r in runs if r["arm"] == a and r["status"] == "completed"}
-                    sb = {r["seed"]: r["numbers"].get(key) for r in runs if r["arm"] == b and r["status"] == "completed"}
+                    sa = {
+                        r["seed"]: r["numbers"].get(key) for r in runs if r["arm"] == a and r["status"] == "completed"
+                    }
+                    sb = {
+                        r["seed"]: r["numbers"].get(key) for r in runs if r["arm"] == b and r["status"] == "completed"
+                    }
                     if len(sa) >= 2 and sa == sb:
                         entry[key]["verdict"] = "identical (seed by seed)"
                 ma, mb = arms[a]["aggregate"][key]["mean"], arms[b]["aggregate"][key]["mean"]
@@ -263,16 +292,26 @@ def native_overhead(arms: dict[str, Any], runs: list[dict[str, Any]], jobs) -> l
     for name, arm in arms.items():
         if arm["kind"] != "native":
             continue
-        peer = next((n for n, a in arms.items() if a["kind"] == "rlbridge" and a["backend"] == arm["backend"]
-                     and configs[n].model_dump(exclude={"run_name", "output_dir", "checkpoint"})
-                     == configs[name].model_dump(exclude={"run_name", "output_dir", "checkpoint"})), None)
+        peer = next(
+            (
+                n
+                for n, a in arms.items()
+                if a["kind"] == "rlbridge"
+                and a["backend"] == arm["backend"]
+                and configs[n].model_dump(exclude={"run_name", "output_dir", "checkpoint"})
+                == configs[name].model_dump(exclude={"run_name", "output_dir", "checkpoint"})
+            ),
+            None,
+        )
         if peer is None:
             continue
         pairs = []
         for run in runs:
             if run["arm"] != peer or run["status"] != "completed":
                 continue
-            nat = next((r for r in runs if r["arm"] == name and r["seed"] == run["seed"] and r["status"] == "completed"), None)
+            nat = next(
+                (r for r in runs if r["arm"] == name and r["seed"] == run["seed"] and r["status"] == "completed"), None
+            )
             if nat is None:
                 continue
             a, b = run["numbers"], nat["numbers"]
@@ -281,26 +320,32 @@ def native_overhead(arms: dict[str, Any], runs: list[dict[str, Any]], jobs) -> l
             # CPU time is the measured process tree's: complete for TRL (one process), not for a native
             # Ray engine, whose workers are children of Ray's raylet, outside the tree (rlbridge reaps its own)
             whole_tree = not _runs_in_ray_workers(arm["backend"])
-            pairs.append({
-                "seed": run["seed"],
-                "first": "rlbridge" if run.get("started_at", 0) <= nat.get("started_at", 0) else "native",
-                "wall_ratio": a["wall_s"] / b["wall_s"],
-                "step_ratio": a["step_s"] / b["step_s"] if a["step_s"] and b["step_s"] else None,
-                "fixed_extra_s": (a["fixed_s"] or 0) - (b["fixed_s"] or 0),
-                "cpu_ratio": a["cpu_s"] / b["cpu_s"] if whole_tree and a.get("cpu_s") and b.get("cpu_s") else None,
-                "rewards_identical": same_curve(ra, rb),
-            })
+            pairs.append(
+                {
+                    "seed": run["seed"],
+                    "first": "rlbridge" if run.get("started_at", 0) <= nat.get("started_at", 0) else "native",
+                    "wall_ratio": a["wall_s"] / b["wall_s"],
+                    "step_ratio": a["step_s"] / b["step_s"] if a["step_s"] and b["step_s"] else None,
+                    "fixed_extra_s": (a["fixed_s"] or 0) - (b["fixed_s"] or 0),
+                    "cpu_ratio": a["cpu_s"] / b["cpu_s"] if whole_tree and a.get("cpu_s") and b.get("cpu_s") else None,
+                    "rewards_identical": same_curve(ra, rb),
+                }
+            )
         if pairs:
-            out.append({
-                "rlbridge_arm": peer, "native_arm": name, "pairs": pairs,
-                "median_wall_ratio": _median([p["wall_ratio"] for p in pairs]),
-                "median_step_ratio": _median([p["step_ratio"] for p in pairs if p["step_ratio"]]),
-                "median_fixed_extra_s": _median([p["fixed_extra_s"] for p in pairs]),
-                "median_cpu_ratio": _median([p["cpu_ratio"] for p in pairs if p["cpu_ratio"]]),
-                "rewards_identical_all": all(p["rewards_identical"] for p in pairs),
-                "rlbridge_first": sum(p["first"] == "rlbridge" for p in pairs),
-                "wall_ratio_target": WALL_RATIO_TARGET,
-            })
+            out.append(
+                {
+                    "rlbridge_arm": peer,
+                    "native_arm": name,
+                    "pairs": pairs,
+                    "median_wall_ratio": _median([p["wall_ratio"] for p in pairs]),
+                    "median_step_ratio": _median([p["step_ratio"] for p in pairs if p["step_ratio"]]),
+                    "median_fixed_extra_s": _median([p["fixed_extra_s"] for p in pairs]),
+                    "median_cpu_ratio": _median([p["cpu_ratio"] for p in pairs if p["cpu_ratio"]]),
+                    "rewards_identical_all": all(p["rewards_identical"] for p in pairs),
+                    "rlbridge_first": sum(p["first"] == "rlbridge" for p in pairs),
+                    "wall_ratio_target": WALL_RATIO_TARGET,
+                }
+            )
     return out
 
 
@@ -350,8 +395,10 @@ def markdown(data: dict[str, Any], plots: list[str]) -> str:
     ]
     for n, a in arms.items():
         approx = "<br>".join(a["approximations"]) or "none"
-        lines.append(f"| {n} | {a['kind']} | {', '.join(a['engine_versions']) or a['engine']} | "
-                     f"{a['runs_completed']}/{a['runs_total']} | {approx} |")
+        lines.append(
+            f"| {n} | {a['kind']} | {', '.join(a['engine_versions']) or a['engine']} | "
+            f"{a['runs_completed']}/{a['runs_total']} | {approx} |"
+        )
     lines += ["", "What differs between arms (canonical config; everything else is identical):", ""]
     if data["differences"]:
         lines += ["| knob | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -360,55 +407,98 @@ def markdown(data: dict[str, Any], plots: list[str]) -> str:
     else:
         lines.append("nothing but the kind of run")
     curve = data.get("curve", "reward/mean")
-    lines += ["", "## Learning", "", f"Curve: `{curve}`" + (" (lower is better)" if curve != "reward/mean" else "") + ".", "",
-              "| arm | AUC | " + " | ".join(f"{curve} @ {s}" for s in data["reward_at"])
-              + " | steps to target | time to target (s) |",
-              "|---|---|" + "---|" * len(data["reward_at"]) + "---|---|"]
+    lines += [
+        "",
+        "## Learning",
+        "",
+        f"Curve: `{curve}`" + (" (lower is better)" if curve != "reward/mean" else "") + ".",
+        "",
+        "| arm | AUC | "
+        + " | ".join(f"{curve} @ {s}" for s in data["reward_at"])
+        + " | steps to target | time to target (s) |",
+        "|---|---|" + "---|" * len(data["reward_at"]) + "---|---|",
+    ]
     for n, a in arms.items():
         g = a["aggregate"]
-        lines.append(f"| {n} | {_ci(g['auc'])} | " + " | ".join(_ci(g[f'reward_at_{s}']) for s in data["reward_at"])
-                     + f" | {_ci(g['steps_to_target'])} | {_ci(g['time_to_target_s'])} |")
+        lines.append(
+            f"| {n} | {_ci(g['auc'])} | "
+            + " | ".join(_ci(g[f"reward_at_{s}"]) for s in data["reward_at"])
+            + f" | {_ci(g['steps_to_target'])} | {_ci(g['time_to_target_s'])} |"
+        )
     if data["spec"].get("target_reward") is not None:
-        lines.append(f"\nTarget reward {data['spec']['target_reward']}: first step whose reward/mean reaches it "
-                     "('-': not reached in the run).")
-    lines += ["", "## Speed and memory", "",
-              "| arm | step (s) | generated tok/s | samples/s | start-up (s) | training (s) | whole run (s) | fixed (s) | CPU (s) | peak memory (MiB) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"\nTarget reward {data['spec']['target_reward']}: first step whose reward/mean reaches it "
+            "('-': not reached in the run)."
+        )
+    lines += [
+        "",
+        "## Speed and memory",
+        "",
+        "| arm | step (s) | generated tok/s | samples/s | start-up (s) | training (s) | whole run (s) | fixed (s) | CPU (s) | peak memory (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for n, a in arms.items():
         g = a["aggregate"]
-        lines.append(f"| {n} | {_ci(g['step_s'])} | {_ci(g['gen_tokens_per_s'])} | {_ci(g['samples_per_s'])} | "
-                     f"{_ci(g['startup_s'])} | {_ci(g['train_s'])} | {_ci(g['wall_s'])} | {_ci(g['fixed_s'])} | "
-                     f"{_ci(g['cpu_s'])} | {_ci(g['peak_tree_rss_mb'])} |")
-    lines += ["", "Per-step phases from each engine's own timers (median over steps >= 2, mean over seeds; "
-              "'-': the engine has no such phase or does not time it):", "",
-              "| arm | " + " | ".join(label for _, label in PHASES) + " | whole step |",
-              "|---|" + "---|" * (len(PHASES) + 1)]
+        lines.append(
+            f"| {n} | {_ci(g['step_s'])} | {_ci(g['gen_tokens_per_s'])} | {_ci(g['samples_per_s'])} | "
+            f"{_ci(g['startup_s'])} | {_ci(g['train_s'])} | {_ci(g['wall_s'])} | {_ci(g['fixed_s'])} | "
+            f"{_ci(g['cpu_s'])} | {_ci(g['peak_tree_rss_mb'])} |"
+        )
+    lines += [
+        "",
+        "Per-step phases from each engine's own timers (median over steps >= 2, mean over seeds; "
+        "'-': the engine has no such phase or does not time it):",
+        "",
+        "| arm | " + " | ".join(label for _, label in PHASES) + " | whole step |",
+        "|---|" + "---|" * (len(PHASES) + 1),
+    ]
     for n, a in arms.items():
         ph = a["aggregate"]["phases"]
-        lines.append(f"| {n} | " + " | ".join(_ci(ph[k]) if k in ph else "-" for k, _ in PHASES)
-                     + f" | {_ci(ph[STEP]) if STEP in ph else '-'} |")
+        lines.append(
+            f"| {n} | "
+            + " | ".join(_ci(ph[k]) if k in ph else "-" for k, _ in PHASES)
+            + f" | {_ci(ph[STEP]) if STEP in ph else '-'} |"
+        )
     if data["pairs"]:
-        lines += ["", "## Pairwise verdicts", "",
-                  "| A | B | AUC | final reward | step time (ratio A/B) |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Pairwise verdicts",
+            "",
+            "| A | B | AUC | final reward | step time (ratio A/B) |",
+            "|---|---|---|---|---|",
+        ]
         for p in data["pairs"]:
+
             def cell(v: dict[str, Any], ratio: bool = False) -> str:
                 s = v["verdict"] + (f" (p={v['p']:.3g})" if v.get("p") is not None else "")
                 return s + (f", {v['ratio_a_over_b']:.2f}x" if ratio and v.get("ratio_a_over_b") else "")
-            lines.append(f"| {p['a']} | {p['b']} | {cell(p['auc'])} | {cell(p['reward_final'])} | {cell(p['step_s'], True)} |")
+
+            lines.append(
+                f"| {p['a']} | {p['b']} | {cell(p['auc'])} | {cell(p['reward_final'])} | {cell(p['step_s'], True)} |"
+            )
         lines.append(f"\nMethod: {data['statistics']['verdict']} on the per-seed values.")
     if data["native_overhead"]:
-        lines += ["", "## rlbridge overhead against the native engine", "",
-                  f"Target: whole-run wall ratio rlbridge/native <= {WALL_RATIO_TARGET}. A pair is one seed of both arms, "
-                  "run one after the other; the order alternates between seeds.", "",
-                  "| rlbridge arm | native arm | pairs (rlbridge first) | wall ratio (median) | wall ratio per pair | step-time ratio (median) | extra fixed cost (s, median) | CPU-time ratio (median) | identical rewards |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## rlbridge overhead against the native engine",
+            "",
+            f"Target: whole-run wall ratio rlbridge/native <= {WALL_RATIO_TARGET}. A pair is one seed of both arms, "
+            "run one after the other; the order alternates between seeds.",
+            "",
+            "| rlbridge arm | native arm | pairs (rlbridge first) | wall ratio (median) | wall ratio per pair | step-time ratio (median) | extra fixed cost (s, median) | CPU-time ratio (median) | identical rewards |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for o in data["native_overhead"]:
             per_pair = ", ".join(_fmt(p["wall_ratio"]) for p in o["pairs"])
-            lines.append(f"| {o['rlbridge_arm']} | {o['native_arm']} | {len(o['pairs'])} ({o.get('rlbridge_first', '-')}) | "
-                         f"{_fmt(o['median_wall_ratio'])} | {per_pair} | {_fmt(o['median_step_ratio'])} | {_fmt(o['median_fixed_extra_s'])} | "
-                         f"{_fmt(o['median_cpu_ratio'])} | {o['rewards_identical_all']} |")
-        lines.append("\nCPU time: engines that train in one process tree only (a native Ray engine's workers run under "
-                     "Ray's raylet, outside the measured process tree). Identical rewards: the reward curves agree at every step of every pair.")
+            lines.append(
+                f"| {o['rlbridge_arm']} | {o['native_arm']} | {len(o['pairs'])} ({o.get('rlbridge_first', '-')}) | "
+                f"{_fmt(o['median_wall_ratio'])} | {per_pair} | {_fmt(o['median_step_ratio'])} | {_fmt(o['median_fixed_extra_s'])} | "
+                f"{_fmt(o['median_cpu_ratio'])} | {o['rewards_identical_all']} |"
+            )
+        lines.append(
+            "\nCPU time: engines that train in one process tree only (a native Ray engine's workers run under "
+            "Ray's raylet, outside the measured process tree). Identical rewards: the reward curves agree at every step of every pair."
+        )
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     lines += ["", "Definitions: " + "; ".join(f"{k}: {v}" for k, v in data["statistics"].items()) + "."]
@@ -436,11 +526,21 @@ def plot_all(out: Path, data: dict[str, Any], histories: dict[str, list[dict[str
             continue
         steps = sorted(set.intersection(*(set(c) for c in curves)))
         means = [sum(c[s] for c in curves) / len(curves) for s in steps]
-        ax.plot(steps, means, color=colors[n], label=f"{n} (mean of {len(curves)})",
-                ls="--" if arms[n]["kind"] == "native" else "-")  # dashed: a native arm may lie on its peer
+        ax.plot(
+            steps,
+            means,
+            color=colors[n],
+            label=f"{n} (mean of {len(curves)})",
+            ls="--" if arms[n]["kind"] == "native" else "-",
+        )  # dashed: a native arm may lie on its peer
         if len(curves) > 1:
-            ax.fill_between(steps, [min(c[s] for c in curves) for s in steps], [max(c[s] for c in curves) for s in steps],
-                            color=colors[n], alpha=0.2)
+            ax.fill_between(
+                steps,
+                [min(c[s] for c in curves) for s in steps],
+                [max(c[s] for c in curves) for s in steps],
+                color=colors[n],
+                alpha=0.2,
+            )
     ax.set(xlabel="training step", ylabel=metric, title=f"{metric} vs step (band: min-max over seeds)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -453,11 +553,20 @@ def plot_all(out: Path, data: dict[str, Any], histories: dict[str, list[dict[str
     for n in arms:
         for i, r in enumerate(runs_of[n]):
             arr = r.get("step_arrival_s") or {}
-            pts = [(arr[str(int(h["step"]))], h[metric]) for h in histories.get(r["key"], [])
-                   if metric in h and str(int(h["step"])) in arr]
+            pts = [
+                (arr[str(int(h["step"]))], h[metric])
+                for h in histories.get(r["key"], [])
+                if metric in h and str(int(h["step"])) in arr
+            ]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colors[n], alpha=0.8, lw=1,
-                        label=n if i == 0 else None)
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    color=colors[n],
+                    alpha=0.8,
+                    lw=1,
+                    label=n if i == 0 else None,
+                )
     ax.set(xlabel="seconds since process start", ylabel=metric, title=f"{metric} vs wall clock (one line per seed)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -491,8 +600,14 @@ def plot_all(out: Path, data: dict[str, Any], histories: dict[str, list[dict[str
     files.append("phases.png")
 
     fig, axes = plt.subplots(1, 3, figsize=(max(10, 3 * len(names)), 4))
-    for ax, (key, label) in zip(axes, [("gen_tokens_per_s", "generated tokens/s"), ("samples_per_s", "samples/s"),
-                                       ("peak_tree_rss_mb", "peak memory (MiB)")]):
+    for ax, (key, label) in zip(
+        axes,
+        [
+            ("gen_tokens_per_s", "generated tokens/s"),
+            ("samples_per_s", "samples/s"),
+            ("peak_tree_rss_mb", "peak memory (MiB)"),
+        ],
+    ):
         means, errs = [], []
         for n in names:
             g = arms[n]["aggregate"][key]

@@ -24,8 +24,19 @@ from rlbridge.helpers import flatten
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 SUMMARY_KEYS = (
-    "status", "backend", "engine_version", "steps", "reward_first", "reward_last", "reward_max",
-    "reward_last10pct_mean", "first_step_reward_ge_0_9", "step_s_median", "train_s", "wall_s", "error",
+    "status",
+    "backend",
+    "engine_version",
+    "steps",
+    "reward_first",
+    "reward_last",
+    "reward_max",
+    "reward_last10pct_mean",
+    "first_step_reward_ge_0_9",
+    "step_s_median",
+    "train_s",
+    "wall_s",
+    "error",
 )
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 420, 240, 56, 12, 24, 34
 
@@ -49,7 +60,9 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 def load_run(path: Path) -> Run:
     path = Path(path)
     if not (path / "metrics.jsonl").is_file():
-        raise RLBridgeError(f"report: {path} has no metrics.jsonl; give run directories (the output_dir of `rlbridge train`)")
+        raise RLBridgeError(
+            f"report: {path} has no metrics.jsonl; give run directories (the output_dir of `rlbridge train`)"
+        )
     config = yaml.safe_load((path / "config.yaml").read_text()) if (path / "config.yaml").is_file() else {}
     summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").is_file() else {}
     label = f"{config.get('run_name') or path.name} [{config.get('backend', '?')}]"
@@ -106,15 +119,21 @@ def svg_plot(name: str, runs: list[Run], x_max: float) -> str:
     def py(y: float) -> float:
         return H - PAD_B - (H - PAD_T - PAD_B) * (y - y0) / (y1 - y0)
 
-    out = [f'<svg class="plot" data-metric="{html.escape(name)}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" '
-           f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{html.escape(name)}">',
-           f'<text x="{W / 2}" y="15" text-anchor="middle" class="title">{html.escape(name)}</text>']
+    out = [
+        f'<svg class="plot" data-metric="{html.escape(name)}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" '
+        f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{html.escape(name)}">',
+        f'<text x="{W / 2}" y="15" text-anchor="middle" class="title">{html.escape(name)}</text>',
+    ]
     for t in yticks:
-        out.append(f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{py(t):.1f}" y2="{py(t):.1f}" class="grid"/>'
-                   f'<text x="{PAD_L - 4}" y="{py(t) + 4:.1f}" text-anchor="end" class="tick">{_fmt(t)}</text>')
+        out.append(
+            f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{py(t):.1f}" y2="{py(t):.1f}" class="grid"/>'
+            f'<text x="{PAD_L - 4}" y="{py(t) + 4:.1f}" text-anchor="end" class="tick">{_fmt(t)}</text>'
+        )
     for t in xticks:
-        out.append(f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{PAD_T}" y2="{H - PAD_B}" class="grid"/>'
-                   f'<text x="{px(t):.1f}" y="{H - PAD_B + 14}" text-anchor="middle" class="tick">{_fmt(t)}</text>')
+        out.append(
+            f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{PAD_T}" y2="{H - PAD_B}" class="grid"/>'
+            f'<text x="{px(t):.1f}" y="{H - PAD_B + 14}" text-anchor="middle" class="tick">{_fmt(t)}</text>'
+        )
     out.append(f'<text x="{(W + PAD_L) / 2}" y="{H - 4}" text-anchor="middle" class="axis">training step</text>')
     for i, (run, pts) in enumerate(zip(runs, series)):
         if not pts:
@@ -123,8 +142,10 @@ def svg_plot(name: str, runs: list[Run], x_max: float) -> str:
         path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
         out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2" data-run="{i}"/>')
         for x, y in pts:
-            out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{color}" data-run="{i}" '
-                       f'data-step="{x:g}" data-value="{y!r}"><title>{html.escape(run.label)} step {x:g}: {y:.6g}</title></circle>')
+            out.append(
+                f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{color}" data-run="{i}" '
+                f'data-step="{x:g}" data-value="{y!r}"><title>{html.escape(run.label)} step {x:g}: {y:.6g}</title></circle>'
+            )
     out.append("</svg>")
     return "".join(out)
 
@@ -156,30 +177,44 @@ def render(runs: list[Run]) -> str:
     x_max = max((row["step"] for run in runs for row in run.history), default=1)
     legend = "".join(
         f'<span><i style="background:{COLORS[i % len(COLORS)]}"></i>{html.escape(run.label)} '
-        f'<small>({html.escape(str(run.path))})</small></span>' for i, run in enumerate(runs)
+        f"<small>({html.escape(str(run.path))})</small></span>"
+        for i, run in enumerate(runs)
     )
     parts = [
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         f"<title>rlbridge report: {html.escape(', '.join(r.label for r in runs))}</title><style>{CSS}</style></head><body>",
         f"<h1>rlbridge report: {len(runs)} run{'s' if len(runs) != 1 else ''}</h1>",
         f'<div class="legend">{legend}</div>',
         "<h2>Canonical metrics</h2>",
-        f'<div class="plots">{"".join(svg_plot(n, runs, x_max) for n in names)}</div>' if names else "<p>No metrics recorded.</p>",
-        "<h2>Summaries</h2><table id=\"summaries\"><tr><th>run</th>" + "".join(f"<th>{k}</th>" for k in SUMMARY_KEYS) + "</tr>",
+        f'<div class="plots">{"".join(svg_plot(n, runs, x_max) for n in names)}</div>'
+        if names
+        else "<p>No metrics recorded.</p>",
+        '<h2>Summaries</h2><table id="summaries"><tr><th>run</th>'
+        + "".join(f"<th>{k}</th>" for k in SUMMARY_KEYS)
+        + "</tr>",
     ]
     for run in runs:
         row = {**run.summary, "backend": run.summary.get("backend", run.config.get("backend"))}
-        parts.append(f"<tr><th>{html.escape(run.label)}</th>" + "".join(_cell(row.get(k)) for k in SUMMARY_KEYS) + "</tr>")
+        parts.append(
+            f"<tr><th>{html.escape(run.label)}</th>" + "".join(_cell(row.get(k)) for k in SUMMARY_KEYS) + "</tr>"
+        )
     parts.append("</table>")
     diffs = config_differences(runs)
     parts.append("<h2>Config differences</h2>")
     if len(runs) < 2:
-        parts.append("<p>One run: nothing to compare. Its resolved config:</p><pre>"
-                     + html.escape(yaml.safe_dump(runs[0].config, sort_keys=False)) + "</pre>")
+        parts.append(
+            "<p>One run: nothing to compare. Its resolved config:</p><pre>"
+            + html.escape(yaml.safe_dump(runs[0].config, sort_keys=False))
+            + "</pre>"
+        )
     elif not diffs:
         parts.append("<p>The resolved configs are identical.</p>")
     else:
-        parts.append("<table id=\"config-diff\"><tr><th>key</th>" + "".join(f"<th>{html.escape(r.label)}</th>" for r in runs) + "</tr>")
+        parts.append(
+            '<table id="config-diff"><tr><th>key</th>'
+            + "".join(f"<th>{html.escape(r.label)}</th>" for r in runs)
+            + "</tr>"
+        )
         for key, values in diffs:
             parts.append(f"<tr><th>{html.escape(key)}</th>" + "".join(_cell(v) for v in values) + "</tr>")
         parts.append("</table>")
@@ -189,10 +224,15 @@ def render(runs: list[Run]) -> str:
             continue
         last = run.samples[-1]["step"]
         rows = [s for s in run.samples if s["step"] == last]
-        parts.append(f"<h3>{html.escape(run.label)}, step {last}</h3><table><tr><th>prompt</th><th>completion</th><th>reward</th></tr>")
+        parts.append(
+            f"<h3>{html.escape(run.label)}, step {last}</h3><table><tr><th>prompt</th><th>completion</th><th>reward</th></tr>"
+        )
         for s in rows:
-            parts.append(f"<tr><td><pre>{html.escape(str(s.get('prompt')))}</pre></td><td><pre>{html.escape(str(s.get('completion')))}</pre></td>"
-                         + _cell(s.get("reward")) + "</tr>")
+            parts.append(
+                f"<tr><td><pre>{html.escape(str(s.get('prompt')))}</pre></td><td><pre>{html.escape(str(s.get('completion')))}</pre></td>"
+                + _cell(s.get("reward"))
+                + "</tr>"
+            )
         parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -206,23 +246,31 @@ def write_report(run_dirs: list[Path], output: Path) -> Path:
         if (p / "pipeline.json").is_file():
             record = json.loads((p / "pipeline.json").read_text())
             pipelines.append(record)
-            runs += [load_run(Path(stage["run_dir"])) for stage in record["stages"] if (Path(stage["run_dir"]) / "metrics.jsonl").is_file()]
+            runs += [
+                load_run(Path(stage["run_dir"]))
+                for stage in record["stages"]
+                if (Path(stage["run_dir"]) / "metrics.jsonl").is_file()
+            ]
         else:
             runs.append(load_run(p))
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     page = render(runs)
     if pipelines:
-        page = page.replace("<h2>Canonical metrics</h2>", "".join(map(pipeline_table, pipelines)) + "<h2>Canonical metrics</h2>", 1)
+        page = page.replace(
+            "<h2>Canonical metrics</h2>", "".join(map(pipeline_table, pipelines)) + "<h2>Canonical metrics</h2>", 1
+        )
     output.write_text(page, encoding="utf-8")
     return output
 
 
 def pipeline_table(record: dict[str, Any]) -> str:
     """One row per stage: what it trained, on which engine, from which model to which, how it ended."""
-    rows = [f"<h2>Pipeline {html.escape(str(record.get('name')))}: {html.escape(str(record.get('status')))}</h2>",
-            '<table class="pipeline"><tr><th>stage</th><th>algorithm</th><th>backend</th><th>status</th>'
-            "<th>model in</th><th>model out</th><th>learned</th><th>run directory</th></tr>"]
+    rows = [
+        f"<h2>Pipeline {html.escape(str(record.get('name')))}: {html.escape(str(record.get('status')))}</h2>",
+        '<table class="pipeline"><tr><th>stage</th><th>algorithm</th><th>backend</th><th>status</th>'
+        "<th>model in</th><th>model out</th><th>learned</th><th>run directory</th></tr>",
+    ]
     for stage in record["stages"]:
         summary = stage.get("summary") or {}
         if "loss" in summary:
@@ -232,7 +280,21 @@ def pipeline_table(record: dict[str, Any]) -> str:
         else:
             learned = ""
         status = stage.get("status", "") + (" (finished before, not rerun)" if stage.get("skipped") else "")
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-            stage["name"], stage.get("algorithm"), stage.get("backend"), status, stage.get("model_in"), stage.get("model_out", "-"),
-            learned, stage["run_dir"])) + "</tr>")
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(v))}</td>"
+                for v in (
+                    stage["name"],
+                    stage.get("algorithm"),
+                    stage.get("backend"),
+                    status,
+                    stage.get("model_in"),
+                    stage.get("model_out", "-"),
+                    learned,
+                    stage["run_dir"],
+                )
+            )
+            + "</tr>"
+        )
     return "".join(rows) + "</table>"

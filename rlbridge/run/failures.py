@@ -128,44 +128,86 @@ def _vmstat_oom() -> int | None:
 # (kind, pattern); the first kind with a match in the error text wins, then the same in the logs
 PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("nonfinite", re.compile(r"NonFiniteError|training\.on_nonfinite: step \d+ had non-finite")),
-    ("reward_faults", re.compile(r"RewardFailure|over rollout_workers\.error_threshold|rollout_workers\.on_error is 'fail'")),
-    ("cuda_oom", re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory|cuda error: out of memory|"
-                            r"HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache blocks")),
-    ("host_oom", re.compile(r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|"
-                            r"killed due to memory pressure \(OOM\)|Out of memory: Killed process")),
-    ("collective_timeout", re.compile(r"Watchdog caught collective operation timeout|WorkNCCL\(.*Timeout\(ms\)|NCCL (?:communicator|operation).*tim(?:ed|e) ?out|"
-                                      r"DistBackendError|[Gg]loo.*[Tt]imed out|Timed out waiting \d+ms for (?:recv|send) operation|"
-                                      r"gloo.*Connection closed by peer|ProcessGroupGloo.*timeout")),
-    ("checkpoint_write_failed", re.compile(r"No space left on device|ENOSPC|Disk quota exceeded|PytorchStreamWriter failed writing file")),
-    ("vllm_engine_died", re.compile(r"EngineDeadError|AsyncEngineDeadError|EngineCore encountered (?:a fatal error|an issue)|"
-                                    r"Engine core proc \S+ died unexpectedly|EngineCore_DP\d+ died|Engine process failed to start")),
-    ("ray_actor_died", re.compile(r"ActorDiedError|RayActorError|The actor died unexpectedly|WorkerCrashedError|"
-                                  r"The actor is dead because its worker process has died|Worker exit type|"
-                                  # Ray's own processes (raylet, GCS) died: the workers on that node went with them
-                                  r"RaySystemError|NodeDiedError|LocalRayletDiedError|OwnerDiedError|has been marked dead")),
-    ("engine_import", re.compile(r"ModuleNotFoundError|ImportError: |cannot import name|No module named|undefined symbol|"
-                                 r"EngineNotAvailableError|is outside the supported range|is not installed in this environment|"
-                                 r"(?:requires|needs) \S+ ?[<>=!~]=? ?[\d.]+,? but (?:you have|found|\S+ is installed)")),
+    (
+        "reward_faults",
+        re.compile(r"RewardFailure|over rollout_workers\.error_threshold|rollout_workers\.on_error is 'fail'"),
+    ),
+    (
+        "cuda_oom",
+        re.compile(
+            r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory|cuda error: out of memory|"
+            r"HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache blocks"
+        ),
+    ),
+    (
+        "host_oom",
+        re.compile(
+            r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|"
+            r"killed due to memory pressure \(OOM\)|Out of memory: Killed process"
+        ),
+    ),
+    (
+        "collective_timeout",
+        re.compile(
+            r"Watchdog caught collective operation timeout|WorkNCCL\(.*Timeout\(ms\)|NCCL (?:communicator|operation).*tim(?:ed|e) ?out|"
+            r"DistBackendError|[Gg]loo.*[Tt]imed out|Timed out waiting \d+ms for (?:recv|send) operation|"
+            r"gloo.*Connection closed by peer|ProcessGroupGloo.*timeout"
+        ),
+    ),
+    (
+        "checkpoint_write_failed",
+        re.compile(r"No space left on device|ENOSPC|Disk quota exceeded|PytorchStreamWriter failed writing file"),
+    ),
+    (
+        "vllm_engine_died",
+        re.compile(
+            r"EngineDeadError|AsyncEngineDeadError|EngineCore encountered (?:a fatal error|an issue)|"
+            r"Engine core proc \S+ died unexpectedly|EngineCore_DP\d+ died|Engine process failed to start"
+        ),
+    ),
+    (
+        "ray_actor_died",
+        re.compile(
+            r"ActorDiedError|RayActorError|The actor died unexpectedly|WorkerCrashedError|"
+            r"The actor is dead because its worker process has died|Worker exit type|"
+            # Ray's own processes (raylet, GCS) died: the workers on that node went with them
+            r"RaySystemError|NodeDiedError|LocalRayletDiedError|OwnerDiedError|has been marked dead"
+        ),
+    ),
+    (
+        "engine_import",
+        re.compile(
+            r"ModuleNotFoundError|ImportError: |cannot import name|No module named|undefined symbol|"
+            r"EngineNotAvailableError|is outside the supported range|is not installed in this environment|"
+            r"(?:requires|needs) \S+ ?[<>=!~]=? ?[\d.]+,? but (?:you have|found|\S+ is installed)"
+        ),
+    ),
 ]
 
 # a line of Ray's account of a death: "Worker exit type: SYSTEM_ERROR Worker exit detail: ..."
 _RAY_EXIT = re.compile(r"Worker exit type: \S+(?: Worker exit detail: [^.]*\.?)?")
 # the libraries engines build their configs and models with; the engines' own packages come from the backends
 _ENGINE_LIBRARIES = ("transformers", "deepspeed", "vllm", "omegaconf", "hydra", "peft", "accelerate")
-_CONFIG_ERRORS = re.compile(r"^(?:ValueError|AssertionError|TypeError|KeyError|omegaconf\.errors\.\w+|hydra\.errors\.\w+|"
-                            r"ConfigAttributeError|ConfigKeyError|ValidationError|NotImplementedError)\b")
+_CONFIG_ERRORS = re.compile(
+    r"^(?:ValueError|AssertionError|TypeError|KeyError|omegaconf\.errors\.\w+|hydra\.errors\.\w+|"
+    r"ConfigAttributeError|ConfigKeyError|ValidationError|NotImplementedError)\b"
+)
 # frames of the engines' checkpoint writers: an error raised under one is a failed checkpoint write. A
 # full disk does not always say so: torch.save reports "basic_ios::clear: iostream error" and
 # "[enforce fail at inline_container.cc] unexpected pos" (measured on a 600 KiB tmpfs under TRL)
-_SAVE_FRAMES = re.compile(r"in (?:_save_checkpoint|save_checkpoint|_save_optimizer_and_scheduler|save_pretrained|save_model|"
-                          r"_save_rng_state|save_file)\n|torch/serialization\.py\", line \d+, in save\n")
+_SAVE_FRAMES = re.compile(
+    r"in (?:_save_checkpoint|save_checkpoint|_save_optimizer_and_scheduler|save_pretrained|save_model|"
+    r"_save_rng_state|save_file)\n|torch/serialization\.py\", line \d+, in save\n"
+)
 _ARGPARSE = re.compile(r"error: (?:unrecognized arguments|argument \S+|the following arguments are required)")
 
 # a traceback through vLLM's engine core (its step) or its model worker: where vLLM runs in the trainer's
 # own process (TRL colocate: external_launcher turns vLLM's engine-core process off, vllm/config/parallel.py)
 # its failure reaches the trainer as the raw exception; in a process of its own it would be EngineDeadError
-_VLLM_CORE = re.compile(r'File "[^"]*/vllm/v1/(?:engine/core\.py", line \d+, in (?:step|step_with_batch_queue|execute_model)|'
-                        r'worker/\w+\.py", line \d+, in (?:execute_model|sample_tokens|_model_forward))\b')
+_VLLM_CORE = re.compile(
+    r'File "[^"]*/vllm/v1/(?:engine/core\.py", line \d+, in (?:step|step_with_batch_queue|execute_model)|'
+    r'worker/\w+\.py", line \d+, in (?:execute_model|sample_tokens|_model_forward))\b'
+)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its log prefixes
 VLLM_CLASSES = ("LLMRayActor", "RolloutRayActor", "vLLMHttpServer", "AsyncvLLMServer", "EngineCore")
 
@@ -187,7 +229,9 @@ def classify(
     if attached.get("kind") == "hang":  # the watchdog already said which process and frame
         attached.setdefault("retryable", RETRYABLE["hang"])
         return attached
-    primary = _ANSI.sub("", _exception_text(exc) + "\n" + "\n".join(attached.get("error") or []) + "\n" + str(attached.get("how") or ""))
+    primary = _ANSI.sub(
+        "", _exception_text(exc) + "\n" + "\n".join(attached.get("error") or []) + "\n" + str(attached.get("how") or "")
+    )
     logs = _ANSI.sub("", _log_text(run_dir, attached.get("log")))
     kind, evidence = _match(primary)
     if kind is None:
@@ -210,22 +254,28 @@ def classify(
         if free is not None:
             size = _newest_checkpoint_mib(where)
             full = free < 1 or (size is not None and free < size)
-            evidence += (f" (raised while writing a checkpoint; {free:.1f} MiB free where checkpoint.dir is"
-                         + (": the disk is full)" if full else ")"))
+            evidence += f" (raised while writing a checkpoint; {free:.1f} MiB free where checkpoint.dir is" + (
+                ": the disk is full)" if full else ")"
+            )
     if kind is None and _config_refused(exc, primary, steps_done):
         kind, evidence = "config_refused", _last_exception_line(primary)
     own = getattr(exc, "engine_traceback", None) or primary  # the engine's own exception line, not the launcher's
     if kind is None and exc is not None:
         core = _VLLM_CORE.search(primary)
         if core:  # a vLLM engine in the trainer's own process died with an exception, not an EngineDeadError
-            kind, evidence = "vllm_engine_died", f"{_last_exception_line(own)} (raised in vLLM's engine core: {core.group(0).strip()})"
+            kind, evidence = (
+                "vllm_engine_died",
+                f"{_last_exception_line(own)} (raised in vLLM's engine core: {core.group(0).strip()})",
+            )
             host = attached.get("process") or ("the rlbridge train process" if in_process else "the engine process")
             attached["process"] = f"the vLLM engine inside {host}"
     # an engine process that ended with an exception of its own (its traceback came back) did not die:
     # that exception is the cause ('error' below when nothing above explains it)
     ended = str(attached.get("how", ""))
-    if kind is None and (re.search(r"was killed by SIG\w+", ended) or (
-            re.search(r"exited with code -?\d+", ended) and not getattr(exc, "engine_traceback", None))):
+    if kind is None and (
+        re.search(r"was killed by SIG\w+", ended)
+        or (re.search(r"exited with code -?\d+", ended) and not getattr(exc, "engine_traceback", None))
+    ):
         kind, evidence = "engine_process_died", str(attached["how"])
     if kind is None:
         kind, evidence = "error", _last_exception_line(own)
@@ -233,12 +283,21 @@ def classify(
         detail = _RAY_EXIT.search(primary) or _RAY_EXIT.search(logs)
         if detail:
             evidence = f"{evidence}; {detail.group(0)}" if detail.group(0) not in evidence else evidence
-    process = attached.get("process") or ("the rlbridge train process (engine in process)" if in_process else "engine process")
+    process = attached.get("process") or (
+        "the rlbridge train process (engine in process)" if in_process else "engine process"
+    )
     if kind in ("ray_actor_died", "host_oom") and any(c in process for c in VLLM_CLASSES):
         kind = "vllm_engine_died" if kind == "ray_actor_died" else kind
     role = role_of(process, actor_roles or {}, kind)
-    out = {**attached, "kind": kind, "process": process, "role": role, "evidence": evidence[:600],
-           "hint": hint(kind, config, evidence=evidence, run_dir=run_dir), "retryable": RETRYABLE[kind]}
+    out = {
+        **attached,
+        "kind": kind,
+        "process": process,
+        "role": role,
+        "evidence": evidence[:600],
+        "hint": hint(kind, config, evidence=evidence, run_dir=run_dir),
+        "retryable": RETRYABLE[kind],
+    }
     return out
 
 
@@ -280,7 +339,7 @@ def _match(text: str, strong_only: bool = False) -> tuple[str | None, str]:
         for found in pattern.finditer(text):
             start = text.rfind("\n", 0, found.start()) + 1
             end = text.find("\n", found.end())
-            lines.append(text[start:end if end != -1 else None])
+            lines.append(text[start : end if end != -1 else None])
             if not lines[-1].startswith(" "):  # a message line, not a traceback's source line
                 return kind, lines[-1].strip()
         if lines:
@@ -296,8 +355,10 @@ def _config_refused(exc: BaseException | None, text: str, steps_done: int) -> bo
     if _ARGPARSE.search(text):
         return True
     last = _last_exception_line(text)
-    return bool(_CONFIG_ERRORS.search(last.split("(")[0].split(": ")[-1] if last.startswith("ray.") else last)
-                and _engine_frames().search(text))
+    return bool(
+        _CONFIG_ERRORS.search(last.split("(")[0].split(": ")[-1] if last.startswith("ray.") else last)
+        and _engine_frames().search(text)
+    )
 
 
 @functools.cache
@@ -350,16 +411,24 @@ def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = N
         parts = []
         in_rollout = any(w in evidence for w in ("cumem_allocator", "cache blocks", "KV cache", "vllm", "EngineCore"))
         if ro is not None and in_rollout:
-            parts.append(f"rollout.gpu_memory_utilization={max(0.05, round(ro.gpu_memory_utilization - 0.1, 2))} "
-                         f"(now {ro.gpu_memory_utilization}; it ran out in the rollout engine)")
+            parts.append(
+                f"rollout.gpu_memory_utilization={max(0.05, round(ro.gpu_memory_utilization - 0.1, 2))} "
+                f"(now {ro.gpu_memory_utilization}; it ran out in the rollout engine)"
+            )
         if tr is not None:
             micro = tr.micro_batch_size
-            parts.append(f"training.micro_batch_size={max(1, micro // 2)} (now {micro})" if micro and micro > 1
-                         else "training.micro_batch_size=1 or training.max_tokens_per_device (a token budget per device)")
+            parts.append(
+                f"training.micro_batch_size={max(1, micro // 2)} (now {micro})"
+                if micro and micro > 1
+                else "training.micro_batch_size=1 or training.max_tokens_per_device (a token budget per device)"
+            )
             if not tr.gradient_checkpointing:
                 parts.append("training.gradient_checkpointing=true")
-        return "GPU memory ran out: set " + (", ".join(parts) or "a smaller training.micro_batch_size") + \
-            "; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps when reserved memory is much above allocated"
+        return (
+            "GPU memory ran out: set "
+            + (", ".join(parts) or "a smaller training.micro_batch_size")
+            + "; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps when reserved memory is much above allocated"
+        )
     if kind == "host_oom":
         parts = []
         if rw is not None and rw.num_workers > 1:
@@ -367,30 +436,51 @@ def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = N
         if tr is not None and tr.micro_batch_size and tr.micro_batch_size > 1:
             parts.append(f"training.micro_batch_size={tr.micro_batch_size // 2} (now {tr.micro_batch_size})")
         limit = re.search(r"limit (\d+) MiB", evidence)
-        more = f"give the job more memory than its {limit.group(1)} MiB limit" if limit else "give the job more host memory"
-        return f"the kernel's (or Ray's) OOM killer ended a process of the run: {more}, or lower its peak: " + \
-            (", ".join(parts) or "smaller batches (training.micro_batch_size) or fewer reward workers") + f"; {restarts}"
+        more = (
+            f"give the job more memory than its {limit.group(1)} MiB limit"
+            if limit
+            else "give the job more host memory"
+        )
+        return (
+            f"the kernel's (or Ray's) OOM killer ended a process of the run: {more}, or lower its peak: "
+            + (", ".join(parts) or "smaller batches (training.micro_batch_size) or fewer reward workers")
+            + f"; {restarts}"
+        )
     if kind == "ray_actor_died":
-        return ("a Ray worker died (Ray's exit detail above; its own log is failure.log): if it says SIGKILL, "
-                f"look for an OOM kill on the node (dmesg); {restarts}")
+        return (
+            "a Ray worker died (Ray's exit detail above; its own log is failure.log): if it says SIGKILL, "
+            f"look for an OOM kill on the node (dmesg); {restarts}"
+        )
     if kind == "vllm_engine_died":
-        gmu = f"rollout.gpu_memory_utilization={max(0.05, round(ro.gpu_memory_utilization - 0.1, 2))} (now {ro.gpu_memory_utilization})" if ro else "a lower rollout.gpu_memory_utilization"
+        gmu = (
+            f"rollout.gpu_memory_utilization={max(0.05, round(ro.gpu_memory_utilization - 0.1, 2))} (now {ro.gpu_memory_utilization})"
+            if ro
+            else "a lower rollout.gpu_memory_utilization"
+        )
         return f"the vLLM engine died: its traceback is in failure.log / engine.log; if it ran out of memory set {gmu}; {restarts}"
     if kind == "collective_timeout":
-        return ("a rank did not reach a collective (stopped, died or much slower than its peers): `rlbridge stacks RUN_DIR` "
-                "while it hangs shows each rank's frame; NCCL_DEBUG=INFO names the peer; if the step is legitimately that long, "
-                f"raise the engine's collective timeout through backend_options; {restarts}")
+        return (
+            "a rank did not reach a collective (stopped, died or much slower than its peers): `rlbridge stacks RUN_DIR` "
+            "while it hangs shows each rank's frame; NCCL_DEBUG=INFO names the peer; if the step is legitimately that long, "
+            f"raise the engine's collective timeout through backend_options; {restarts}"
+        )
     if kind == "reward_faults":
         frac = re.search(r"(\d+) of (\d+) samples", evidence)
         now = rw.error_threshold if rw is not None else 0.5
         if frac:
             seen = int(frac.group(1)) / max(1, int(frac.group(2)))
             if seen >= 1.0:
-                return (f"every sample so far ({frac.group(2)}) had a fault: the reward plugin named above is broken for this "
-                        "data; fix it (its error and row are the evidence, reward_faults.jsonl has them all)")
-            return (f"fix the reward plugin named above ({frac.group(1)} of {frac.group(2)} samples faulted = {seen:.2f}); "
-                    f"only if those rows may score 0, raise rollout_workers.error_threshold above {seen:.2f} (now {now})")
-        return "fix the reward plugin named above, or set rollout_workers.on_error=zero (or skip) to score its faults as 0"
+                return (
+                    f"every sample so far ({frac.group(2)}) had a fault: the reward plugin named above is broken for this "
+                    "data; fix it (its error and row are the evidence, reward_faults.jsonl has them all)"
+                )
+            return (
+                f"fix the reward plugin named above ({frac.group(1)} of {frac.group(2)} samples faulted = {seen:.2f}); "
+                f"only if those rows may score 0, raise rollout_workers.error_threshold above {seen:.2f} (now {now})"
+            )
+        return (
+            "fix the reward plugin named above, or set rollout_workers.on_error=zero (or skip) to score its faults as 0"
+        )
     if kind == "nonfinite":
         fields = re.search(r"had non-finite ([\w/., ]+?) \(", evidence)
         names = fields.group(1) if fields else "a metric"
@@ -400,39 +490,63 @@ def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = N
         clip = "" if tr is None or tr.grad_clip else ", training.grad_clip=1.0"
         return f"{names} became NaN/inf: lower the learning rate, {lr}{clip}; training.on_nonfinite=warn records it and goes on"
     if kind == "checkpoint_write_failed":
-        where = str(ck.dir) if ck is not None and ck.dir else str(run_dir / "checkpoints" if run_dir else "checkpoint.dir")
+        where = (
+            str(ck.dir) if ck is not None and ck.dir else str(run_dir / "checkpoints" if run_dir else "checkpoint.dir")
+        )
         if re.search(r"Read-only file system|Permission denied|PermissionError", evidence):
             return f"checkpoint.dir ({where}) is not writable by uid {os.getuid()}: make it writable or set checkpoint.dir to a writable directory"
         free = _free_mib(where)
         size = _newest_checkpoint_mib(where)
         if free is not None and size is not None and free > 4 * size and "No space" not in evidence:
-            return (f"writing a checkpoint to {where} failed ({free:.0f} MiB free there, so not for space): the evidence "
-                    "names the error; set checkpoint.dir to a local, writable disk")
+            return (
+                f"writing a checkpoint to {where} failed ({free:.0f} MiB free there, so not for space): the evidence "
+                "names the error; set checkpoint.dir to a local, writable disk"
+            )
         need = f"; one checkpoint is about {size:.0f} MiB" if size else ""
         keep = "checkpoint.keep_last=1" if ck is None or ck.keep_last != 1 else "a larger disk"
-        return (f"the disk of checkpoint.dir ({where}) is full ({free:.0f} MiB free{need}): free space, set {keep}, "
-                "or point checkpoint.dir at a larger disk" if free is not None else
-                f"the disk of checkpoint.dir ({where}) is full: free space, set {keep}, or point checkpoint.dir at a larger disk")
+        return (
+            f"the disk of checkpoint.dir ({where}) is full ({free:.0f} MiB free{need}): free space, set {keep}, "
+            "or point checkpoint.dir at a larger disk"
+            if free is not None
+            else f"the disk of checkpoint.dir ({where}) is full: free space, set {keep}, or point checkpoint.dir at a larger disk"
+        )
     if kind == "engine_import":
         backend = getattr(config, "backend", "ENGINE")
-        return (f"the engine's Python environment lacks a module or has the wrong version: `rlbridge env create {backend}` "
-                f"rebuilds it (engine_env: auto uses it), or install a supported version; `rlbridge backends` lists the ranges")
+        return (
+            f"the engine's Python environment lacks a module or has the wrong version: `rlbridge env create {backend}` "
+            f"rebuilds it (engine_env: auto uses it), or install a supported version; `rlbridge backends` lists the ranges"
+        )
     if kind == "config_refused":
-        named = [f"backend_options.{engine}.{key}={value}" for engine, options in (getattr(config, "backend_options", None) or {}).items()
-                 for key, value in (options or {}).items() if str(value) and re.search(rf"\b{re.escape(str(value))}\b", evidence)]
-        which = f"it names the value of {', '.join(named)}: change or remove it" if named else "change the setting it names"
-        return (f"the engine refused the plan at start (its message is the evidence): {which}; "
-                "`rlbridge plan CONFIG --check` runs the engine's own config check without training")
+        named = [
+            f"backend_options.{engine}.{key}={value}"
+            for engine, options in (getattr(config, "backend_options", None) or {}).items()
+            for key, value in (options or {}).items()
+            if str(value) and re.search(rf"\b{re.escape(str(value))}\b", evidence)
+        ]
+        which = (
+            f"it names the value of {', '.join(named)}: change or remove it" if named else "change the setting it names"
+        )
+        return (
+            f"the engine refused the plan at start (its message is the evidence): {which}; "
+            "`rlbridge plan CONFIG --check` runs the engine's own config check without training"
+        )
     if kind == "engine_process_died":
-        return f"a process of the run was killed from outside (no OOM kill recorded): see who sent the signal; {restarts}"
+        return (
+            f"a process of the run was killed from outside (no OOM kill recorded): see who sent the signal; {restarts}"
+        )
     if kind == "hang":
-        bound = ("training.hang_factor / training.hang_min_s / training.hang_first_step_s set the bound "
-                 f"(now {tr.hang_factor:g} / {tr.hang_min_s:g} s / {tr.hang_first_step_s} s)" if tr is not None else
-                 "training.hang_factor, hang_min_s and hang_first_step_s set the bound")
+        bound = (
+            "training.hang_factor / training.hang_min_s / training.hang_first_step_s set the bound "
+            f"(now {tr.hang_factor:g} / {tr.hang_min_s:g} s / {tr.hang_first_step_s} s)"
+            if tr is not None
+            else "training.hang_factor, hang_min_s and hang_first_step_s set the bound"
+        )
         if "reward worker" in evidence and rw is not None:
-            return (f"a reward call never returned: fix the plugin or the server it waits on; rollout_workers.timeout_s="
-                    f"{min(rw.timeout_s, 60):g} (now {rw.timeout_s:g}) ends such a call and scores it as a fault instead of "
-                    f"stalling the run; {bound}; {restarts}")
+            return (
+                f"a reward call never returned: fix the plugin or the server it waits on; rollout_workers.timeout_s="
+                f"{min(rw.timeout_s, 60):g} (now {rw.timeout_s:g}) ends such a call and scores it as a fault instead of "
+                f"stalling the run; {bound}; {restarts}"
+            )
         return f"no step within the bound: the stuck process and its frame are named above (stacks file); {bound}; {restarts}"
     return "an error nothing above explains: read error.txt and engine.log (the traceback names the code)"
 
@@ -474,28 +588,43 @@ def explain(run_dir: Path | str) -> list[str]:
     summary_path = run_dir / "summary.json"
     state = runstate.read_state(run_dir)
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-    if state and state.get("status") == "running" and isinstance(state.get("pid"), int) and state["pid"] > 0 \
-            and runstate.pid_alive(state["pid"]):
+    if (
+        state
+        and state.get("status") == "running"
+        and isinstance(state.get("pid"), int)
+        and state["pid"] > 0
+        and runstate.pid_alive(state["pid"])
+    ):
         last = runstate.last_step(run_dir / "metrics.jsonl")
-        age = time.time() - (run_dir / "metrics.jsonl").stat().st_mtime if (run_dir / "metrics.jsonl").exists() else None
-        lines.append(f"{run_dir}: running (pid {state['pid']}), last step {last if last is not None else 'none yet'}"
-                     + (f", written {age:.0f} s ago" if age is not None else ""))
+        age = (
+            time.time() - (run_dir / "metrics.jsonl").stat().st_mtime if (run_dir / "metrics.jsonl").exists() else None
+        )
+        lines.append(
+            f"{run_dir}: running (pid {state['pid']}), last step {last if last is not None else 'none yet'}"
+            + (f", written {age:.0f} s ago" if age is not None else "")
+        )
         lines.append(f"`rlbridge stacks {run_dir}` shows where each of its processes is now.")
         return lines
     if summary is None:
         previous = runstate.previous_run(run_dir) if state else None
         if previous:
             after = f" after step {previous['last_step']}" if "last_step" in previous else ""
-            return [f"{run_dir}: the run was killed{after} ({previous['reason']}); `rlbridge train CONFIG --resume` continues "
-                    "from its last complete checkpoint"]
+            return [
+                f"{run_dir}: the run was killed{after} ({previous['reason']}); `rlbridge train CONFIG --resume` continues "
+                "from its last complete checkpoint"
+            ]
         return [f"{run_dir}: no summary.json or run_state.json: not a run directory, or the run never started"]
     status = summary.get("status")
     steps = summary.get("steps", 0)
-    lines.append(f"{run_dir}: {status} after {steps} step(s) on {summary.get('backend')} {summary.get('engine_version') or ''}".rstrip())
+    lines.append(
+        f"{run_dir}: {status} after {steps} step(s) on {summary.get('backend')} {summary.get('engine_version') or ''}".rstrip()
+    )
     for r in summary.get("restarts", []):
-        lines.append(f"restart {r['n']} after step {r.get('after_step')}: {r.get('kind')} in {r.get('process')} "
-                     f"(resumed from {r.get('from_checkpoint') or 'the start'})"
-                     + (f"; it was in {r['frame']}, stacks in {r['stacks']}" if r.get("stacks") else ""))
+        lines.append(
+            f"restart {r['n']} after step {r.get('after_step')}: {r.get('kind')} in {r.get('process')} "
+            f"(resumed from {r.get('from_checkpoint') or 'the start'})"
+            + (f"; it was in {r['frame']}, stacks in {r['stacks']}" if r.get("stacks") else "")
+        )
     failure = summary.get("failure")
     if status == "completed" or not failure:
         if summary.get("error"):

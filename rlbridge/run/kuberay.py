@@ -48,17 +48,25 @@ def manifests(config, python: str = "python") -> list[dict[str, Any]]:
     kr = config.launcher.kuberay
     res = config.resources
     if not kr.image:
-        raise ConfigError("launcher.kuberay.image is not set: name the container image of the Ray pods "
-                          "(it needs rlbridge and the engine installed)")
+        raise ConfigError(
+            "launcher.kuberay.image is not set: name the container image of the Ray pods "
+            "(it needs rlbridge and the engine installed)"
+        )
     if kr.backoff_limit and not kr.checkpoint_claim:
-        raise ConfigError("launcher.kuberay.backoff_limit retries the job on a new Ray cluster, which resumes only from "
-                          "checkpoints on a volume: set launcher.kuberay.checkpoint_claim, or backoff_limit: 0")
+        raise ConfigError(
+            "launcher.kuberay.backoff_limit retries the job on a new Ray cluster, which resumes only from "
+            "checkpoints on a volume: set launcher.kuberay.checkpoint_claim, or backoff_limit: 0"
+        )
     if kr.backoff_limit and not config.checkpoint.interval:
-        raise ConfigError("launcher.kuberay.backoff_limit: a retry resumes from the newest checkpoint, and checkpoint.interval "
-                          "is 0 (none is saved): set checkpoint.interval, or backoff_limit: 0")
+        raise ConfigError(
+            "launcher.kuberay.backoff_limit: a retry resumes from the newest checkpoint, and checkpoint.interval "
+            "is 0 (none is saved): set checkpoint.interval, or backoff_limit: 0"
+        )
     if kr.cpu_workers and config.rollout_workers.mode != "ray":
-        raise ConfigError("launcher.kuberay.cpu_workers adds CPU-only Ray pods for rollout work, which only "
-                          "rollout_workers.mode: ray uses: set it, or cpu_workers: 0")
+        raise ConfigError(
+            "launcher.kuberay.cpu_workers adds CPU-only Ray pods for rollout work, which only "
+            "rollout_workers.mode: ray uses: set it, or cpu_workers: 0"
+        )
     name = resource_name(config.run_name or "run")
     job = config.model_copy(deep=True)
     if kr.checkpoint_claim:  # the run's directory on the volume, so that every attempt finds the last one's checkpoints
@@ -73,7 +81,8 @@ def manifests(config, python: str = "python") -> list[dict[str, Any]]:
 
     labels = {"app.kubernetes.io/managed-by": "rlbridge", "app.kubernetes.io/name": name}
     config_map = {
-        "apiVersion": "v1", "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
         "metadata": {"name": f"{name}-config", "namespace": kr.namespace, "labels": labels},
         "data": {"config.yaml": dump_config(job)},
     }
@@ -84,10 +93,18 @@ def manifests(config, python: str = "python") -> list[dict[str, Any]]:
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": kr.checkpoint_claim}})
         mounts.append({"name": "checkpoints", "mountPath": kr.checkpoint_mount})
 
-    def pod(container: str, resources: dict, extra_volumes=(), extra_mounts=(), node_selector=None, tolerations=None) -> dict:
+    def pod(
+        container: str, resources: dict, extra_volumes=(), extra_mounts=(), node_selector=None, tolerations=None
+    ) -> dict:
         spec: dict[str, Any] = {  # copies: each pod's lists are its own (and the YAML has no aliases)
-            "containers": [{"name": container, "image": kr.image, "resources": resources,
-                            "volumeMounts": copy.deepcopy([*mounts, *extra_mounts])}],
+            "containers": [
+                {
+                    "name": container,
+                    "image": kr.image,
+                    "resources": resources,
+                    "volumeMounts": copy.deepcopy([*mounts, *extra_mounts]),
+                }
+            ],
             "volumes": copy.deepcopy([*volumes, *extra_volumes]),
         }
         if kr.service_account:
@@ -102,34 +119,57 @@ def manifests(config, python: str = "python") -> list[dict[str, Any]]:
         amount: dict[str, Any] = {"cpu": str(cpus), "memory": memory}
         if gpus:
             amount["nvidia.com/gpu"] = str(gpus)
-        return {"requests": dict(amount), "limits": dict(amount)}  # requests == limits: Guaranteed QoS, never evicted first
+        return {
+            "requests": dict(amount),
+            "limits": dict(amount),
+        }  # requests == limits: Guaranteed QoS, never evicted first
 
     gpus = int(res.gpus_per_node)
     worker_cpus = res.cpus_per_node or max(8, 8 * gpus)
     head = {
         # the head schedules no training work: the engines' GPU workers go to the GPU group
         "rayStartParams": {"num-gpus": "0", "dashboard-host": "0.0.0.0"},
-        "template": pod("ray-head", amounts(kr.head_cpus, kr.head_memory),
-                        extra_volumes=[{"name": "rlbridge-config", "configMap": {"name": f"{name}-config"}}],
-                        extra_mounts=[{"name": "rlbridge-config", "mountPath": CONFIG_MOUNT, "readOnly": True}]),
+        "template": pod(
+            "ray-head",
+            amounts(kr.head_cpus, kr.head_memory),
+            extra_volumes=[{"name": "rlbridge-config", "configMap": {"name": f"{name}-config"}}],
+            extra_mounts=[{"name": "rlbridge-config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
+        ),
     }
-    groups = [{
-        "groupName": "gpu" if gpus else "workers",
-        "replicas": res.nodes, "minReplicas": res.nodes, "maxReplicas": res.nodes,
-        "rayStartParams": {"num-gpus": str(gpus), "num-cpus": str(worker_cpus)},
-        "template": pod("ray-worker", amounts(worker_cpus, kr.worker_memory, gpus),
-                        node_selector=kr.node_selector, tolerations=kr.tolerations if gpus else None),
-    }]
+    groups = [
+        {
+            "groupName": "gpu" if gpus else "workers",
+            "replicas": res.nodes,
+            "minReplicas": res.nodes,
+            "maxReplicas": res.nodes,
+            "rayStartParams": {"num-gpus": str(gpus), "num-cpus": str(worker_cpus)},
+            "template": pod(
+                "ray-worker",
+                amounts(worker_cpus, kr.worker_memory, gpus),
+                node_selector=kr.node_selector,
+                tolerations=kr.tolerations if gpus else None,
+            ),
+        }
+    ]
     if kr.cpu_workers:
         resource = config.rollout_workers.ray_resource
-        groups.append({
-            "groupName": "cpu-rollout",
-            "replicas": kr.cpu_workers, "minReplicas": kr.cpu_workers, "maxReplicas": kr.cpu_workers,
-            # KubeRay passes this to `ray start --resources`: a JSON object inside a quoted string
-            "rayStartParams": {"num-gpus": "0", "num-cpus": str(kr.cpu_worker_cpus),
-                               "resources": json.dumps(json.dumps({resource: kr.cpu_worker_cpus}))},
-            "template": pod("ray-worker", amounts(kr.cpu_worker_cpus, kr.cpu_worker_memory), node_selector=kr.cpu_node_selector),
-        })
+        groups.append(
+            {
+                "groupName": "cpu-rollout",
+                "replicas": kr.cpu_workers,
+                "minReplicas": kr.cpu_workers,
+                "maxReplicas": kr.cpu_workers,
+                # KubeRay passes this to `ray start --resources`: a JSON object inside a quoted string
+                "rayStartParams": {
+                    "num-gpus": "0",
+                    "num-cpus": str(kr.cpu_worker_cpus),
+                    "resources": json.dumps(json.dumps({resource: kr.cpu_worker_cpus})),
+                },
+                "template": pod(
+                    "ray-worker", amounts(kr.cpu_worker_cpus, kr.cpu_worker_memory), node_selector=kr.cpu_node_selector
+                ),
+            }
+        )
     cluster: dict[str, Any] = {"headGroupSpec": head, "workerGroupSpecs": groups}
     if kr.ray_version:
         cluster["rayVersion"] = kr.ray_version
@@ -148,7 +188,8 @@ def manifests(config, python: str = "python") -> list[dict[str, Any]]:
         job_labels[KUEUE_QUEUE_LABEL] = kr.kueue_queue
         spec["suspend"] = True  # Kueue un-suspends it once the queue admits it
     ray_job = {
-        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
         "metadata": {"name": name, "namespace": kr.namespace, "labels": job_labels},
         "spec": spec,
     }
@@ -163,8 +204,11 @@ def _strict(schema: Any) -> Any:
     field would be a no-op there), so here an object with declared properties admits no others."""
     if isinstance(schema, dict):
         out = {k: _strict(v) for k, v in schema.items()}
-        if ("properties" in out and "additionalProperties" not in out
-                and not out.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            "properties" in out
+            and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")
+        ):
             out["additionalProperties"] = False
         return out
     if isinstance(schema, list):
@@ -191,7 +235,9 @@ def validate(ray_job: dict[str, Any]) -> list[str]:
         crd = yaml.load(CRD_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
         _validator = jsonschema.Draft202012Validator(_strict(v1["schema"]["openAPIV3Schema"]))
-    errors = [f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in _validator.iter_errors(ray_job)]
+    errors = [
+        f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in _validator.iter_errors(ray_job)
+    ]
     name = ray_job.get("metadata", {}).get("name", "")
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) or len(name) > 63:
         errors.append(f"metadata.name: {name!r} is not a DNS-1123 label")
@@ -236,8 +282,10 @@ def _apply_and_follow(objects: list[dict[str, Any]], record: Path, echo) -> int:
     try:
         from kubernetes import client, config as kube_config
     except ImportError as exc:
-        raise RLBridgeError("--to kuberay applies the RayJob with the kubernetes client: pip install 'rlbridge[kuberay]' "
-                            "(or use --dry-run and kubectl apply -f)") from exc
+        raise RLBridgeError(
+            "--to kuberay applies the RayJob with the kubernetes client: pip install 'rlbridge[kuberay]' "
+            "(or use --dry-run and kubectl apply -f)"
+        ) from exc
     try:
         kube_config.load_kube_config()
     except Exception:
@@ -256,10 +304,17 @@ def _apply_and_follow(objects: list[dict[str, Any]], record: Path, echo) -> int:
     last: tuple = ()
     while True:
         status = custom.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name).get("status") or {}
-        now = (status.get("jobDeploymentStatus"), status.get("jobStatus"), status.get("failed"), status.get("succeeded"))
+        now = (
+            status.get("jobDeploymentStatus"),
+            status.get("jobStatus"),
+            status.get("failed"),
+            status.get("succeeded"),
+        )
         if now != last:
             last = now
-            (record / "job.json").write_text(json.dumps({"name": name, "namespace": namespace, **status}, indent=2, default=str))
+            (record / "job.json").write_text(
+                json.dumps({"name": name, "namespace": namespace, **status}, indent=2, default=str)
+            )
             echo(f"RayJob {name}: deployment {now[0]}, job {now[1]}")
         if status.get("jobDeploymentStatus") in TERMINAL_DEPLOYMENT:
             return 0 if status.get("jobStatus") == "SUCCEEDED" else 1

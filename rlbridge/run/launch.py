@@ -52,12 +52,21 @@ def run_in_env(python: Path, plan, ctx) -> None:
     read_fd, write_fd = os.pipe()
     # the lifeline: only this process holds its write end, so the engine sees EOF when we die
     life_read, life_write = os.pipe()
-    env = {**os.environ, **engine_env_vars(python), EVENT_FD_ENV: str(write_fd), LIFELINE_FD_ENV: str(life_read),
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        **engine_env_vars(python),
+        EVENT_FD_ENV: str(write_fd),
+        LIFELINE_FD_ENV: str(life_read),
+        "PYTHONUNBUFFERED": "1",
+    }
     log_path = ctx.run_dir / "engine.log"
     proc = subprocess.Popen(
-        [str(python), "-m", "rlbridge.engine.child", str(job)], pass_fds=(write_fd, life_read), env=env,
-        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [str(python), "-m", "rlbridge.engine.child", str(job)],
+        pass_fds=(write_fd, life_read),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     os.close(write_fd)
     os.close(life_read)
@@ -72,8 +81,13 @@ def run_in_env(python: Path, plan, ctx) -> None:
                 event = json.loads(line)
                 kind = event["kind"]
                 if kind == "step":
-                    ctx.emit_step(event["step"], event["metrics"], native=event.get("native"),
-                                  samples=event.get("samples"), rewards=event.get("rewards"))
+                    ctx.emit_step(
+                        event["step"],
+                        event["metrics"],
+                        native=event.get("native"),
+                        samples=event.get("samples"),
+                        rewards=event.get("rewards"),
+                    )
                 elif kind == "checkpoint":
                     ctx.checkpoint_saved(event["step"], event["path"])
                 elif kind == "eval":
@@ -96,8 +110,12 @@ def run_in_env(python: Path, plan, ctx) -> None:
     if rc != 0:
         if failure is None:
             how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
-            failure = {"process": f"engine process (pid {proc.pid}, {python})", "how": how,
-                       "error": first_error_lines(log_path), "log": str(log_path)}
+            failure = {
+                "process": f"engine process (pid {proc.pid}, {python})",
+                "how": how,
+                "error": first_error_lines(log_path),
+                "log": str(log_path),
+            }
         failure.setdefault("log", str(log_path))
         where = f"{failure['process']}; log: {failure['log']}"
         message = f"the engine process ({python}) exited with code {rc}" + (f": {error}" if error else "")

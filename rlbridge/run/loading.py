@@ -84,9 +84,7 @@ def _check_override_path(parts: list[str], item: str) -> None:
         fields = model.model_fields
         if part not in fields:
             where = ".".join(parts[:i]) or "the top level"
-            raise ConfigError(
-                f"override '{item}': unknown key '{part}' in {where}{did_you_mean(part, fields)}"
-            )
+            raise ConfigError(f"override '{item}': unknown key '{part}' in {where}{did_you_mean(part, fields)}")
         model = _submodel(fields[part].annotation)
 
 
@@ -126,7 +124,9 @@ def format_validation_error(exc: ValidationError) -> str:
 
 def _is_union_tag(part: Any) -> bool:
     # pydantic inserts the union member name (e.g. 'int', "literal['auto']") into error locations
-    return isinstance(part, str) and (part in {"int", "str", "bool", "float"} or part.startswith(("literal[", "function-")))
+    return isinstance(part, str) and (
+        part in {"int", "str", "bool", "float"} or part.startswith(("literal[", "function-"))
+    )
 
 
 def _model_at(loc: tuple) -> type[BaseModel] | None:

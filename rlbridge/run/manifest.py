@@ -36,8 +36,16 @@ FORMAT = 1
 # the paths that make what a run executes; tests, docs and run outputs do not
 SOURCE_PATHS = ("rlbridge", "adapters", "plugins", "pyproject.toml")
 # process variables that change numerics or seeding
-RECORDED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED",
-                "TORCH_DETERMINISTIC", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_BATCH_INVARIANT")
+RECORDED_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "PYTHONHASHSEED",
+    "TORCH_DETERMINISTIC",
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
+    "VLLM_BATCH_INVARIANT",
+)
 # config keys that say where a run writes or which environment it runs in (compared by its packages),
 # not what it computes
 PER_RUN_KEYS = ("run_name", "output_dir", "checkpoint.dir", "checkpoint.resume", "engine_env")
@@ -56,8 +64,12 @@ def build(config, backend, plan, engine_python: Path | None, models: list[tuple[
         "format": FORMAT,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "rlbridge": {"version": __version__, **source_state()},
-        "job": {"backend": backend.name, "engine": backend.distribution, "engine_version": packages.get(_norm(backend.distribution)),
-                "config_sha256": config_digest(config.model_dump(mode="json"))},
+        "job": {
+            "backend": backend.name,
+            "engine": backend.distribution,
+            "engine_version": packages.get(_norm(backend.distribution)),
+            "config_sha256": config_digest(config.model_dump(mode="json")),
+        },
         "engine_env": {
             "python": str(engine_python) if engine_python else sys.executable,
             "python_version": _env_python_version(engine_python),
@@ -66,15 +78,26 @@ def build(config, backend, plan, engine_python: Path | None, models: list[tuple[
             "packages_sha256": packages_digest(packages),
         },
         "patches": patch_entries(backend, plan, packages, dirs),
-        "data": {field: {"source": source.model_dump(mode="json", exclude_none=True), "rows": None, "rows_sha256": None}
-                 for field, source in (("data.train", config.data.train), ("data.eval", config.data.eval)) if source is not None},
+        "data": {
+            field: {"source": source.model_dump(mode="json", exclude_none=True), "rows": None, "rows_sha256": None}
+            for field, source in (("data.train", config.data.train), ("data.eval", config.data.eval))
+            if source is not None
+        },
         "models": {field: model_digest(path) for field, path in models},
         "seeds": seeds(config.model_dump(mode="json")),
         "deterministic": bool(getattr(config.training, "deterministic", False)),
-        "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
-                   "executable": sys.executable},
-        "os": {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
-               "libc": _libc(), "host": socket.gethostname()},
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "os": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "libc": _libc(),
+            "host": socket.gethostname(),
+        },
         "hardware": hardware(packages),
         "env": {name: os.environ[name] for name in RECORDED_ENV if name in os.environ},
     }
@@ -201,11 +224,23 @@ def patch_entries(backend, plan, packages: dict[str, str], dirs: list[str]) -> l
         for target in patch.targets:
             if target.versions and not SpecifierSet(target.versions).contains(version, prereleases=True):
                 continue
-            targets.append({"target": f"{target.module}:{target.qualname}",
-                            "fingerprint": fingerprint(target.module, target.qualname, dirs),
-                            "expected": list(target.fingerprints)})
-        out.append({"patch": patch.name, "engine": patch.engine, "engine_version": version, "versions": patch.versions,
-                    "kind": patch.kind.value, "targets": targets})
+            targets.append(
+                {
+                    "target": f"{target.module}:{target.qualname}",
+                    "fingerprint": fingerprint(target.module, target.qualname, dirs),
+                    "expected": list(target.fingerprints),
+                }
+            )
+        out.append(
+            {
+                "patch": patch.name,
+                "engine": patch.engine,
+                "engine_version": version,
+                "versions": patch.versions,
+                "kind": patch.kind.value,
+                "targets": targets,
+            }
+        )
     return out
 
 
@@ -216,8 +251,13 @@ def model_digest(path: str) -> dict[str, Any]:
 
     local = Path(resolve_path(path)).expanduser()
     if not local.is_dir():
-        why = ("not built yet" if path.startswith(BUILTIN_PREFIX) else
-               "not a directory" if looks_local(path) else "a hub id: not hashed (pin a local copy to reproduce it)")
+        why = (
+            "not built yet"
+            if path.startswith(BUILTIN_PREFIX)
+            else "not a directory"
+            if looks_local(path)
+            else "a hub id: not hashed (pin a local copy to reproduce it)"
+        )
         return {"path": path, "sha256": None, "files": 0, "note": why}
     cache = _HashCache()
     h = hashlib.sha256()
@@ -295,7 +335,9 @@ def hardware(packages: dict[str, str]) -> dict[str, Any]:
         pass
     try:
         with open("/proc/cpuinfo") as fh:
-            info["cpu_model"] = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), None)
+            info["cpu_model"] = next(
+                (line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), None
+            )
     except OSError:
         info["cpu_model"] = platform.processor() or None
     try:
@@ -365,7 +407,11 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     same("rlbridge.version", ro.get("version"), rn.get("version"))
     same("rlbridge.commit", ro.get("commit"), rn.get("commit"))
     same("rlbridge uncommitted diff", ro.get("diff_sha256"), rn.get("diff_sha256"))
-    same("job.config_sha256 (the resolved config)", old.get("job", {}).get("config_sha256"), new.get("job", {}).get("config_sha256"))
+    same(
+        "job.config_sha256 (the resolved config)",
+        old.get("job", {}).get("config_sha256"),
+        new.get("job", {}).get("config_sha256"),
+    )
     eo, en = old.get("engine_env", {}), new.get("engine_env", {})
     same("engine_env.python_version", eo.get("python_version"), en.get("python_version"))
     out += package_differences(eo.get("packages", {}), en.get("packages", {}))
@@ -384,7 +430,11 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         same(f"{field} rows", do.get("rows"), dn.get("rows"))
         same(f"{field} rows_sha256", do.get("rows_sha256"), dn.get("rows_sha256"))
     for field in sorted(set(old.get("models", {})) | set(new.get("models", {}))):
-        same(f"{field} model sha256", old.get("models", {}).get(field, {}).get("sha256"), new.get("models", {}).get(field, {}).get("sha256"))
+        same(
+            f"{field} model sha256",
+            old.get("models", {}).get(field, {}).get("sha256"),
+            new.get("models", {}).get(field, {}).get("sha256"),
+        )
     same("seeds", old.get("seeds"), new.get("seeds"))
     same("training.deterministic", old.get("deterministic"), new.get("deterministic"))
     ho, hn = old.get("hardware", {}), new.get("hardware", {})

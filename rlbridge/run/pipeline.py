@@ -55,7 +55,9 @@ class PipelineConfig(StrictModel):
                 raise ValueError(f"two stages are named '{stage.name}': stage names are their run directories")
             for ref in _references(stage.set):
                 if ref not in seen:
-                    raise ValueError(f"stage '{stage.name}' uses {{{ref}.model}}, but no earlier stage is named '{ref}'")
+                    raise ValueError(
+                        f"stage '{stage.name}' uses {{{ref}.model}}, but no earlier stage is named '{ref}'"
+                    )
             seen.append(stage.name)
         return stages
 
@@ -105,16 +107,19 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
     return pipeline
 
 
-def stage_config(pipeline: PipelineConfig, stage: StageSpec, base: Path, models: dict[str, str],
-                 overrides: list[str] = ()) -> RunConfig:
+def stage_config(
+    pipeline: PipelineConfig, stage: StageSpec, base: Path, models: dict[str, str], overrides: list[str] = ()
+) -> RunConfig:
     """The stage's RunConfig: its file, its `set` (earlier models substituted), the command line's
     `--set STAGE.key=value`, in its run directory."""
     from rlbridge.run.loading import load_config
 
     for key in [*stage.set, *(o.partition("=")[0] for o in overrides)]:
         if key.strip() in ("output_dir", "run_name"):
-            raise ConfigError(f"stages[{stage.name}]: {key.strip()} is the pipeline's (OUTPUT_DIR/{stage.name}); set the "
-                              "pipeline's output_dir instead")
+            raise ConfigError(
+                f"stages[{stage.name}]: {key.strip()} is the pipeline's (OUTPUT_DIR/{stage.name}); set the "
+                "pipeline's output_dir instead"
+            )
     sets = [f"{key}={json.dumps(value)}" for key, value in _substitute(stage.set, models).items()]
     config = load_config(base / stage.config, [*sets, *overrides])
     config.run_name = stage.name
@@ -128,7 +133,9 @@ def _comparable(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def run_pipeline(path: str | Path, overrides: list[str] = (), progress: bool | None = None, plugins=None) -> dict[str, Any]:
+def run_pipeline(
+    path: str | Path, overrides: list[str] = (), progress: bool | None = None, plugins=None
+) -> dict[str, Any]:
     """Run (or continue) every stage of a pipeline file; returns pipeline.json's content."""
     from rlbridge.run.runner import resolve, train
 
@@ -139,7 +146,9 @@ def run_pipeline(path: str | Path, overrides: list[str] = (), progress: bool | N
     for item in overrides:
         head, _, rest = item.partition(".")
         if head not in per_stage or not rest:
-            raise ConfigError(f"--set {item}: a pipeline's overrides name their stage first (STAGE.key=value; stages: {', '.join(names)})")
+            raise ConfigError(
+                f"--set {item}: a pipeline's overrides name their stage first (STAGE.key=value; stages: {', '.join(names)})"
+            )
         per_stage[head].append(rest)
     out = Path(pipeline.output_dir.replace("{name}", pipeline.name or "pipeline"))
     record: dict[str, Any] = {"name": pipeline.name, "file": str(path), "status": "running", "stages": []}
@@ -152,11 +161,19 @@ def run_pipeline(path: str | Path, overrides: list[str] = (), progress: bool | N
     for stage in pipeline.stages:
         config = stage_config(pipeline, stage, path.parent, models, per_stage[stage.name])
         run_dir = Path(config.output_dir)
-        entry: dict[str, Any] = {"name": stage.name, "config": stage.config, "run_dir": str(run_dir),
-                                 "algorithm": config.algorithm.name, "backend": config.backend, "model_in": config.model.path}
+        entry: dict[str, Any] = {
+            "name": stage.name,
+            "config": stage.config,
+            "run_dir": str(run_dir),
+            "algorithm": config.algorithm.name,
+            "backend": config.backend,
+            "model_in": config.model.path,
+        }
         record["stages"].append(entry)
         previous = _previous(run_dir)
-        same = previous is not None and _comparable(previous["config"]) == _comparable(resolve(config).model_dump(mode="json"))
+        same = previous is not None and _comparable(previous["config"]) == _comparable(
+            resolve(config).model_dump(mode="json")
+        )
         if same and previous["summary"].get("status") == "completed":
             entry.update(status="completed", skipped=True, summary=previous["summary"])
         else:
@@ -175,10 +192,12 @@ def run_pipeline(path: str | Path, overrides: list[str] = (), progress: bool | N
         summary = entry["summary"]
         if summary.get("model"):
             models[stage.name] = entry["model_out"] = str(Path(summary["model"]).resolve())
-        for later in pipeline.stages[pipeline.stages.index(stage) + 1:]:
+        for later in pipeline.stages[pipeline.stages.index(stage) + 1 :]:
             if stage.name in _references(later.set) and stage.name not in models:
-                raise ConfigError(f"stage '{later.name}' uses {{{stage.name}.model}}, but stage '{stage.name}' "
-                                  f"({config.algorithm.name}) wrote no model to {run_dir / 'model'}")
+                raise ConfigError(
+                    f"stage '{later.name}' uses {{{stage.name}.model}}, but stage '{stage.name}' "
+                    f"({config.algorithm.name}) wrote no model to {run_dir / 'model'}"
+                )
         write()
     record["status"] = "completed"
     write()
@@ -187,7 +206,9 @@ def run_pipeline(path: str | Path, overrides: list[str] = (), progress: bool | N
 
 def _previous(run_dir: Path) -> dict[str, Any] | None:
     try:
-        return {"config": yaml.safe_load((run_dir / "config.yaml").read_text()),
-                "summary": json.loads((run_dir / "summary.json").read_text())}
+        return {
+            "config": yaml.safe_load((run_dir / "config.yaml").read_text()),
+            "summary": json.loads((run_dir / "summary.json").read_text()),
+        }
     except (OSError, ValueError, yaml.YAMLError):
         return None

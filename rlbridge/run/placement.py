@@ -32,7 +32,9 @@ def roles_of(class_name: str, table: dict[str, tuple[str, ...]]) -> tuple[str, .
     return ()
 
 
-def compare(layout: dict[str, Any], placed: dict[str, Any], table: dict[str, tuple[str, ...]], nodes: int = 1) -> dict[str, Any]:
+def compare(
+    layout: dict[str, Any], placed: dict[str, Any], table: dict[str, tuple[str, ...]], nodes: int = 1
+) -> dict[str, Any]:
     """The per-role devices read back from Ray, and what differs from `layout` (a placement policy's
     result: role -> device count, plus `shared`)."""
     index = {n["node_id"]: i for i, n in enumerate(placed.get("nodes", []))}
@@ -60,8 +62,10 @@ def compare(layout: dict[str, Any], placed: dict[str, Any], table: dict[str, tup
     for role, entry in roles.items():
         want = layout.get(role)
         if isinstance(want, int) and not isinstance(want, bool) and len(entry["devices"]) != want:
-            mismatches.append(f"{role}: the policy gives it {want} device(s), the engine placed it on "
-                              f"{len(entry['devices'])} logical GPU(s) {sorted(entry['devices'])}")
+            mismatches.append(
+                f"{role}: the policy gives it {want} device(s), the engine placed it on "
+                f"{len(entry['devices'])} logical GPU(s) {sorted(entry['devices'])}"
+            )
     actor_devices = roles.get("actor", {}).get("devices", set())
     shared = bool(layout.get("shared"))
     for role in ("rollout", "reference"):
@@ -69,10 +73,14 @@ def compare(layout: dict[str, Any], placed: dict[str, Any], table: dict[str, tup
         if devices is None or not actor_devices:
             continue
         if (shared or role == "reference") and devices != actor_devices:
-            mismatches.append(f"{role}: on {sorted(devices)}, not on the actor's devices {sorted(actor_devices)}, "
-                              "which the policy shares with it")
+            mismatches.append(
+                f"{role}: on {sorted(devices)}, not on the actor's devices {sorted(actor_devices)}, "
+                "which the policy shares with it"
+            )
         elif not shared and role == "rollout" and devices & actor_devices:
-            mismatches.append(f"rollout: shares {sorted(devices & actor_devices)} with the actor; the policy gives it devices of its own")
+            mismatches.append(
+                f"rollout: shares {sorted(devices & actor_devices)} with the actor; the policy gives it devices of its own"
+            )
     if nodes > 1 and "actor" in roles and len(roles["actor"]["nodes"]) < nodes:
         mismatches.append(f"actor: runs on {len(roles['actor']['nodes'])} of the {nodes} nodes (resources.nodes)")
     if unreported:
@@ -80,13 +88,17 @@ def compare(layout: dict[str, Any], placed: dict[str, Any], table: dict[str, tup
     return {
         "layout": layout,
         "nodes": len(placed.get("nodes", [])),
-        "roles": {r: {"actors": sorted(e["actors"]), "devices": sorted(e["devices"]), "nodes": sorted(e["nodes"])}
-                  for r, e in sorted(roles.items())},
+        "roles": {
+            r: {"actors": sorted(e["actors"]), "devices": sorted(e["devices"]), "nodes": sorted(e["nodes"])}
+            for r, e in sorted(roles.items())
+        },
         "mismatches": mismatches,
     }
 
 
-def read_back(run_dir: Path, layout: dict[str, Any], table: dict[str, tuple[str, ...]], nodes: int = 1) -> dict[str, Any] | None:
+def read_back(
+    run_dir: Path, layout: dict[str, Any], table: dict[str, tuple[str, ...]], nodes: int = 1
+) -> dict[str, Any] | None:
     """The comparison for one finished run, or None when the engine wrote no placement (not Ray, or Ray
     had no answer). Stores it back into placement.json next to what was read."""
     path = Path(run_dir) / PLACEMENT_FILE

@@ -11,7 +11,7 @@ def summarize(history: list[dict[str, float]]) -> dict[str, Any]:
     step_times = [row["timing/step_s"] for row in history if "timing/step_s" in row]
     out: dict[str, Any] = {"steps": int(history[-1]["step"]) if history else 0}
     if rewards:
-        tail = [r for _, r in rewards[-max(1, len(rewards) // 10):]]
+        tail = [r for _, r in rewards[-max(1, len(rewards) // 10) :]]
         out.update(
             reward_first=rewards[0][1],
             reward_last=rewards[-1][1],
@@ -45,7 +45,9 @@ def prestart_plot(metrics: Path, path: Path, title: str) -> None:
     try:
         _PLOTTERS[str(path)] = subprocess.Popen(
             [sys.executable, "-m", "rlbridge.run.report", "--wait", str(metrics), str(path), title],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
     except OSError:
         pass

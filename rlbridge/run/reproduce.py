@@ -31,6 +31,8 @@ DURATION_SUFFIX = "_s"
 def compared(metric: str) -> bool:
     """Whether two runs that computed the same thing must agree on `metric` (not a time or a rate)."""
     return metric != "step" and not metric.startswith(UNCOMPARED_PREFIXES) and not metric.endswith(DURATION_SUFFIX)
+
+
 NOISE_METRIC = "reward/mean"
 REPORT_FILE = "reproduce.json"
 
@@ -101,7 +103,7 @@ def rebuild_spec(manifest: dict[str, Any]) -> str:
     engine, version = job["backend"], job.get("engine_version")
     used = Path(manifest["engine_env"].get("python") or "").parent.parent.name  # <envs>/<engine>-<label>/bin/python
     if used.startswith(f"{engine}-"):
-        version = used[len(engine) + 1:].split(REBUILT_MARK)[0]
+        version = used[len(engine) + 1 :].split(REBUILT_MARK)[0]
     if not version:
         raise ReproduceError(f"the manifest names no {engine} version (job.engine_version): nothing to rebuild from")
     return f"{engine}=={version}"
@@ -119,13 +121,17 @@ def rebuild_environment(manifest: dict[str, Any], echo=print) -> Path:
     wanted = manifest["engine_env"]
     here = manifests._env_python_version(None)  # a rebuilt environment runs this Python (rlbridge.envs.create)
     if wanted.get("python_version") and wanted["python_version"] != here:
-        raise ReproduceError(f"cannot rebuild the run's environment: it ran Python {wanted['python_version']}, and an "
-                             f"environment built here runs this one's, {here}. Run reproduce with a Python "
-                             f"{wanted['python_version']}")
+        raise ReproduceError(
+            f"cannot rebuild the run's environment: it ran Python {wanted['python_version']}, and an "
+            f"environment built here runs this one's, {here}. Run reproduce with a Python "
+            f"{wanted['python_version']}"
+        )
     spec = rebuild_spec(manifest)
     engine, _, label = spec.partition("==")
     path = envs_dir() / f"{engine}-{label}{REBUILT_MARK}{wanted.get('packages_sha256', 'unknown')[:12]}"
-    echo(f"no engine environment matches the manifest: building {path} from the {spec} recipe, then pinning the manifest's versions")
+    echo(
+        f"no engine environment matches the manifest: building {path} from the {spec} recipe, then pinning the manifest's versions"
+    )
     try:
         create(spec, echo=echo, path=path)
         pin_packages(path, wanted["packages"], echo=echo)
@@ -134,8 +140,10 @@ def rebuild_environment(manifest: dict[str, Any], echo=print) -> Path:
     python = env_python(path)
     diffs = environment_differences(manifest, python)
     if diffs:
-        raise ReproduceError(f"the environment rebuilt at {path} from the {spec} recipe still differs from the run's "
-                             f"manifest: {_shown(diffs)}. Install those versions there (or drop them) and run reproduce again")
+        raise ReproduceError(
+            f"the environment rebuilt at {path} from the {spec} recipe still differs from the run's "
+            f"manifest: {_shown(diffs)}. Install those versions there (or drop them) and run reproduce again"
+        )
     return python
 
 
@@ -146,8 +154,13 @@ def rerun_dir(run_dir: Path) -> Path:
     return candidate
 
 
-def reproduce(run_dir: Path | str, output: Path | str | None = None, progress: bool | None = False,
-              rebuild: bool = True, echo=print) -> dict[str, Any]:
+def reproduce(
+    run_dir: Path | str,
+    output: Path | str | None = None,
+    progress: bool | None = False,
+    rebuild: bool = True,
+    echo=print,
+) -> dict[str, Any]:
     """Rerun RUN_DIR's job into `output` (default RUN_DIR-reproduce) and compare; returns the report
     (also written to the new directory as reproduce.json). With no matching environment, `rebuild`
     builds one (rebuild_environment); without it, or when that fails, ReproduceError names the differences."""
@@ -156,7 +169,9 @@ def reproduce(run_dir: Path | str, output: Path | str | None = None, progress: b
 
     run_dir = Path(run_dir)
     if not (run_dir / manifests.MANIFEST_FILE).exists():
-        raise ReproduceError(f"{run_dir}: no {manifests.MANIFEST_FILE} (the run predates run manifests, or this is not a run directory)")
+        raise ReproduceError(
+            f"{run_dir}: no {manifests.MANIFEST_FILE} (the run predates run manifests, or this is not a run directory)"
+        )
     original = manifests.read(run_dir)
     try:
         python = find_environment(original)
@@ -205,8 +220,12 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
     for step in sorted(set(by_step_a) | set(by_step_b)):
         ra, rb = by_step_a.get(step), by_step_b.get(step)
         if ra is None or rb is None:
-            first = {"step": step, "metric": "(step)", "original": "present" if ra else "missing",
-                     "rerun": "present" if rb else "missing"}
+            first = {
+                "step": step,
+                "metric": "(step)",
+                "original": "present" if ra else "missing",
+                "rerun": "present" if rb else "missing",
+            }
             break
         for metric in sorted(set(ra) | set(rb)):
             if not compared(metric):
@@ -226,9 +245,15 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
     for metric in metrics:
         tests[metric] = verdict([row.get(metric) for row in a], [row.get(metric) for row in b])
     differing = [m for m, t in tests.items() if t["verdict"].startswith("differs")]
-    shown = tests.get(differing[0] if differing else NOISE_METRIC) or next(iter(tests.values()), {"verdict": "no metrics"})
-    out["statistics"] = {**shown, "metric": differing[0] if differing else NOISE_METRIC,
-                         "on": "the per-step values of each run", "differing_metrics": differing}
+    shown = tests.get(differing[0] if differing else NOISE_METRIC) or next(
+        iter(tests.values()), {"verdict": "no metrics"}
+    )
+    out["statistics"] = {
+        **shown,
+        "metric": differing[0] if differing else NOISE_METRIC,
+        "on": "the per-step values of each run",
+        "differing_metrics": differing,
+    }
     noise = len(a) == len(b) and not differing
     out["verdict"] = "same within noise" if noise else "different"
     return out
@@ -242,10 +267,14 @@ def _equal(x: Any, y: Any) -> bool:
 
 def describe(report: dict[str, Any]) -> str:
     """The report as a few lines for the console."""
-    lines = [f"{report['verdict']}: {report['original']} and its rerun {report['rerun']} ({report['steps'][0]} and {report['steps'][1]} steps)"]
+    lines = [
+        f"{report['verdict']}: {report['original']} and its rerun {report['rerun']} ({report['steps'][0]} and {report['steps'][1]} steps)"
+    ]
     first = report.get("first_difference")
     if first:
-        lines.append(f"first difference: step {first['step']}, {first['metric']}: {first['original']} (original) vs {first['rerun']} (rerun)")
+        lines.append(
+            f"first difference: step {first['step']}, {first['metric']}: {first['original']} (original) vs {first['rerun']} (rerun)"
+        )
     stats = report.get("statistics")
     if stats and stats.get("p") is not None:
         lines.append(f"{stats['metric']} per step: {stats['verdict']} (p={stats['p']:.3g}, {stats['method']})")
@@ -254,5 +283,7 @@ def describe(report: dict[str, Any]) -> str:
         lines.append("the manifests differ in:")
         lines += [f"  {d}" for d in diffs]
     elif report["verdict"] != "identical":
-        lines.append("the manifests agree in everything recorded (source, packages, patches, data, models, seeds, hardware)")
+        lines.append(
+            "the manifests agree in everything recorded (source, packages, patches, data, models, seeds, hardware)"
+        )
     return "\n".join(lines)

@@ -79,9 +79,13 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     if config.resources.ray_address is None and os.environ.get("RAY_ADDRESS") and uses_ray(backend):
         config.resources.ray_address = os.environ["RAY_ADDRESS"]  # Ray's own convention, made explicit in the plan
     if config.rollout_workers.mode == "ray" and not uses_ray(backend):
-        ray_engines = ", ".join(name for name in sorted(pm.items["backend"]) if uses_ray(pm.backend(name))) or "none installed"
-        raise ConfigError(f"rollout_workers.mode: ray runs rewards on actors of the run's Ray cluster, and backend "
-                          f"'{backend.name}' runs without Ray: use rollout_workers.mode: process (or a Ray engine: {ray_engines})")
+        ray_engines = (
+            ", ".join(name for name in sorted(pm.items["backend"]) if uses_ray(pm.backend(name))) or "none installed"
+        )
+        raise ConfigError(
+            f"rollout_workers.mode: ray runs rewards on actors of the run's Ray cluster, and backend "
+            f"'{backend.name}' runs without Ray: use rollout_workers.mode: process (or a Ray engine: {ray_engines})"
+        )
     if config.engine_version and not backend.version_supported(config.engine_version.split("-")[0]):
         raise ConfigError(
             f"engine_version: {backend.distribution} {config.engine_version} is outside the range backend "
@@ -89,7 +93,7 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
         )
     for field, path in model_paths(config):
         if path.startswith(BUILTIN_PREFIX):
-            pm.get("model_builder", path[len(BUILTIN_PREFIX):], field)
+            pm.get("model_builder", path[len(BUILTIN_PREFIX) :], field)
         elif looks_local(path) and not Path(path).expanduser().exists():
             raise ConfigError(
                 f"{field}: '{path}' does not exist; point it at a model directory, a hub id (org/name), "
@@ -106,7 +110,9 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     for i, spec in enumerate(config.reward):
         check_reward_spec(spec, pm, f"reward[{i}]")  # a plugin, or a native function that loads and fits its convention
         if spec.native is None and spec.model is None:
-            check_args(pm.get("reward", spec.name, f"reward[{i}].name").factory, spec.args, f"reward[{i}].args", spec.name)
+            check_args(
+                pm.get("reward", spec.name, f"reward[{i}].name").factory, spec.args, f"reward[{i}].args", spec.name
+            )
         elif spec.model is not None and set(spec.args) - {"batch_size"}:
             raise ConfigError(f"reward[{i}].args: a model reward takes only batch_size (got {sorted(spec.args)})")
     if config.environment is not None:
@@ -153,7 +159,9 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     (run_dir / "plan.yaml").write_text(plan.to_yaml())
     from rlbridge.run import manifest
 
-    manifest.write(run_dir, manifest.build(config, backend, plan, engine_python, model_paths(config)))  # what `rlbridge reproduce` rebuilds
+    manifest.write(
+        run_dir, manifest.build(config, backend, plan, engine_python, model_paths(config))
+    )  # what `rlbridge reproduce` rebuilds
     shutil.rmtree(manifest.digest_dir(run_dir), ignore_errors=True)
     sinks = RunSinks.build(config, run_dir, pm)
     show = config.telemetry.progress if progress is None else progress
@@ -181,7 +189,11 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
         after = f" after step {previous['last_step']}" if "last_step" in previous else ""
         ctx.warn(
             f"the previous run in {run_dir} (pid {previous.get('pid')}) was killed{after}: {previous['reason']}; "
-            + ("resuming from its last complete checkpoint" if config.checkpoint.resume else "starting over (--resume continues from its last checkpoint)")
+            + (
+                "resuming from its last complete checkpoint"
+                if config.checkpoint.resume
+                else "starting over (--resume continues from its last checkpoint)"
+            )
         )
     state = runstate.start(run_dir, backend=backend.name, engine_python=summary["engine_python"])
     pm.hook.rlbridge_run_start(config=config, plan=plan, run_dir=str(run_dir))
@@ -192,7 +204,9 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     saved_patch_dir = os.environ.get(PATCH_DIR_ENV)
     os.environ[PATCH_DIR_ENV] = str((run_dir / "patches").resolve())  # every engine process reports there
     saved_digest_dir = os.environ.get(manifest.DATA_DIGEST_ENV)
-    os.environ[manifest.DATA_DIGEST_ENV] = str(manifest.digest_dir(run_dir).resolve())  # the data rows' hashes, from where they load
+    os.environ[manifest.DATA_DIGEST_ENV] = str(
+        manifest.digest_dir(run_dir).resolve()
+    )  # the data rows' hashes, from where they load
     summary["restarts"] = []  # training.max_restarts: one entry per restart, with its cause
     try:
         if bar is not None:
@@ -206,10 +220,17 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
         summary.update(status=status, error=f"{type(exc).__name__}: {exc}", wall_s=time.time() - started)
         if getattr(exc, "failure", None):  # the cause (rlbridge.run.failures): kind, process, role, evidence, hint
             summary["failure"] = failure = exc.failure
-            ctx.warn(f"{failure.get('kind')} in {failure.get('process')}: {failure.get('evidence')}"[:500]
-                     + f"; what to change: {failure.get('hint')}" + (f"; log: {failure['log']}" if failure.get("log") else ""))
-        summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints, nonfinite_steps=ctx.nonfinite_steps,
-                       evaluations=ctx.evals)
+            ctx.warn(
+                f"{failure.get('kind')} in {failure.get('process')}: {failure.get('evidence')}"[:500]
+                + f"; what to change: {failure.get('hint')}"
+                + (f"; log: {failure['log']}" if failure.get("log") else "")
+            )
+        summary.update(
+            summarize(ctx.history),
+            checkpoints=ctx.checkpoints,
+            nonfinite_steps=ctx.nonfinite_steps,
+            evaluations=ctx.evals,
+        )
         ctx.close()
         _restore_env(PATCH_DIR_ENV, saved_patch_dir)
         _restore_env(manifest.DATA_DIGEST_ENV, saved_digest_dir)
@@ -229,8 +250,9 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     runstate.finish(run_dir, state, "completed")
     summary["engine_version"] = ctx.engine_version or summary["engine_version"]
     summary.update(status="completed", wall_s=time.time() - started)
-    summary.update(summarize(ctx.history), checkpoints=ctx.checkpoints, nonfinite_steps=ctx.nonfinite_steps,
-                       evaluations=ctx.evals)
+    summary.update(
+        summarize(ctx.history), checkpoints=ctx.checkpoints, nonfinite_steps=ctx.nonfinite_steps, evaluations=ctx.evals
+    )
     summary["sink_errors"] = sinks.errors
     _finish(run_dir, ctx.history, summary, config, engine_python)
     pm.hook.rlbridge_run_end(summary=summary)
@@ -275,7 +297,9 @@ def choose_engine_python(config: RunConfig, backend: Backend) -> Path | None:
     return python_of(mode)
 
 
-def _check_placement(config: RunConfig, backend: Backend, layout: dict[str, Any], run_dir: Path, summary: dict[str, Any], ctx) -> None:
+def _check_placement(
+    config: RunConfig, backend: Backend, layout: dict[str, Any], run_dir: Path, summary: dict[str, Any], ctx
+) -> None:
     """Where the engine's Ray actors were, against the placement policy's layout: into the summary, and
     each mismatch as a warning (rlbridge.run.placement)."""
     from rlbridge.run.placement import read_back
@@ -306,8 +330,15 @@ def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, res
     while True:
         ctx.engine_process = None
         stop = (lambda: _stop_engine(ctx)) if engine_python is not None else None
-        watchdog = HangWatchdog(ctx, ctx.run_dir, training, len(restarts), stop_engine=stop, intervals=intervals,
-                                actor_roles=backend.actor_roles)
+        watchdog = HangWatchdog(
+            ctx,
+            ctx.run_dir,
+            training,
+            len(restarts),
+            stop_engine=stop,
+            intervals=intervals,
+            actor_roles=backend.actor_roles,
+        )
         try:
             with watchdog:
                 _launch(backend, plan, ctx, engine_python)
@@ -317,12 +348,22 @@ def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, res
                 raise
             if watchdog.fired and engine_python is None:
                 watchdog.stop_captured()
-            failure = watchdog.fired or classify(exc, ctx.run_dir, config, steps_done=ctx.steps_done, oom=oom,
-                                                 actor_roles=backend.actor_roles, in_process=engine_python is None)
+            failure = watchdog.fired or classify(
+                exc,
+                ctx.run_dir,
+                config,
+                steps_done=ctx.steps_done,
+                oom=oom,
+                actor_roles=backend.actor_roles,
+                in_process=engine_python is None,
+            )
             if watchdog.fired and getattr(exc, "failure", None):  # what the engine's own account adds (its log)
                 failure.setdefault("log", exc.failure.get("log"))
-            again = failure["retryable"] and len(restarts) < training.max_restarts and not (
-                failure["kind"] == "hang" and training.on_hang == "fail")
+            again = (
+                failure["retryable"]
+                and len(restarts) < training.max_restarts
+                and not (failure["kind"] == "hang" and training.on_hang == "fail")
+            )
             if not again:
                 if watchdog.fired:  # the engine's own end (SIGTERM, an interrupt) is the watchdog's doing
                     error = HangError(f"hang: {failure['evidence']}; stacks in {failure['stacks']}")
@@ -333,16 +374,31 @@ def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, res
         _stop_leftovers(ctx.run_dir)
         wait = min(600.0, training.restart_backoff_s * 2 ** len(restarts))
         checkpoint = ctx.checkpoints[-1]["path"] if ctx.checkpoints else None
-        restarts.append({"n": len(restarts) + 1, "kind": failure["kind"], "process": failure["process"],
-                         "role": failure.get("role"), "evidence": str(failure.get("evidence", ""))[:400],
-                         "after_step": ctx.steps_done, "from_checkpoint": checkpoint, "backoff_s": wait, "at": time.time(),
-                         # a hang's frame, stacks file and bound: what doctor and a reader need to see it was one
-                         **{k: failure[k] for k in ("frame", "stacks", "bound_s", "waited_s") if k in failure}})
-        ctx.warn(f"restart {len(restarts)} of training.max_restarts={training.max_restarts}: {failure['kind']} in "
-                 f"{failure['process']} after step {ctx.steps_done}; "
-                 + (f"resuming from {checkpoint}" if checkpoint else "starting over (no checkpoint yet)") + f" in {wait:g} s")
+        restarts.append(
+            {
+                "n": len(restarts) + 1,
+                "kind": failure["kind"],
+                "process": failure["process"],
+                "role": failure.get("role"),
+                "evidence": str(failure.get("evidence", ""))[:400],
+                "after_step": ctx.steps_done,
+                "from_checkpoint": checkpoint,
+                "backoff_s": wait,
+                "at": time.time(),
+                # a hang's frame, stacks file and bound: what doctor and a reader need to see it was one
+                **{k: failure[k] for k in ("frame", "stacks", "bound_s", "waited_s") if k in failure},
+            }
+        )
+        ctx.warn(
+            f"restart {len(restarts)} of training.max_restarts={training.max_restarts}: {failure['kind']} in "
+            f"{failure['process']} after step {ctx.steps_done}; "
+            + (f"resuming from {checkpoint}" if checkpoint else "starting over (no checkpoint yet)")
+            + f" in {wait:g} s"
+        )
         time.sleep(wait)
-        if checkpoint is not None:  # an earlier run's checkpoints (checkpoint.resume already true) stay the base otherwise
+        if (
+            checkpoint is not None
+        ):  # an earlier run's checkpoints (checkpoint.resume already true) stay the base otherwise
             config.checkpoint.resume = True
         layout = plan.layout
         plan = backend.plan(config)  # the same plan, resuming
@@ -403,7 +459,11 @@ def _launch(backend: Backend, plan: Plan, ctx, engine_python: Path | None) -> No
 
 
 def _finish(
-    run_dir: Path, history: list[dict[str, float]], summary: dict[str, Any], config: RunConfig, engine_python: Path | None
+    run_dir: Path,
+    history: list[dict[str, float]],
+    summary: dict[str, Any],
+    config: RunConfig,
+    engine_python: Path | None,
 ) -> None:
     from rlbridge.run.report import plot
 
@@ -413,8 +473,16 @@ def _finish(
         skipped = plot(history, run_dir / "reward.png", title)
         if skipped and engine_python is not None:  # no matplotlib here: the engine environment has it
             res = subprocess.run(
-                [str(engine_python), "-m", "rlbridge.run.report", str(run_dir / "metrics.jsonl"), str(run_dir / "reward.png"), title],
-                capture_output=True, text=True,
+                [
+                    str(engine_python),
+                    "-m",
+                    "rlbridge.run.report",
+                    str(run_dir / "metrics.jsonl"),
+                    str(run_dir / "reward.png"),
+                    title,
+                ],
+                capture_output=True,
+                text=True,
             )
             skipped = None if res.returncode == 0 else skipped
         if skipped:

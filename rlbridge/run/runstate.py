@@ -48,7 +48,13 @@ def previous_run(run_dir: Path) -> dict[str, Any] | None:
     if not state or state.get("status") not in ("running", "killed"):
         return None
     pid, host = state.get("pid"), state.get("host")
-    if state.get("status") == "running" and host == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() and pid_alive(pid):
+    if (
+        state.get("status") == "running"
+        and host == socket.gethostname()
+        and isinstance(pid, int)
+        and pid != os.getpid()
+        and pid_alive(pid)
+    ):
         raise RLBridgeError(
             f"output_dir: another rlbridge run (pid {pid}, started {time.ctime(state.get('started', 0))}) is still writing "
             f"to {run_dir}; wait for it, stop it, or choose another output_dir"

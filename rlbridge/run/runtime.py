@@ -27,7 +27,9 @@ class NonFiniteError(RLBridgeError):
 
 
 class RunContext:
-    def __init__(self, config: RunConfig, plan: Plan, run_dir: Path, plugins, sinks: RunSinks | list[Any], progress=None):
+    def __init__(
+        self, config: RunConfig, plan: Plan, run_dir: Path, plugins, sinks: RunSinks | list[Any], progress=None
+    ):
         self.config = config
         self.plan = plan
         self.run_dir = Path(run_dir)
@@ -92,8 +94,11 @@ class RunContext:
             self._samples_fh.write(json.dumps({"step": step, **sample}) + "\n")
         self._samples_fh.flush()
         totals = [float(r) for r in rewards or [] if r is not None and math.isfinite(r)]
-        safe_native = {k: float(v) for k, v in (native or {}).items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+        safe_native = {
+            k: float(v)
+            for k, v in (native or {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        }
         hook = {"step": step, "metrics": clean, "native": safe_native, "samples": rows, "rewards": totals}
         self.sinks.call("rlbridge_step_end", **hook)  # sinks first: they never raise, and get every written step
         self.plugins.hook.rlbridge_step_end(**hook)
@@ -117,7 +122,9 @@ class RunContext:
                 f"step(s), limit training.nonfinite_steps={training.nonfinite_steps}); find the cause (learning rate, "
                 "a reward plugin, the data) or set training.on_nonfinite=warn to record it and go on"
             )
-        self.warn(f"step {step}: non-finite {names} (null in metrics.jsonl; training.on_nonfinite={training.on_nonfinite})")
+        self.warn(
+            f"step {step}: non-finite {names} (null in metrics.jsonl; training.on_nonfinite={training.on_nonfinite})"
+        )
 
     def restarted(self, plan: Plan, restart: dict[str, Any]) -> None:
         """The engine starts again (training.max_restarts) from its last complete checkpoint: its first
@@ -130,7 +137,11 @@ class RunContext:
         """A resumed run starts again at `step` (the one after its checkpoint): the rows a killed run
         wrote for that step and later (and a torn last line) are dropped, so that each step is in
         metrics.jsonl once, as the run that counts computed it."""
-        for attr, name in (("_metrics_fh", "metrics.jsonl"), ("_native_fh", "native_metrics.jsonl"), ("_samples_fh", "samples.jsonl")):
+        for attr, name in (
+            ("_metrics_fh", "metrics.jsonl"),
+            ("_native_fh", "native_metrics.jsonl"),
+            ("_samples_fh", "samples.jsonl"),
+        ):
             getattr(self, attr).close()
             path = self.run_dir / name
             kept = []
@@ -181,5 +192,13 @@ def _row(sample: dict[str, Any]) -> dict[str, Any]:
     """One samples.jsonl row: text as text, reward as a float (None when not finite)."""
     reward = sample.get("reward")
     reward = float(reward) if isinstance(reward, (int, float)) and math.isfinite(reward) else None
-    scores = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None) for k, v in (sample.get("rewards") or {}).items()}
-    return {"prompt": str(sample.get("prompt", "")), "completion": str(sample.get("completion", "")), "reward": reward, "rewards": scores}
+    scores = {
+        k: (float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None)
+        for k, v in (sample.get("rewards") or {}).items()
+    }
+    return {
+        "prompt": str(sample.get("prompt", "")),
+        "completion": str(sample.get("completion", "")),
+        "reward": reward,
+        "rewards": scores,
+    }

@@ -39,6 +39,7 @@ _TESTS = {"[", "[[", "test", "true", "false", ":", "!"}
 
 # --- tokens -----------------------------------------------------------------------------------
 
+
 @dataclass
 class Tok:
     kind: str  # "word" | "op" | "nl" | "array" | "redir"
@@ -91,7 +92,7 @@ class Lexer:
             else:
                 self.word()
             if self.i <= start:  # every step consumes input: no input makes the reader loop
-                raise self.fail(self.line, f"cannot read {s[start:start + 20]!r}")
+                raise self.fail(self.line, f"cannot read {s[start : start + 20]!r}")
         self.out.append(Tok("nl", "\n", self.line))
         return self.out
 
@@ -126,16 +127,20 @@ class Lexer:
         for delimiter, strip_tabs in self.heredocs:
             while True:
                 if self.i >= len(self.s):
-                    raise self.fail(self.line, f"here-document ends before its delimiter {delimiter!r} (a truncated script?)")
+                    raise self.fail(
+                        self.line, f"here-document ends before its delimiter {delimiter!r} (a truncated script?)"
+                    )
                 end = self.s.find("\n", self.i)
                 end = len(self.s) if end < 0 else end
-                body = self.s[self.i:end]
+                body = self.s[self.i : end]
                 self.i = min(end + 1, len(self.s)) if end < len(self.s) else len(self.s)
                 self.line += 1
                 if (body.lstrip("\t") if strip_tabs else body) == delimiter:
                     break
                 if end >= len(self.s):
-                    raise self.fail(self.line, f"here-document ends before its delimiter {delimiter!r} (a truncated script?)")
+                    raise self.fail(
+                        self.line, f"here-document ends before its delimiter {delimiter!r} (a truncated script?)"
+                    )
         self.heredocs = []
 
     def word(self) -> None:
@@ -168,7 +173,7 @@ class Lexer:
                     item_line = self.line
                     items.append((self.raw_word(), item_line))
                 if self.i <= start:
-                    raise self.fail(self.line, f"cannot read {self.s[start:start + 20]!r} in array {m.group(1)}")
+                    raise self.fail(self.line, f"cannot read {self.s[start : start + 20]!r} in array {m.group(1)}")
             self.out.append(Tok("array", raw, line, items))
             return
         self.out.append(Tok("word", raw, line))
@@ -179,7 +184,7 @@ class Lexer:
         while self.i < len(s):
             c = s[self.i]
             if c in " \t\r\n;|&()<>":
-                if c in "<>" and self.i + 1 < len(s) and s[self.i + 1] == "(" :  # <(process substitution)
+                if c in "<>" and self.i + 1 < len(s) and s[self.i + 1] == "(":  # <(process substitution)
                     self.i += 1
                     self.skip_group("(", ")")
                     continue
@@ -210,7 +215,7 @@ class Lexer:
                 self.i += 1
         if self.i > len(s):
             self.i = len(s)
-        return s[start:self.i]
+        return s[start : self.i]
 
     def _advance_newline(self, c: str) -> None:
         if c == "\n":
@@ -309,6 +314,7 @@ class Lexer:
 
 
 # --- parsing ----------------------------------------------------------------------------------
+
 
 @dataclass
 class Simple:
@@ -412,7 +418,9 @@ class Parser:
             if self.done():
                 return out
             tok = self.peek()
-            if (tok.kind == "word" and tok.text in enders) or (tok.kind == "op" and tok.text in enders | {")", ";;", ";&", ";;&"}):
+            if (tok.kind == "word" and tok.text in enders) or (
+                tok.kind == "op" and tok.text in enders | {")", ";;", ";&", ";;&"}
+            ):
                 return out
             start = self.p
             out.append(self.and_or())
@@ -437,7 +445,9 @@ class Parser:
         self.skip_newlines()
         if not self.at_word(text):
             got = "the end of the script" if self.done() else repr(self.peek().text)
-            raise self.fail(opener, f"`{opener.text}` at this line has no matching `{text}` (found {got}; a truncated script?)")
+            raise self.fail(
+                opener, f"`{opener.text}` at this line has no matching `{text}` (found {got}; a truncated script?)"
+            )
         self.next()
 
     def command(self) -> Any:
@@ -480,8 +490,14 @@ class Parser:
                 self.next()
             self.skip_newlines()
             node = Function(name.text, self.command(), tok.line)
-        elif tok.kind == "word" and self.p + 2 < len(self.t) and self.t[self.p + 1].kind == "op" and self.t[self.p + 1].text == "(" \
-                and self.t[self.p + 2].kind == "op" and self.t[self.p + 2].text == ")":
+        elif (
+            tok.kind == "word"
+            and self.p + 2 < len(self.t)
+            and self.t[self.p + 1].kind == "op"
+            and self.t[self.p + 1].text == "("
+            and self.t[self.p + 2].kind == "op"
+            and self.t[self.p + 2].text == ")"
+        ):
             self.p += 3
             self.skip_newlines()
             node = Function(tok.text, self.command(), tok.line)
@@ -620,6 +636,7 @@ class Parser:
 
 # --- values -----------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Unknown:
     """Why a value cannot be known without running the script."""
@@ -687,7 +704,9 @@ class Interpreter:
     def step(self, line: int) -> None:
         self.steps += 1
         if self.steps > _MAX_STEPS:
-            raise self.fail(line, "the script does too much to be read statically (a loop?); import its launch command alone")
+            raise self.fail(
+                line, "the script does too much to be read statically (a loop?); import its launch command alone"
+            )
 
     # -- running the tree --
     def run(self, body: list[Any]) -> Launch | None:
@@ -714,7 +733,10 @@ class Interpreter:
         elif isinstance(node, For):
             self.for_(node)
         elif isinstance(node, Loop):
-            self.tainted(node.body, Unknown(f"the `{node.kind}` loop at line {node.line}, which rlbridge import does not run", True))
+            self.tainted(
+                node.body,
+                Unknown(f"the `{node.kind}` loop at line {node.line}, which rlbridge import does not run", True),
+            )
         elif isinstance(node, Case):
             self.case(node)
         elif isinstance(node, Group):
@@ -752,8 +774,11 @@ class Interpreter:
         except _Exit:
             pass  # an exit on a path that may not run: the script's error handling
         except _Found as found:
-            raise self.fail(found.launch.line, f"the launch command is inside {self.taint.reason}; "
-                                               "rlbridge import cannot tell whether it runs: move it out, or import the command line itself") from None
+            raise self.fail(
+                found.launch.line,
+                f"the launch command is inside {self.taint.reason}; "
+                "rlbridge import cannot tell whether it runs: move it out, or import the command line itself",
+            ) from None
         finally:
             self.taint = outer
 
@@ -775,9 +800,16 @@ class Interpreter:
 
     def for_(self, node: For) -> None:
         if node.c_style:
-            self.tainted(node.body, Unknown(f"the C-style `for` loop at line {node.line}, which rlbridge import does not run", True))
+            self.tainted(
+                node.body,
+                Unknown(f"the C-style `for` loop at line {node.line}, which rlbridge import does not run", True),
+            )
             return
-        items = self.positional if node.items is None else [f for tok in node.items for f in self.expand(tok.text, tok.line)]
+        items = (
+            self.positional
+            if node.items is None
+            else [f for tok in node.items for f in self.expand(tok.text, tok.line)]
+        )
         unknown = next((f.unknown for f in items if f.unknown is not None), None)
         if unknown is not None:
             self.tainted(node.body, Unknown(f"the `for` loop at line {node.line}, over {unknown.reason}", True))
@@ -790,7 +822,9 @@ class Interpreter:
         (word,) = self.expand(node.word.text, node.word.line, split=False) or [Field("", node.word.line)]
         if word.unknown is not None:
             for _, body in node.arms:
-                self.tainted(body, Unknown(f"the `case` at line {node.line}, which branches on {word.unknown.reason}", True))
+                self.tainted(
+                    body, Unknown(f"the `case` at line {node.line}, which branches on {word.unknown.reason}", True)
+                )
             return
         for patterns, body in node.arms:
             for pattern in patterns:
@@ -856,7 +890,7 @@ class Interpreter:
         for ops in (("||", "-o"), ("&&", "-a")):
             for i in range(len(args) - 1, -1, -1):
                 if args[i].text in ops and i not in (0, len(args) - 1) and args[i].unknown is None:
-                    left, right = self.test_expr(args[:i], line), self.test_expr(args[i + 1:], line)
+                    left, right = self.test_expr(args[:i], line), self.test_expr(args[i + 1 :], line)
                     if ops[0] == "||":
                         if left is True or right is True:
                             return True
@@ -977,7 +1011,7 @@ class Interpreter:
                 base = list(old.value) if isinstance(old.value, list) else [Field(old.value, old.line, old.unknown)]
             self.vars[name] = Var(base + elements, None, tok.line, exported)
             return
-        raw = tok.text[m.end():]
+        raw = tok.text[m.end() :]
         fields = self.expand(raw, tok.line, split=False, assignment=True)
         value = fields[0] if fields else Field("", tok.line)
         unknown = self.taint or value.unknown
@@ -1057,7 +1091,11 @@ class Interpreter:
         if buf or exists:
             fields.append(Field("".join(buf), field_line or line, unknown))
         if not split or assignment:
-            return [Field("".join(f.text for f in fields), line, next((f.unknown for f in fields if f.unknown), None))] if fields else []
+            return (
+                [Field("".join(f.text for f in fields), line, next((f.unknown for f in fields if f.unknown), None))]
+                if fields
+                else []
+            )
         return fields
 
     def parts(self, raw: str, line: int, quoted: bool) -> list[Any]:
@@ -1087,7 +1125,7 @@ class Interpreter:
             if c == "'" and not quoted:
                 j = s.find("'", i + 1)
                 j = len(s) if j < 0 else j
-                literal.append(s[i + 1:j])
+                literal.append(s[i + 1 : j])
                 flush(True)
                 out.append(("", False, None, None, True))
                 i = j + 1
@@ -1097,7 +1135,9 @@ class Interpreter:
                 buf = []
                 while j < len(s) and s[j] != "'":
                     if s[j] == "\\" and j + 1 < len(s):
-                        buf.append({"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"'}.get(s[j + 1], "\\" + s[j + 1]))
+                        buf.append(
+                            {"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"'}.get(s[j + 1], "\\" + s[j + 1])
+                        )
                         j += 2
                     else:
                         buf.append(s[j])
@@ -1110,7 +1150,7 @@ class Interpreter:
             if c == '"' and not quoted:
                 j = _match_double(s, i)
                 flush()
-                inner = self.parts(s[i + 1:j], line, quoted=True)
+                inner = self.parts(s[i + 1 : j], line, quoted=True)
                 out += inner
                 if _SPLICE not in inner:  # "" is a field even when empty; "${EMPTY[@]}" is none
                     out.append(("", False, None, None, True))
@@ -1120,7 +1160,7 @@ class Interpreter:
                 j = s.find("`", i + 1)
                 j = len(s) if j < 0 else j
                 flush()
-                out.append(self.substitution(s[i:j + 1], line, quoted))
+                out.append(self.substitution(s[i : j + 1], line, quoted))
                 i = j + 1
                 continue
             if c == "$" and i + 1 < len(s):
@@ -1137,34 +1177,40 @@ class Interpreter:
 
     def substitution(self, text: str, line: int, quoted: bool) -> tuple:
         self.note(line, f"command substitution {text} is not run; kept literally")
-        return (text, False, Unknown(f"{text} (line {line}, a command substitution rlbridge import does not run)"), None, quoted)
+        return (
+            text,
+            False,
+            Unknown(f"{text} (line {line}, a command substitution rlbridge import does not run)"),
+            None,
+            quoted,
+        )
 
     def dollar(self, s: str, i: int, line: int, quoted: bool) -> tuple[int, list[Any] | None]:
         if s.startswith("$((", i):
             j = _match_group(s, i + 1, "(", ")")
-            value = self.arith(s[i + 3:j - 1], line)
+            value = self.arith(s[i + 3 : j - 1], line)
             if isinstance(value, Unknown):
-                return j + 1, [(s[i:j + 1], False, value, None, quoted)]
+                return j + 1, [(s[i : j + 1], False, value, None, quoted)]
             return j + 1, [(str(value), not quoted, None, None, quoted)]
         if s.startswith("$(", i):
             j = _match_group(s, i + 1, "(", ")")
-            return j + 1, [self.substitution(s[i:j + 1], line, quoted)]
+            return j + 1, [self.substitution(s[i : j + 1], line, quoted)]
         if s.startswith("${", i):
             j = _match_group(s, i + 1, "{", "}")
-            return j + 1, self.brace(s[i + 2:j], line, quoted, s[i:j + 1])
+            return j + 1, self.brace(s[i + 2 : j], line, quoted, s[i : j + 1])
         m = _NAME.match(s, i + 1)
         if m:
-            return m.end(), self.value_parts(m.group(0), line, quoted, s[i:m.end()])
+            return m.end(), self.value_parts(m.group(0), line, quoted, s[i : m.end()])
         c = s[i + 1]
         if c.isdigit():
-            return i + 2, self.value_parts(c, line, quoted, s[i:i + 2])
+            return i + 2, self.value_parts(c, line, quoted, s[i : i + 2])
         if c in "@*":
             self.note(line, f"${c} (arguments passed to the script) is empty here")
             return i + 2, self.array_parts(self.positional, quoted, c == "@")
         if c == "#":
             return i + 2, [(str(len(self.positional)), False, None, None, quoted)]
         if c in "?$!-":
-            return i + 2, [(s[i:i + 2], False, Unknown(f"{s[i:i + 2]} (a runtime value)"), None, quoted)]
+            return i + 2, [(s[i : i + 2], False, Unknown(f"{s[i : i + 2]} (a runtime value)"), None, quoted)]
         return i + 1, None
 
     def value_parts(self, name: str, line: int, quoted: bool, shown: str) -> list[Any]:
@@ -1187,8 +1233,15 @@ class Interpreter:
                 out.append((f.text, False, f.unknown, f.line, True))
             return out
         if quoted:  # "${A[*]}", "$*": one word
-            return [(" ".join(f.text for f in items), False, next((f.unknown for f in items if f.unknown), None),
-                     items[0].line if items else None, True)]
+            return [
+                (
+                    " ".join(f.text for f in items),
+                    False,
+                    next((f.unknown for f in items if f.unknown), None),
+                    items[0].line if items else None,
+                    True,
+                )
+            ]
         out = []
         for k, f in enumerate(items):  # unquoted: each element split on its own
             if k:
@@ -1201,28 +1254,75 @@ class Interpreter:
     def brace(self, body: str, line: int, quoted: bool, shown: str) -> list[Any]:
         m = self._BRACE.match(body)
         if not m:
-            return [(shown, False, Unknown(f"{shown} (line {line}, an expansion rlbridge import does not read)"), None, quoted)]
-        length, indirect, name, subscript, index, rest = m.group(1), m.group(2), m.group(3), m.group(4), m.group(5), m.group(6)
+            return [
+                (
+                    shown,
+                    False,
+                    Unknown(f"{shown} (line {line}, an expansion rlbridge import does not read)"),
+                    None,
+                    quoted,
+                )
+            ]
+        length, indirect, name, subscript, index, rest = (
+            m.group(1),
+            m.group(2),
+            m.group(3),
+            m.group(4),
+            m.group(5),
+            m.group(6),
+        )
         if name in "@*" and len(name) == 1:
             if length:
                 return [(str(len(self.positional)), False, None, None, quoted)]
             return self.array_parts(self.positional, quoted, name == "@")
         if indirect:
             target = self.lookup(name, line)
-            name = target.value if target is not None and isinstance(target.value, str) and _NAME.fullmatch(target.value) else ""
+            name = (
+                target.value
+                if target is not None and isinstance(target.value, str) and _NAME.fullmatch(target.value)
+                else ""
+            )
             if not name:
-                return [(shown, False, Unknown(f"{shown} (line {line}, an indirect expansion of an unknown name)"), None, quoted)]
+                return [
+                    (
+                        shown,
+                        False,
+                        Unknown(f"{shown} (line {line}, an indirect expansion of an unknown name)"),
+                        None,
+                        quoted,
+                    )
+                ]
         var = self.lookup(name, line)
         if length:
             if var is None:
                 return [("0", False, None, None, quoted)]
             if isinstance(var.value, list) and index in ("@", "*"):
                 return [(str(len(var.value)), False, None, None, quoted)]
-            return [(str(len(var.value if isinstance(var.value, str) else (var.value[0].text if var.value else ""))), False, var.unknown, None, quoted)]
+            return [
+                (
+                    str(len(var.value if isinstance(var.value, str) else (var.value[0].text if var.value else ""))),
+                    False,
+                    var.unknown,
+                    None,
+                    quoted,
+                )
+            ]
         if subscript and index in ("@", "*"):
-            items = var.value if var is not None and isinstance(var.value, list) else ([Field(var.value, var.line, var.unknown)] if var is not None and var.value != "" else [])
+            items = (
+                var.value
+                if var is not None and isinstance(var.value, list)
+                else ([Field(var.value, var.line, var.unknown)] if var is not None and var.value != "" else [])
+            )
             if rest:
-                return [(shown, False, Unknown(f"{shown} (line {line}, an array expansion rlbridge import does not read)"), None, quoted)]
+                return [
+                    (
+                        shown,
+                        False,
+                        Unknown(f"{shown} (line {line}, an array expansion rlbridge import does not read)"),
+                        None,
+                        quoted,
+                    )
+                ]
             return self.array_parts(items, quoted, index == "@")
         value: str | None
         unknown: Unknown | None = None
@@ -1258,7 +1358,9 @@ class Interpreter:
             if kind == "+":
                 return [] if unset else self.operand(word, line, quoted)
             if unset:  # ${A:?message}
-                raise self.fail(line, f"{shown}: ${name} is not set, and the script stops here; set {name} in your environment")
+                raise self.fail(
+                    line, f"{shown}: ${name} is not set, and the script stops here; set {name} in your environment"
+                )
             return [(value, not quoted, unknown, None, quoted)]
         if value is None:
             value = ""
@@ -1275,7 +1377,7 @@ class Interpreter:
             return [(value[start:end], not quoted, None, None, quoted)]
         for op in ("##", "#", "%%", "%"):
             if rest.startswith(op):
-                pattern = self.pattern(rest[len(op):], line)
+                pattern = self.pattern(rest[len(op) :], line)
                 if isinstance(pattern, Unknown):
                     return [(shown, False, pattern, None, quoted)]
                 return [(_trim(value, pattern, op), not quoted, None, None, quoted)]
@@ -1288,12 +1390,23 @@ class Interpreter:
             if isinstance(pattern, Unknown):
                 return [(shown, False, pattern, None, quoted)]
             regex = _glob_regex(pattern)
-            return [(re.sub(regex, lambda _: replacement, value, count=0 if every else 1), not quoted, None, None, quoted)]
+            return [
+                (re.sub(regex, lambda _: replacement, value, count=0 if every else 1), not quoted, None, None, quoted)
+            ]
         if rest in (",,", "^^", ",", "^"):
-            converted = value.lower() if rest == ",," else value.upper() if rest == "^^" else \
-                (value[:1].lower() + value[1:]) if rest == "," else (value[:1].upper() + value[1:])
+            converted = (
+                value.lower()
+                if rest == ",,"
+                else value.upper()
+                if rest == "^^"
+                else (value[:1].lower() + value[1:])
+                if rest == ","
+                else (value[:1].upper() + value[1:])
+            )
             return [(converted, not quoted, None, None, quoted)]
-        return [(shown, False, Unknown(f"{shown} (line {line}, an expansion rlbridge import does not read)"), None, quoted)]
+        return [
+            (shown, False, Unknown(f"{shown} (line {line}, an expansion rlbridge import does not read)"), None, quoted)
+        ]
 
     def operand(self, word: str, line: int, quoted: bool) -> list[Any]:
         """The word of ${A:-word}: expanded recursively (nested defaults), quotes inside it honoured."""
@@ -1412,7 +1525,11 @@ def _evaluate_arith(text: str, interp: Interpreter, line: int) -> int | Unknown:
             return node.value
         if isinstance(node, ast.Name):
             var = interp.lookup(node.id, line)
-            raw = "" if var is None else (var.value if isinstance(var.value, str) else (var.value[0].text if var.value else ""))
+            raw = (
+                ""
+                if var is None
+                else (var.value if isinstance(var.value, str) else (var.value[0].text if var.value else ""))
+            )
             if var is not None and var.unknown is not None:
                 raise _ArithUnknown(var.unknown)
             raw = raw.strip()
@@ -1441,9 +1558,17 @@ def _evaluate_arith(text: str, interp: Interpreter, line: int) -> int | Unknown:
                 raise _ArithUnknown(Unknown(f"$(({text})) (line {line}, exponent out of range)"))
             if op in (ast.LShift, ast.RShift) and not 0 <= b <= 64:
                 raise _ArithUnknown(Unknown(f"$(({text})) (line {line}, shift out of range)"))
-            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b, ast.Pow: lambda: a ** b,
-                   ast.LShift: lambda: a << b, ast.RShift: lambda: a >> b, ast.BitAnd: lambda: a & b,
-                   ast.BitOr: lambda: a | b, ast.BitXor: lambda: a ^ b}
+            ops = {
+                ast.Add: lambda: a + b,
+                ast.Sub: lambda: a - b,
+                ast.Mult: lambda: a * b,
+                ast.Pow: lambda: a**b,
+                ast.LShift: lambda: a << b,
+                ast.RShift: lambda: a >> b,
+                ast.BitAnd: lambda: a & b,
+                ast.BitOr: lambda: a | b,
+                ast.BitXor: lambda: a ^ b,
+            }
             if op not in ops:
                 raise _ArithUnknown(Unknown(f"$(({text})) (line {line}, arithmetic rlbridge import does not read)"))
             return ops[op]()
@@ -1473,6 +1598,7 @@ class _ArithUnknown(Exception):
 
 # --- entry point ------------------------------------------------------------------------------
 
+
 @dataclass
 class Found:
     """The launch command: its words up to and including the marker, its arguments (each with the line
@@ -1486,25 +1612,34 @@ class Found:
     notes: list[tuple[int | None, str]]
 
 
-def read_launch(text: str, source: str, is_launch: Callable[[str], bool], what: str,
-                environ: dict[str, str] | None = None) -> Found:
+def read_launch(
+    text: str, source: str, is_launch: Callable[[str], bool], what: str, environ: dict[str, str] | None = None
+) -> Found:
     """Read `text` (a script or a command line) statically and return the first launch command."""
     if "\x00" in text:
-        raise ShellError(f"{source}:1: not a shell script (binary data); rlbridge import reads a launch script, a command line or a config file")
+        raise ShellError(
+            f"{source}:1: not a shell script (binary data); rlbridge import reads a launch script, a command line or a config file"
+        )
     toks = Lexer(text, source).tokens()
     tree = Parser(toks, source).program()
     interp = Interpreter(source, is_launch, environ)
     try:
         launch = interp.run(tree)
     except _Exit as stop:
-        raise ShellError(f"{source}:{stop.line}: the script exits here before its {what} command; "
-                         "set the variables its conditions test (in your environment) or import the command line itself") from None
+        raise ShellError(
+            f"{source}:{stop.line}: the script exits here before its {what} command; "
+            "set the variables its conditions test (in your environment) or import the command line itself"
+        ) from None
     if launch is None:
         raise ShellError(f"{source}: no {what} command found; rlbridge import reads the launch command of a recipe")
-    args = [f for f in launch.words[launch.marker + 1:]]
+    args = [f for f in launch.words[launch.marker + 1 :]]
     for f in args:
         if f.unknown is not None and f.unknown.branch:
-            raise ShellError(f"{source}:{f.line}: {f.text!r} depends on {f.unknown.reason}; set the variables that "
-                             "branch tests in your environment (or in the script) so the launch command can be read")
-    variables = {k: (v.value if isinstance(v.value, str) else " ".join(x.text for x in v.value)) for k, v in interp.vars.items()}
+            raise ShellError(
+                f"{source}:{f.line}: {f.text!r} depends on {f.unknown.reason}; set the variables that "
+                "branch tests in your environment (or in the script) so the launch command can be read"
+            )
+    variables = {
+        k: (v.value if isinstance(v.value, str) else " ".join(x.text for x in v.value)) for k, v in interp.vars.items()
+    }
     return Found(launch.words[: launch.marker + 1], args, launch.line, variables, interp.notes)

@@ -31,7 +31,9 @@ class RunSinks:
             try:
                 self.pm.register(sink, name=name)
             except pluggy.PluginValidationError as exc:
-                raise ConfigError(f"telemetry.sinks: sink '{name}' does not implement the lifecycle hooks: {exc}") from exc
+                raise ConfigError(
+                    f"telemetry.sinks: sink '{name}' does not implement the lifecycle hooks: {exc}"
+                ) from exc
 
     @classmethod
     def build(cls, config, run_dir: Path, plugins) -> RunSinks:
@@ -59,8 +61,11 @@ class RunSinks:
     def _failed(self, name: str, sink: Any, hook: str, exc: Exception) -> None:
         message = f"{type(exc).__name__}: {exc}"
         self.errors.append({"sink": name, "hook": hook, "error": message})
-        print(f"rlbridge: telemetry sink '{name}' failed in {hook} ({message}); it is off for the rest of the run",
-              file=sys.stderr, flush=True)
+        print(
+            f"rlbridge: telemetry sink '{name}' failed in {hook} ({message}); it is off for the rest of the run",
+            file=sys.stderr,
+            flush=True,
+        )
         self.pm.unregister(name=name)
         close = getattr(sink, "close", None)
         if callable(close):

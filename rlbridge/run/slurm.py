@@ -38,11 +38,28 @@ import sys
 import time
 from pathlib import Path
 
-TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+TERMINAL_STATES = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+)
 
 
-def batch_script(job, record: Path, python: str, ray: str | None, ray_python: str | None, logical_gpus: int = 0,
-                 logical_cpus: int = 0) -> str:
+def batch_script(
+    job,
+    record: Path,
+    python: str,
+    ray: str | None,
+    ray_python: str | None,
+    logical_gpus: int = 0,
+    logical_cpus: int = 0,
+) -> str:
     """The sbatch script that runs `job` (a planned RunConfig whose config file is
     <record>/config.yaml). `python` runs `rlbridge train`; `ray` is the `ray` command on the nodes
     (None: the backend does not use Ray) and `ray_python` a Python with Ray (to wait for the nodes);
@@ -106,14 +123,13 @@ def batch_script(job, record: Path, python: str, ray: str | None, ray_python: st
     if ray is not None:
         lines += [
             'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
-            'head_addr=$(scontrol show node "${nodes[0]}" | sed -n \'s/.*NodeAddr=\\([^ ]*\\).*/\\1/p\')',
-            'head_ip=$(getent ahostsv4 "$head_addr" | awk \'{print $1; exit}\')',
+            "head_addr=$(scontrol show node \"${nodes[0]}\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
+            "head_ip=$(getent ahostsv4 \"$head_addr\" | awk '{print $1; exit}')",
             f'export RAY_ADDRESS="$head_ip:{sl.ray_port}"',
             'RAY_TMP="/tmp/rlb-ray-$SLURM_JOB_ID"  # short: Ray\'s socket paths must stay under 108 bytes',
             # Ray's token authentication (Ray >= 2.5x; older Rays ignore the variables), with a token of this
             # job's own: every step and the driver inherit it; ~/.ray/auth_token, shared by a user's jobs, is left alone
-            'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$(od -An -N16 -tx1 /dev/urandom | tr -d \' \\n\')"',
-
+            "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=\"$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')\"",
             f'"${{STEP[@]}}" -w "${{nodes[0]}}" {ray} start --head --block --node-ip-address="$head_ip" --port={sl.ray_port} '
             f'--num-cpus={cpus} --num-gpus={ray_gpus} --include-dashboard=false --temp-dir="$RAY_TMP" &',
             "steps+=($!)",
@@ -121,17 +137,17 @@ def batch_script(job, record: Path, python: str, ray: str | None, ray_python: st
             # wait_nodes N: until N nodes are alive in the cluster (or the head's step died, or 600 s passed)
             "wait_nodes() {",
             f'  {ray_python} -c "import os, ray, sys, time\n'
-            'deadline = time.time() + 600\n'
-            'def check():\n'
-            '    os.kill(int(sys.argv[3]), 0)  # the head step is alive\n'
-            '    if time.time() > deadline: sys.exit(\'rlbridge: the Ray cluster did not come up in 600 s\')\n'
-            'while True:\n'
-            '    try:\n'
-            '        ray.init(address=sys.argv[1], log_to_driver=False); break\n'
-            '    except (ConnectionError, RuntimeError):\n'
-            '        check(); time.sleep(2)\n'
-            'while len([n for n in ray.nodes() if n[\'Alive\']]) < int(sys.argv[2]):\n'
-            '    check(); time.sleep(2)\n'
+            "deadline = time.time() + 600\n"
+            "def check():\n"
+            "    os.kill(int(sys.argv[3]), 0)  # the head step is alive\n"
+            "    if time.time() > deadline: sys.exit('rlbridge: the Ray cluster did not come up in 600 s')\n"
+            "while True:\n"
+            "    try:\n"
+            "        ray.init(address=sys.argv[1], log_to_driver=False); break\n"
+            "    except (ConnectionError, RuntimeError):\n"
+            "        check(); time.sleep(2)\n"
+            "while len([n for n in ray.nodes() if n['Alive']]) < int(sys.argv[2]):\n"
+            "    check(); time.sleep(2)\n"
             'ray.shutdown()" "$RAY_ADDRESS" "$1" "$ray_head" &',
             "  wait $! || { event end ', \"rc\": 1'; teardown; exit 1; }",
             "}",
@@ -179,10 +195,14 @@ def prepare_job(config, python: str | None = None):
 
     sl = config.launcher.slurm
     if sl.max_requeues and not config.checkpoint.interval:
-        raise ConfigError("launcher.slurm.max_requeues: a requeued job resumes from the newest checkpoint, and "
-                          "checkpoint.interval is 0 (none is saved): set checkpoint.interval, or max_requeues: 0")
+        raise ConfigError(
+            "launcher.slurm.max_requeues: a requeued job resumes from the newest checkpoint, and "
+            "checkpoint.interval is 0 (none is saved): set checkpoint.interval, or max_requeues: 0"
+        )
     prepared, job = plan_job(config, "slurm")
-    job.output_dir = str(Path(job.output_dir).resolve())  # the nodes share this file system (or mount it into the container)
+    job.output_dir = str(
+        Path(job.output_dir).resolve()
+    )  # the nodes share this file system (or mount it into the container)
     job.checkpoint.dir = str(Path(job.checkpoint.dir).resolve())
     if sl.max_requeues and job.checkpoint.resume is False:
         job.checkpoint.resume = "auto"  # the first start trains afresh, each requeued one resumes
@@ -213,7 +233,9 @@ def submit(config, dry_run: bool = False, follow: bool = True, python: str | Non
         sys.stdout.write(script)
         return 0
     if shutil.which("sbatch") is None:
-        raise RLBridgeError("--to slurm needs Slurm's sbatch on PATH (run this on a login node; --dry-run prints the script)")
+        raise RLBridgeError(
+            "--to slurm needs Slurm's sbatch on PATH (run this on a login node; --dry-run prints the script)"
+        )
     res = subprocess.run(["sbatch", "--parsable", str(record / "job.sbatch")], capture_output=True, text=True)
     if res.returncode != 0:
         raise RLBridgeError(f"sbatch refused the job: {res.stderr.strip()}")
@@ -256,11 +278,18 @@ def follow_job(job_id: str, record: Path, echo=print, poll_s: float = 2.0) -> in
         if (state, restarts) != last:
             last = (state, restarts)
             _record(record, {"state": state or "GONE", "restarts": restarts})
-            echo(f"Slurm job {job_id}: {state or 'no longer known to the controller'}" + (f" (restart {restarts})" if restarts else ""))
+            echo(
+                f"Slurm job {job_id}: {state or 'no longer known to the controller'}"
+                + (f" (restart {restarts})" if restarts else "")
+            )
         if state is None or state in TERMINAL_STATES:
             break
         time.sleep(poll_s)
-    events = [json.loads(line) for line in (record / "slurm_events.jsonl").read_text().splitlines()] if (record / "slurm_events.jsonl").exists() else []
+    events = (
+        [json.loads(line) for line in (record / "slurm_events.jsonl").read_text().splitlines()]
+        if (record / "slurm_events.jsonl").exists()
+        else []
+    )
     ends = [e for e in events if e["event"] == "end"]
     final = state or ("COMPLETED" if ends and ends[-1].get("rc") == 0 else "UNKNOWN")
     _record(record, {"state": final, "ended": time.time()})

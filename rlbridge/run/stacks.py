@@ -23,10 +23,37 @@ from pathlib import Path
 from typing import Any
 
 # leaf functions a thread waits in (the stdlib's and the engines' waiting primitives)
-_WAITS = {"wait", "_wait_for_tstate_lock", "acquire", "get", "select", "poll", "recv", "recv_into", "_recv", "_recv_bytes",
-          "recv_bytes", "read", "readline", "readinto", "sleep", "accept", "join", "result", "wait_for", "_poll", "epoll",
-          "_worker", "_run_once", "run_forever", "get_objects", "serve_forever", "_handle_workers", "_wait_for_updates",
-          "main_loop"}  # the last: a Ray worker waiting for its next task (ray/_private/worker.py)
+_WAITS = {
+    "wait",
+    "_wait_for_tstate_lock",
+    "acquire",
+    "get",
+    "select",
+    "poll",
+    "recv",
+    "recv_into",
+    "_recv",
+    "_recv_bytes",
+    "recv_bytes",
+    "read",
+    "readline",
+    "readinto",
+    "sleep",
+    "accept",
+    "join",
+    "result",
+    "wait_for",
+    "_poll",
+    "epoll",
+    "_worker",
+    "_run_once",
+    "run_forever",
+    "get_objects",
+    "serve_forever",
+    "_handle_workers",
+    "_wait_for_updates",
+    "main_loop",
+}  # the last: a Ray worker waiting for its next task (ray/_private/worker.py)
 _WAITING = re.compile(r"poll|wait|recv|select|sleep|accept", re.IGNORECASE)
 _LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python3\.\d+/|<frozen )")
 
@@ -47,7 +74,7 @@ def tree(root: int) -> list[dict[str, Any]]:
         pid = int(entry)
         try:
             stat = Path(f"/proc/{pid}/stat").read_bytes()
-            rest = stat[stat.rfind(b")") + 2:].split()
+            rest = stat[stat.rfind(b")") + 2 :].split()
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             try:
                 exe = os.readlink(f"/proc/{pid}/exe")
@@ -67,8 +94,11 @@ def tree(root: int) -> list[dict[str, Any]]:
 
 
 def is_python(proc: dict[str, Any]) -> bool:
-    return "python" in Path(proc["exe"]).name or proc["cmdline"].split(" ")[0].endswith(("python", "python3")) \
+    return (
+        "python" in Path(proc["exe"]).name
+        or proc["cmdline"].split(" ")[0].endswith(("python", "python3"))
         or proc["cmdline"].startswith(("ray::", "VLLM::"))
+    )
 
 
 def dump(pid: int, timeout_s: float = 20.0) -> tuple[list[dict[str, Any]], str | None]:
@@ -79,8 +109,12 @@ def dump(pid: int, timeout_s: float = 20.0) -> tuple[list[dict[str, Any]], str |
     last = ""
     for _ in range(2):  # --nonblocking may read a state that changes under it: once more
         try:
-            res = subprocess.run([exe, "dump", "--json", "--nonblocking", "--pid", str(pid)],
-                                 capture_output=True, text=True, timeout=timeout_s)
+            res = subprocess.run(
+                [exe, "dump", "--json", "--nonblocking", "--pid", str(pid)],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
         except subprocess.TimeoutExpired:
             return [], f"py-spy took over {timeout_s:.0f} s"
         if res.returncode == 0:
@@ -89,10 +123,17 @@ def dump(pid: int, timeout_s: float = 20.0) -> tuple[list[dict[str, Any]], str |
             except ValueError:
                 last = res.stdout[-300:]
                 continue
-            return [{"name": t.get("thread_name") or str(t.get("thread_id")), "os_thread_id": t.get("os_thread_id"),
-                     "active": bool(t.get("active")),
-                     "frames": [{"name": f["name"], "file": f["filename"], "line": f["line"]} for f in t.get("frames", [])]}
-                    for t in threads], None
+            return [
+                {
+                    "name": t.get("thread_name") or str(t.get("thread_id")),
+                    "os_thread_id": t.get("os_thread_id"),
+                    "active": bool(t.get("active")),
+                    "frames": [
+                        {"name": f["name"], "file": f["filename"], "line": f["line"]} for f in t.get("frames", [])
+                    ],
+                }
+                for t in threads
+            ], None
         last = (res.stderr or res.stdout).strip()[-300:]
     return [], last or "py-spy failed"
 
@@ -118,7 +159,7 @@ def role(proc: dict[str, Any], threads: list[dict[str, Any]], root: int) -> str:
     if cmd.startswith("VLLM::") or "EngineCore" in cmd or "vllm/v1/engine/core.py" in files:
         return "vLLM engine"
     if cmd.startswith("ray::"):
-        name = cmd.split()[0][len("ray::"):]
+        name = cmd.split()[0][len("ray::") :]
         if name.startswith("IDLE"):
             return "Ray worker (idle)"
         cls = name.split(".")[0]
@@ -127,8 +168,13 @@ def role(proc: dict[str, Any], threads: list[dict[str, Any]], root: int) -> str:
         return f"Ray actor {name}"
     if "multiprocessing" in cmd and ("pebble/" in files or "rlbridge/engine/workers.py" in files):
         return "reward worker"  # rollout_workers' pool (pebble, spawned)
-    if "ray/_private/workers" in cmd or "dashboard" in cmd or "log_monitor" in cmd or "ray/autoscaler" in cmd \
-            or "ray/core/src/ray/" in cmd:  # the last: Ray's GCS server and raylet binaries
+    if (
+        "ray/_private/workers" in cmd
+        or "dashboard" in cmd
+        or "log_monitor" in cmd
+        or "ray/autoscaler" in cmd
+        or "ray/core/src/ray/" in cmd
+    ):  # the last: Ray's GCS server and raylet binaries
         return "Ray service"
     if "multiprocessing" in cmd:
         return "worker process"
@@ -144,8 +190,11 @@ def capture(root: int, exclude: set[int] | frozenset[int] = frozenset()) -> list
     for p in procs:
         threads, error = dumps.get(p["pid"], ([], None if is_python(p) else "not a Python process"))
         # the capture's own threads (the watchdog, py-spy's callers) are not the run's
-        threads = [t for t in threads if not any(f["file"].endswith(("rlbridge/run/stacks.py", "rlbridge/run/watchdog.py"))
-                                                 for f in t["frames"])]
+        threads = [
+            t
+            for t in threads
+            if not any(f["file"].endswith(("rlbridge/run/stacks.py", "rlbridge/run/watchdog.py")) for f in t["frames"])
+        ]
         p["threads"] = threads
         if error:
             p["error"] = error
@@ -192,7 +241,9 @@ def stuck(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
     best: tuple[int, ...] | None = None
     chosen = None
     for p in procs:
-        if p["role"].startswith(("Ray service", "Ray worker (idle)", "rlbridge plot helper")) or (p["role"] == "rlbridge train" and len(procs) > 1):
+        if p["role"].startswith(("Ray service", "Ray worker (idle)", "rlbridge plot helper")) or (
+            p["role"] == "rlbridge train" and len(procs) > 1
+        ):
             continue
         rank = next((v for k, v in _ROLE_RANK.items() if p["role"].startswith(k)), 0)
         stopped = 1 if p["state"] in ("T", "t") else 0
@@ -206,17 +257,25 @@ def stuck(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
     if chosen is None:
         return None
     p, t, frame = chosen
-    return {"pid": p["pid"], "process": f"{p['role']} (pid {p['pid']})", "role": p["role"], "state": p["state"],
-            "thread": t.get("name"), "frame": frame_text(frame) if frame else "(no Python frames)",
-            "stopped": p["state"] in ("T", "t")}
+    return {
+        "pid": p["pid"],
+        "process": f"{p['role']} (pid {p['pid']})",
+        "role": p["role"],
+        "state": p["state"],
+        "thread": t.get("name"),
+        "frame": frame_text(frame) if frame else "(no Python frames)",
+        "stopped": p["state"] in ("T", "t"),
+    }
 
 
 def render(procs: list[dict[str, Any]], culprit: dict[str, Any] | None = None) -> str:
     """The stacks as text: one block per process (role, pid, state, command), each thread innermost first."""
     out = [f"stacks of {len(procs)} process(es), {time.strftime('%Y-%m-%d %H:%M:%S')}"]
     if culprit:
-        out.append(f"stuck: {culprit['process']}, thread {culprit['thread']}, in {culprit['frame']}"
-                   + (" (stopped: SIGSTOP)" if culprit.get("stopped") else ""))
+        out.append(
+            f"stuck: {culprit['process']}, thread {culprit['thread']}, in {culprit['frame']}"
+            + (" (stopped: SIGSTOP)" if culprit.get("stopped") else "")
+        )
     for p in procs:
         out.append("")
         out.append(f"== {p['role']}: pid {p['pid']} (parent {p['ppid']}, state {p['state']}): {p['cmdline'][:200]}")
@@ -248,6 +307,8 @@ def of_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     pid = state.get("pid") if state else None
     if not state or state.get("status") != "running" or not isinstance(pid, int) or not runstate.pid_alive(pid):
         status = state.get("status") if state else "no run_state.json"
-        raise RLBridgeError(f"RUN_DIR: no live run writes to {run_dir} ({status}); `rlbridge doctor {run_dir}` explains how it ended")
+        raise RLBridgeError(
+            f"RUN_DIR: no live run writes to {run_dir} ({status}); `rlbridge doctor {run_dir}` explains how it ended"
+        )
     procs = capture(pid)
     return procs, stuck(procs)

@@ -50,8 +50,19 @@ def submit(config, address: str, job_python: str | None = None, echo=print) -> i
         # the job runs what the user would run here: this rlbridge, which picks the engine environment
         entrypoint = f"{job_python or sys.executable} -m rlbridge train config.yaml --no-progress"
         echo(f"submitting to {address}: {entrypoint}")
-        cmd = [str(client_python), "-m", "rlbridge.run.submit", "--address", address, "--working-dir", work,
-               "--entrypoint", entrypoint, "--record", str(record)]
+        cmd = [
+            str(client_python),
+            "-m",
+            "rlbridge.run.submit",
+            "--address",
+            address,
+            "--working-dir",
+            work,
+            "--entrypoint",
+            entrypoint,
+            "--record",
+            str(record),
+        ]
         return subprocess.run(cmd).returncode
 
 
@@ -63,8 +74,10 @@ def plan_job(config, target: str):
     from rlbridge.run.runner import prepare, uses_ray
 
     if config.resources.gpus_per_node == "auto":
-        raise ConfigError(f"resources.gpus_per_node: 'auto' counts this machine's GPUs, not those of the {target} nodes; "
-                          "set the number each node has (0 for CPU only)")
+        raise ConfigError(
+            f"resources.gpus_per_node: 'auto' counts this machine's GPUs, not those of the {target} nodes; "
+            "set the number each node has (0 for CPU only)"
+        )
     config = config.model_copy(deep=True)
     if uses_ray(get_plugin_manager().backend(config.backend)) and not config.resources.ray_address:
         config.resources.ray_address = "auto"  # the Ray cluster the job starts (Slurm) or runs in (KubeRay)
@@ -85,8 +98,10 @@ def _python_with_ray(engine_python: Path | None) -> Path:
     for python in candidates:
         if subprocess.run([str(python), "-c", "import ray.job_submission"], capture_output=True).returncode == 0:
             return python
-    raise RLBridgeError("rlbridge submit needs Ray's job client: create an engine environment that has Ray "
-                        "(rlbridge env create ENGINE, for a backend that runs on Ray) or install ray[default] here")
+    raise RLBridgeError(
+        "rlbridge submit needs Ray's job client: create an engine environment that has Ray "
+        "(rlbridge env create ENGINE, for a backend that runs on Ray) or install ray[default] here"
+    )
 
 
 def _follow(address: str, working_dir: str, entrypoint: str, record: Path) -> int:
@@ -99,7 +114,9 @@ def _follow(address: str, working_dir: str, entrypoint: str, record: Path) -> in
     deadline = time.time() + 300
     while True:  # a cluster that just started answers 504 until its node's job agent is up
         try:
-            job_id = client.submit_job(entrypoint=entrypoint, runtime_env={"working_dir": working_dir, "env_vars": passed})
+            job_id = client.submit_job(
+                entrypoint=entrypoint, runtime_env={"working_dir": working_dir, "env_vars": passed}
+            )
             break
         except RuntimeError as exc:
             if "504" not in str(exc) or time.time() > deadline:
@@ -107,7 +124,9 @@ def _follow(address: str, working_dir: str, entrypoint: str, record: Path) -> in
             print("the cluster's job agent is not up yet; retrying", flush=True)
             time.sleep(5)
     started = time.time()
-    (record / "job.json").write_text(json.dumps({"job_id": job_id, "address": address, "entrypoint": entrypoint}, indent=2))
+    (record / "job.json").write_text(
+        json.dumps({"job_id": job_id, "address": address, "entrypoint": entrypoint}, indent=2)
+    )
     print(f"job {job_id} submitted; following its logs", flush=True)
 
     async def tail() -> None:
@@ -123,7 +142,9 @@ def _follow(address: str, working_dir: str, entrypoint: str, record: Path) -> in
     info = client.get_job_info(job_id)
     result = {"job_id": job_id, "status": status, "message": info.message, "wall_s": round(time.time() - started, 1)}
     (record / "job.json").write_text(json.dumps({**json.loads((record / "job.json").read_text()), **result}, indent=2))
-    print(f"job {job_id}: {status}" + (f" ({info.message})" if status != "SUCCEEDED" and info.message else ""), flush=True)
+    print(
+        f"job {job_id}: {status}" + (f" ({info.message})" if status != "SUCCEEDED" and info.message else ""), flush=True
+    )
     return 0 if status == "SUCCEEDED" else 1
 
 

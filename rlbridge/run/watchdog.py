@@ -27,9 +27,17 @@ class HangError(RLBridgeError):
 
 
 class HangWatchdog(threading.Thread):
-    def __init__(self, ctx, run_dir: Path, training, attempt: int, stop_engine: Callable[[], None] | None = None,
-                 intervals: list[float] | None = None, poll_s: float = 0.5,
-                 actor_roles: dict[str, tuple[str, ...]] | None = None) -> None:
+    def __init__(
+        self,
+        ctx,
+        run_dir: Path,
+        training,
+        attempt: int,
+        stop_engine: Callable[[], None] | None = None,
+        intervals: list[float] | None = None,
+        poll_s: float = 0.5,
+        actor_roles: dict[str, tuple[str, ...]] | None = None,
+    ) -> None:
         super().__init__(daemon=True, name="rlbridge-hang-watchdog")
         self.ctx = ctx
         self.run_dir = Path(run_dir)
@@ -57,7 +65,7 @@ class HangWatchdog(threading.Thread):
             if self.ctx.steps_emitted != last_step:
                 # intervals from the rows' own times: two steps may land within one poll
                 emitted = self.ctx.steps_emitted
-                times = self.ctx.step_times[:emitted][-(emitted - last_step + (1 if stepped else 0)):]
+                times = self.ctx.step_times[:emitted][-(emitted - last_step + (1 if stepped else 0)) :]
                 self.intervals.extend(b - a for a, b in zip(times, times[1:]))
                 last_step, last_at, stepped = emitted, times[-1], True
                 continue
@@ -75,19 +83,33 @@ class HangWatchdog(threading.Thread):
         self.captured = [p["pid"] for p in procs if p["pid"] != os.getpid() and p["role"] != "rlbridge plot helper"]
         culprit = stacks.stuck(procs)
         path = stacks.write(self.run_dir, procs, culprit, f"hang-{self.attempt + 1}")
-        how = (f"training.hang_factor {self.factor:g} x the longest step interval so far ({max(self.intervals):.1f} s), "
-               f"at least training.hang_min_s {self.min_s:g}" if stepped and self.intervals
-               else f"training.hang_first_step_s {self.first_step_s:g} for the first step")
+        how = (
+            f"training.hang_factor {self.factor:g} x the longest step interval so far ({max(self.intervals):.1f} s), "
+            f"at least training.hang_min_s {self.min_s:g}"
+            if stepped and self.intervals
+            else f"training.hang_first_step_s {self.first_step_s:g} for the first step"
+        )
         after = f"step {self.ctx.steps_done}" if self.ctx.steps_done else "the start"
         culprit = culprit or {"process": "unknown", "role": "unknown", "frame": "(no stacks)"}
         if culprit["role"].startswith("Ray actor"):  # which of the run's roles it plays (policy, rollout...)
             culprit["role"] = role_of(culprit["process"], self.actor_roles)
-        evidence = (f"no step for {waited:.0f} s after {after} (bound {bound:.0f} s: {how}); "
-                    f"{culprit['process']} is in {culprit['frame']}" + (" and is stopped (SIGSTOP)" if culprit.get("stopped") else ""))
+        evidence = (
+            f"no step for {waited:.0f} s after {after} (bound {bound:.0f} s: {how}); "
+            f"{culprit['process']} is in {culprit['frame']}"
+            + (" and is stopped (SIGSTOP)" if culprit.get("stopped") else "")
+        )
         self.fired = {
-            "kind": "hang", "process": culprit["process"], "role": culprit["role"], "frame": culprit["frame"],
-            "evidence": evidence, "hint": hint("hang", self.ctx.config, evidence=evidence), "retryable": RETRYABLE["hang"],
-            "stacks": str(path), "bound_s": round(bound, 1), "waited_s": round(waited, 1), "after_step": self.ctx.steps_done,
+            "kind": "hang",
+            "process": culprit["process"],
+            "role": culprit["role"],
+            "frame": culprit["frame"],
+            "evidence": evidence,
+            "hint": hint("hang", self.ctx.config, evidence=evidence),
+            "retryable": RETRYABLE["hang"],
+            "stacks": str(path),
+            "bound_s": round(bound, 1),
+            "waited_s": round(waited, 1),
+            "after_step": self.ctx.steps_done,
         }
         self.ctx.warn(f"hang: {evidence}; stacks in {path}")
         if self.stop_engine is not None:

@@ -36,8 +36,11 @@ def standard_configs() -> list[Path]:
     checkout = QUICKSTART.resolve().parent
     if checkout.name != "configs":
         return [QUICKSTART]
-    return sorted(p for p in checkout.glob("*.yaml")
-                  if not p.name.startswith("bench-") and "stages" not in (yaml.safe_load(p.read_text()) or {}))
+    return sorted(
+        p
+        for p in checkout.glob("*.yaml")
+        if not p.name.startswith("bench-") and "stages" not in (yaml.safe_load(p.read_text()) or {})
+    )
 
 
 def requirement_unmet(backend: Backend, config: RunConfig, *knobs: str) -> str | None:
@@ -55,7 +58,6 @@ def requirement_unmet(backend: Backend, config: RunConfig, *knobs: str) -> str |
         if problem:
             return f"{knob}: {problem}"
     return None
-
 
 
 def install_plugin_distribution(site: Path, module: str, source: str, monkeypatch) -> None:

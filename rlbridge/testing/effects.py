@@ -37,7 +37,16 @@ from typing import Any
 import pytest
 
 from rlbridge.contract.backend import Support, canonical_knobs
-from rlbridge.contract.effects import ABSENT, ALLOWED, BASE_OVERRIDES, REFUSED, SAMPLE, SAMPLES, KnobEffect, as_knob_effect
+from rlbridge.contract.effects import (
+    ABSENT,
+    ALLOWED,
+    BASE_OVERRIDES,
+    REFUSED,
+    SAMPLE,
+    SAMPLES,
+    KnobEffect,
+    as_knob_effect,
+)
 from rlbridge.errors import CapabilityError, RLBridgeError
 from rlbridge.testing import QUICKSTART as BASE_CONFIG
 
@@ -51,7 +60,9 @@ def _plan(backend, overrides: list[str]):
     # the expectations describe the backend's default engine version; plan for it whatever is installed
     # (an older engine environment, e.g. verl 0.5.0, maps several knobs differently or not at all)
     pinned = [f"engine_version={backend.default_version}"] if backend.default_version else []
-    config = load_config(BASE_CONFIG, [f"backend={backend.name}", *pinned, *BASE_OVERRIDES, *overrides])  # schema errors fail here
+    config = load_config(
+        BASE_CONFIG, [f"backend={backend.name}", *pinned, *BASE_OVERRIDES, *overrides]
+    )  # schema errors fail here
     return prepare(config)
 
 
@@ -78,7 +89,9 @@ def test_every_canonical_knob_has_a_sample_value():
     knobs = set(canonical_knobs())
     assert not set(ALLOWED) & set(SAMPLES), "a knob is either allowed (handled by the core) or sampled"
     missing = sorted(knobs - set(SAMPLES) - set(ALLOWED))
-    assert not missing, f"add a sample value for these knobs to SAMPLES in rlbridge.contract.effects (or to ALLOWED): {missing}"
+    assert not missing, (
+        f"add a sample value for these knobs to SAMPLES in rlbridge.contract.effects (or to ALLOWED): {missing}"
+    )
     stale = sorted((set(SAMPLES) | set(ALLOWED)) - knobs)
     assert not stale, f"no such canonical knobs any more: {stale}"
 
@@ -92,12 +105,19 @@ def test_knob_effects_cover_every_knob_the_backend_accepts(backend):
     stale = sorted(set(declared) - set(canonical_knobs()))
     assert not stale, f"{backend.name}.knob_effects() names knobs that do not exist: {stale}"
     allowed = sorted(set(declared) & set(ALLOWED))
-    assert not allowed, f"the core handles {allowed} for every backend (ALLOWED); remove them from {backend.name}.knob_effects()"
+    assert not allowed, (
+        f"the core handles {allowed} for every backend (ALLOWED); remove them from {backend.name}.knob_effects()"
+    )
     missing = sorted(k for k in PLANNED_KNOBS if table[k].support is not Support.REJECTED and k not in declared)
-    assert not missing, (f"{backend.name} honours or approximates these knobs: declare what each does to its plan in "
-                         f"{type(backend).__name__}.knob_effects() (see rlbridge.contract.effects): {missing}")
-    rejected = sorted(k for k, d in declared.items()
-                      if table[k].support is Support.REJECTED and as_knob_effect(d).expect is not REFUSED)
+    assert not missing, (
+        f"{backend.name} honours or approximates these knobs: declare what each does to its plan in "
+        f"{type(backend).__name__}.knob_effects() (see rlbridge.contract.effects): {missing}"
+    )
+    rejected = sorted(
+        k
+        for k, d in declared.items()
+        if table[k].support is Support.REJECTED and as_knob_effect(d).expect is not REFUSED
+    )
     assert not rejected, f"{backend.name} rejects {rejected}: no native values to expect (leave them out)"
 
 
@@ -129,8 +149,10 @@ def test_every_knob_takes_effect(backend, knob):
         return
 
     expect = effect.expect
-    assert expect, (f"{backend.name}'s capability table says {knob} is {cap.support.value}: declare its native values in "
-                    f"{type(backend).__name__}.knob_effects()")
+    assert expect, (
+        f"{backend.name}'s capability table says {knob} is {cap.support.value}: declare its native values in "
+        f"{type(backend).__name__}.knob_effects()"
+    )
     prepared = _plan(backend, [*context, f"{knob}={json.dumps(value)}"])
     settings = backend.native_settings(prepared.plan)
     for key, wanted in expect.items():
@@ -176,11 +198,19 @@ def test_seed_changes_first_step_samples_and_evaluation_is_logged(backend, tmp_p
     from rlbridge.testing import requirement_unmet
 
     base = [
-        f"backend={backend.name}", "training.steps=1", "training.batch_size=2", "algorithm.group_size=4",
-        "rollout.max_new_tokens=8", "telemetry.samples_per_step=8", "resources.gpus_per_node=auto",
-        f"data.eval={json.dumps(EVAL_SMALL)}", "data.eval_interval=1",
+        f"backend={backend.name}",
+        "training.steps=1",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+        "telemetry.samples_per_step=8",
+        "resources.gpus_per_node=auto",
+        f"data.eval={json.dumps(EVAL_SMALL)}",
+        "data.eval_interval=1",
     ]
-    unmet = requirement_unmet(backend, load_config(BASE_CONFIG, base), "data.eval", "data.eval_interval", "training.seed")
+    unmet = requirement_unmet(
+        backend, load_config(BASE_CONFIG, base), "data.eval", "data.eval_interval", "training.seed"
+    )
     if unmet:
         pytest.skip(f"{backend.name} declares it does not evaluate or seed: {unmet}")
     first_step = {}

@@ -38,14 +38,25 @@ from rlbridge.contract.registry import PluginManager, get_plugin_manager, reset_
 from rlbridge.run.runner import prepare, train
 from rlbridge.testing import QUICKSTART, install_plugin_distribution, requirement_unmet, standard_configs
 from rlbridge.testing.effects import (  # noqa: F401  (the knob effect test is part of the suite)
-    test_every_canonical_knob_has_a_sample_value, test_every_knob_takes_effect,
-    test_knob_effects_cover_every_knob_the_backend_accepts, test_seed_changes_first_step_samples_and_evaluation_is_logged,
+    test_every_canonical_knob_has_a_sample_value,
+    test_every_knob_takes_effect,
+    test_knob_effects_cover_every_knob_the_backend_accepts,
+    test_seed_changes_first_step_samples_and_evaluation_is_logged,
 )
 
 STANDARD_CONFIGS = standard_configs()
 REQUIRED_METRICS = {
-    "reward/mean", "reward/std", "loss/policy", "grad_norm", "response_length/mean", "timing/step_s",
-    "timing/generate_s", "timing/update_s", "throughput/tokens_per_s", "memory/peak_mb", "lr",
+    "reward/mean",
+    "reward/std",
+    "loss/policy",
+    "grad_norm",
+    "response_length/mean",
+    "timing/step_s",
+    "timing/generate_s",
+    "timing/update_s",
+    "throughput/tokens_per_s",
+    "memory/peak_mb",
+    "lr",
 }
 
 
@@ -136,21 +147,31 @@ def recorder_plugin(tmp_path, monkeypatch):
 
 
 # eval prompts are 3 digits long, the training ones 4: the recorder tells the engine's eval calls apart
-TWO_STEP_EVAL = ['data.eval={"type": "generator", "name": "digit_copy", "args": {"num_rows": 4, "repeat": 3}}', "data.eval_interval=2"]
+TWO_STEP_EVAL = [
+    'data.eval={"type": "generator", "name": "digit_copy", "args": {"num_rows": 4, "repeat": 3}}',
+    "data.eval_interval=2",
+]
 
 
 @pytest.mark.engine
 def test_two_step_run_calls_the_reward_shim_and_streams_canonical_metrics(backend, recorder_plugin, tmp_path):
     overrides = [
-        f"backend={backend.name}", f"output_dir={tmp_path}/run", "training.steps=2", "training.batch_size=2",
-        "algorithm.group_size=4", "rollout.max_new_tokens=8", "reward=[{name: conformance_recorder}]",
+        f"backend={backend.name}",
+        f"output_dir={tmp_path}/run",
+        "training.steps=2",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+        "reward=[{name: conformance_recorder}]",
         "resources.gpus_per_node=auto",  # CPU here; the GPU on an e2e-gpu cell
         "model.path=builtin:tiny-bpe",  # a BPE tokenizer: re-encoding decoded text would not give back the engine's ids
         "training.on_nonfinite=warn",  # a NaN must reach the assertion below, not stop the run first
     ]
     # evaluation at the last step, where the engine evaluates: the same run proves the eval seam (CI's Ray
     # cells keep this run and leave the two-run seed test to make compat, compat_matrix/matrix.yaml)
-    evaluates = not requirement_unmet(backend, load_config(QUICKSTART, [*overrides, *TWO_STEP_EVAL]), "data.eval", "data.eval_interval")
+    evaluates = not requirement_unmet(
+        backend, load_config(QUICKSTART, [*overrides, *TWO_STEP_EVAL]), "data.eval", "data.eval_interval"
+    )
     summary = train(load_config(QUICKSTART, [*overrides, *(TWO_STEP_EVAL if evaluates else [])]), progress=False)
     assert summary["status"] == "completed"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -198,22 +219,35 @@ def assert_engine_token_ids(samples: list[dict]) -> None:
 
     model = builtin_model_dir("tiny-bpe")
     for tokenizer in (AutoTokenizer.from_pretrained(model), PreTrainedTokenizerFast.from_pretrained(model)):
-        reencoded = [tokenizer(tokenizer.decode(x["completion_ids"]), add_special_tokens=False)["input_ids"] for x in samples]
+        reencoded = [
+            tokenizer(tokenizer.decode(x["completion_ids"]), add_special_tokens=False)["input_ids"] for x in samples
+        ]
         differ = sum(r != x["completion_ids"] for r, x in zip(reencoded, samples))
-        assert differ > 0, f"all {len(samples)} samples' completion_ids equal encode(decode(ids)) ({type(tokenizer).__name__}): re-encoded text?"
+        assert differ > 0, (
+            f"all {len(samples)} samples' completion_ids equal encode(decode(ids)) ({type(tokenizer).__name__}): re-encoded text?"
+        )
 
 
 @pytest.mark.engine
 def test_environment_plugin_runs_through_the_engine_multi_turn_machinery(backend, tmp_path):
     overrides = [
-        f"backend={backend.name}", f"output_dir={tmp_path}/run", "training.steps=2", "training.batch_size=2",
-        "algorithm.group_size=4", "rollout.max_new_tokens=8", "rollout.max_prompt_tokens=8", "reward=[]",
-        "environment={name: digit_turns, args: {turns: 2}, max_turns: 2}", "resources.gpus_per_node=auto",
+        f"backend={backend.name}",
+        f"output_dir={tmp_path}/run",
+        "training.steps=2",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+        "rollout.max_prompt_tokens=8",
+        "reward=[]",
+        "environment={name: digit_turns, args: {turns: 2}, max_turns: 2}",
+        "resources.gpus_per_node=auto",
     ]
     config = load_config(QUICKSTART, overrides)
     unmet = requirement_unmet(backend, config, "environment")
     if unmet:
-        pytest.skip(f"{backend.name} {backend.installed_version()} declares it does not run environment plugins: {unmet}")
+        pytest.skip(
+            f"{backend.name} {backend.installed_version()} declares it does not run environment plugins: {unmet}"
+        )
     summary = train(config, progress=False)
     assert summary["status"] == "completed"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -240,8 +274,13 @@ def test_checkpoints_are_reported_and_a_resumed_run_continues(backend, tmp_path)
     plugins = PluginManager()
     plugins.register(Saves(), "saves")
     base = [
-        f"backend={backend.name}", f"output_dir={tmp_path}/run", "training.batch_size=2", "algorithm.group_size=4",
-        "rollout.max_new_tokens=8", "checkpoint.interval=1", "resources.gpus_per_node=auto",
+        f"backend={backend.name}",
+        f"output_dir={tmp_path}/run",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+        "checkpoint.interval=1",
+        "resources.gpus_per_node=auto",
     ]
     resumed = load_config(QUICKSTART, [*base, "training.steps=3", "checkpoint.resume=true"])
     unmet = requirement_unmet(backend, resumed, "checkpoint.interval", "checkpoint.resume")
@@ -290,8 +329,13 @@ def test_a_killed_engine_worker_fails_the_run_naming_it_and_leaves_no_process(ba
     before = set(descendants())
     run = tmp_path / "run"
     overrides = [
-        f"backend={backend.name}", f"output_dir={run}", "training.steps=6", "training.batch_size=2",
-        "algorithm.group_size=4", "rollout.max_new_tokens=8", "resources.gpus_per_node=auto",
+        f"backend={backend.name}",
+        f"output_dir={run}",
+        "training.steps=6",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+        "resources.gpus_per_node=auto",
     ]
     killed: dict = {}
 
@@ -385,12 +429,22 @@ def test_sigkill_of_the_whole_run_mid_training_then_resume_continues(backend, tm
     if not backend.installed_version():
         pytest.skip(f"{backend.name} is not installed here")
     data = tmp_path / "prompts.jsonl"  # 16 distinct prompts: a batch of 2 is never a batch seen before
-    data.write_text("".join(json.dumps({"prompt": str(i % 10) * (4 if i < 10 else 3), "answer": str(i % 10)}) + "\n"
-                            for i in range(16)))
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": str(i % 10) * (4 if i < 10 else 3), "answer": str(i % 10)}) + "\n" for i in range(16)
+        )
+    )
     overrides = [
-        f"backend={backend.name}", f"training.steps={KILL_STEPS}", "training.batch_size=2", "algorithm.group_size=4",
-        "rollout.max_new_tokens=8", "checkpoint.interval=2", "training.lr_schedule=cosine", "resources.gpus_per_node=auto",
-        f"data.train={{type: jsonl, path: {data}}}", "telemetry.samples_per_step=16",
+        f"backend={backend.name}",
+        f"training.steps={KILL_STEPS}",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+        "checkpoint.interval=2",
+        "training.lr_schedule=cosine",
+        "resources.gpus_per_node=auto",
+        f"data.train={{type: jsonl, path: {data}}}",
+        "telemetry.samples_per_step=16",
         # every step lasts over a second (a reward of weight 0 that sleeps): step 4 cannot end before
         # the test, which sees step 3's row up to ~0.3 s after the engine logs it, kills the run
         "reward=[{name: digit_match}, {native: trl, function: 'rlbridge.testing.slow_reward:pause', weight: 0.0, args: {seconds: 1.0}}]",
@@ -404,8 +458,21 @@ def test_sigkill_of_the_whole_run_mid_training_then_resume_continues(backend, tm
     def start(run, *extra):
         args = [a for o in overrides for a in ("--set", o)]
         return subprocess.Popen(
-            [sys.executable, "-m", "rlbridge", "train", str(QUICKSTART), "--no-progress", *args,
-             "--set", f"output_dir={run}", *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "rlbridge",
+                "train",
+                str(QUICKSTART),
+                "--no-progress",
+                *args,
+                "--set",
+                f"output_dir={run}",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
 
     def rows(run, name="metrics.jsonl"):
@@ -455,13 +522,17 @@ def test_sigkill_of_the_whole_run_mid_training_then_resume_continues(backend, tm
     final = rows(run)
     assert [r["step"] for r in final] == list(range(1, KILL_STEPS + 1)), final  # each step once, none lost
     assert final[:2] == killed_rows[:2], "steps 1-2 (before the checkpoint) must be kept as the killed run wrote them"
-    assert final[2]["timing/step_s"] != killed_rows[2]["timing/step_s"], "step 3 must be trained again after the checkpoint"
+    assert final[2]["timing/step_s"] != killed_rows[2]["timing/step_s"], (
+        "step 3 must be trained again after the checkpoint"
+    )
     # data order: the resumed run trains step 3 on the prompts the killed run drew for step 3 (the
     # data loader's state came back); a data loader started over would draw step 1's again
     final_prompts = prompts(run)
     assert killed_prompts[3] != killed_prompts[1], killed_prompts
     assert final_prompts[3] == killed_prompts[3], (final_prompts, killed_prompts)
-    assert not set(final_prompts[4]) & (set(final_prompts[1]) | set(final_prompts[2]) | set(final_prompts[3])), final_prompts
+    assert not set(final_prompts[4]) & (set(final_prompts[1]) | set(final_prompts[2]) | set(final_prompts[3])), (
+        final_prompts
+    )
     # the schedule went on from step 2 (cosine: step 3's rate is below step 1's), and so did the curve
     assert final[2]["lr"] == pytest.approx(killed_rows[2]["lr"], rel=1e-6) and final[2]["lr"] < final[0]["lr"], final
     assert all(isinstance(r.get("reward/mean"), (int, float)) and math.isfinite(r["reward/mean"]) for r in final), final
@@ -484,7 +555,9 @@ CHAOS_STEPS = 4
 
 @pytest.mark.engine
 @pytest.mark.matrix_only  # several minutes on a Ray engine (make compat); TRL's restart test is tests/test_faults.py
-def test_chaos_a_random_process_of_the_run_killed_at_a_random_step_is_restarted_and_the_run_completes(backend, tmp_path):
+def test_chaos_a_random_process_of_the_run_killed_at_a_random_step_is_restarted_and_the_run_completes(
+    backend, tmp_path
+):
     """With training.max_restarts=2, a killer SIGKILLs one process of the run's tree chosen at random
     among those its work runs in (the engine process, a Ray actor or task worker, the vLLM engine)
     once a step chosen at random is written: the run restarts by itself from its last complete
@@ -504,9 +577,18 @@ def test_chaos_a_random_process_of_the_run_killed_at_a_random_step_is_restarted_
     kill_after = rng.choice([1, 2, 3])
     run = tmp_path / "run"
     overrides = [
-        f"backend={backend.name}", f"output_dir={run}", f"training.steps={CHAOS_STEPS}", "training.batch_size=2",
-        "algorithm.group_size=4", "rollout.max_new_tokens=8", "resources.gpus_per_node=auto", "checkpoint.interval=1",
-        "training.max_restarts=2", "training.restart_backoff_s=1", "training.hang_min_s=180", "training.hang_first_step_s=900",
+        f"backend={backend.name}",
+        f"output_dir={run}",
+        f"training.steps={CHAOS_STEPS}",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+        "resources.gpus_per_node=auto",
+        "checkpoint.interval=1",
+        "training.max_restarts=2",
+        "training.restart_backoff_s=1",
+        "training.hang_min_s=180",
+        "training.hang_first_step_s=900",
     ]
     killed: dict = {}
 
@@ -516,8 +598,13 @@ def test_chaos_a_random_process_of_the_run_killed_at_a_random_step_is_restarted_
         while time.time() < deadline and not done.is_set():
             if metrics.exists() and len(metrics.read_text().splitlines()) >= kill_after:
                 # the processes the run's work is in: the engine process, Ray's actors and task workers, vLLM
-                victims = sorted(p for p in descendants() if _cmdline(p).startswith((b"ray::", b"VLLM::"))
-                                 and not _cmdline(p).startswith(b"ray::IDLE") or b"rlbridge.engine.child" in _cmdline(p))
+                victims = sorted(
+                    p
+                    for p in descendants()
+                    if _cmdline(p).startswith((b"ray::", b"VLLM::"))
+                    and not _cmdline(p).startswith(b"ray::IDLE")
+                    or b"rlbridge.engine.child" in _cmdline(p)
+                )
                 if victims:
                     pid = rng.choice(victims)
                     killed.update(pid=pid, cmd=_cmdline(pid)[:200].decode(errors="replace"), after_step=kill_after)
@@ -539,7 +626,14 @@ def test_chaos_a_random_process_of_the_run_killed_at_a_random_step_is_restarted_
     assert summary["status"] == "completed" and summary["engine_python"] == sys.executable
     assert summary["restarts"], f"no restart after killing {killed} (seed {seed})"
     for restart in summary["restarts"]:
-        assert restart["kind"] in ("engine_process_died", "ray_actor_died", "vllm_engine_died", "host_oom", "collective_timeout", "hang"), restart
+        assert restart["kind"] in (
+            "engine_process_died",
+            "ray_actor_died",
+            "vllm_engine_died",
+            "host_oom",
+            "collective_timeout",
+            "hang",
+        ), restart
     print(f"chaos seed {seed}: killed {killed}; restarts {summary['restarts']}")
 
 
@@ -560,10 +654,19 @@ def test_a_stopped_ray_actor_is_a_hang_named_with_its_stacks_and_the_run_restart
         pytest.skip(f"{backend.name} trains in one process: tests/test_faults.py stalls its reward and stops a rank")
     run = tmp_path / "run"
     overrides = [
-        f"backend={backend.name}", f"output_dir={run}", f"training.steps={CHAOS_STEPS}", "training.batch_size=2",
-        "algorithm.group_size=4", "rollout.max_new_tokens=8", "resources.gpus_per_node=auto", "checkpoint.interval=1",
-        "training.max_restarts=1", "training.restart_backoff_s=1",
-        "training.hang_factor=2", "training.hang_min_s=20", "training.hang_first_step_s=900",
+        f"backend={backend.name}",
+        f"output_dir={run}",
+        f"training.steps={CHAOS_STEPS}",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+        "resources.gpus_per_node=auto",
+        "checkpoint.interval=1",
+        "training.max_restarts=1",
+        "training.restart_backoff_s=1",
+        "training.hang_factor=2",
+        "training.hang_min_s=20",
+        "training.hang_first_step_s=900",
     ]
     stopped: dict = {}
 
@@ -600,11 +703,17 @@ def test_a_stopped_ray_actor_is_a_hang_named_with_its_stacks_and_the_run_restart
     [restart] = summary["restarts"]
     assert restart["kind"] == "hang", (stopped, restart)
     # the stuck process is the stopped actor, named with its role and pid
-    assert f"pid {stopped['pid']}" in restart["process"] and restart["role"].startswith(("Ray actor", "vLLM engine")), (stopped, restart)
+    assert f"pid {stopped['pid']}" in restart["process"] and restart["role"].startswith(("Ray actor", "vLLM engine")), (
+        stopped,
+        restart,
+    )
     actor = stopped["name"].split("::", 1)[1].split(".")[0].split()[0]
     assert actor in restart["role"], (stopped, restart)
     roles = backend.actor_roles.get(actor)
-    assert not roles or restart["role"].endswith(f"({'/'.join(roles)})"), (restart, backend.actor_roles)  # which roles it plays
+    assert not roles or restart["role"].endswith(f"({'/'.join(roles)})"), (
+        restart,
+        backend.actor_roles,
+    )  # which roles it plays
     assert "stopped (SIGSTOP)" in restart["evidence"], restart
     # within its bound, and the bound derived from the run's own steps (not the first-step floor)
     assert "2 x the longest step interval so far" in restart["evidence"] and 20 <= restart["bound_s"] < 900, restart
@@ -612,7 +721,9 @@ def test_a_stopped_ray_actor_is_a_hang_named_with_its_stacks_and_the_run_restart
     dumped = json.loads(Path(restart["stacks"]).with_suffix(".json").read_text())
     assert dumped["stuck"]["pid"] == stopped["pid"] and dumped["stuck"]["stopped"], dumped["stuck"]
     [victim] = [p for p in dumped["processes"] if p["pid"] == stopped["pid"]]
-    assert victim["state"] in ("T", "t") and any(t["frames"] for t in victim["threads"]), victim  # py-spy read it while stopped
+    assert victim["state"] in ("T", "t") and any(t["frames"] for t in victim["threads"]), (
+        victim
+    )  # py-spy read it while stopped
     roles = {p["role"] for p in dumped["processes"]}
     assert "trainer (engine process)" in roles, roles
     text = Path(restart["stacks"]).read_text()
@@ -620,13 +731,15 @@ def test_a_stopped_ray_actor_is_a_hang_named_with_its_stacks_and_the_run_restart
     from rlbridge.run.failures import explain
 
     doctor = explain(run)  # rlbridge doctor RUN_DIR
-    assert any(line.startswith("restart 1 after step 2: hang in") and restart["stacks"] in line for line in doctor), doctor
+    assert any(line.startswith("restart 1 after step 2: hang in") and restart["stacks"] in line for line in doctor), (
+        doctor
+    )
     print(f"stopped {stopped}; restart {restart}")
 
 
 # a reward plugin that stops answering once the run has written `after_steps` rows (a reward server
 # that stopped answering), wherever the engine scores: a Ray actor's worker pool, the vLLM actor
-STALLS_AFTER = '''
+STALLS_AFTER = """
 import time
 from pathlib import Path
 from rlbridge import hookimpl
@@ -643,7 +756,7 @@ def stalls_after(metrics: str, after_steps: int = 2):
 @hookimpl
 def rlbridge_register_rewards():
     return [RewardPlugin("stalls_after", stalls_after, "stops answering once the run has written N steps")]
-'''
+"""
 
 
 @pytest.mark.engine
@@ -663,11 +776,20 @@ def test_a_reward_that_never_returns_inside_a_ray_engine_is_a_hang_named_with_th
     plugin.write_text(STALLS_AFTER)
     run = tmp_path / "run"
     overrides = [
-        f"backend={backend.name}", f"output_dir={run}", f"training.steps={CHAOS_STEPS}", "training.batch_size=2",
-        "algorithm.group_size=4", "rollout.max_new_tokens=8", "resources.gpus_per_node=auto", f"plugins=[{plugin}]",
+        f"backend={backend.name}",
+        f"output_dir={run}",
+        f"training.steps={CHAOS_STEPS}",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+        "resources.gpus_per_node=auto",
+        f"plugins=[{plugin}]",
         f"reward=[{{name: digit_match}}, {{name: stalls_after, args: {{metrics: '{run / 'metrics.jsonl'}'}}}}]",
-        "rollout_workers.timeout_s=600", "training.on_hang=fail",
-        "training.hang_factor=2", "training.hang_min_s=20", "training.hang_first_step_s=900",
+        "rollout_workers.timeout_s=600",
+        "training.on_hang=fail",
+        "training.hang_factor=2",
+        "training.hang_min_s=20",
+        "training.hang_first_step_s=900",
     ]
     with pytest.raises(BaseException, match="hang"):  # noqa: B017 - HangError
         train(load_config(QUICKSTART, overrides), progress=False)
