@@ -71,7 +71,10 @@ class RLBridgeEpisode(AgentInstanceBase):
             "environment_feedback": "" if done else feedback,
             "done": done,
             "sampling_params": states.get("sampling_params"),
-            "extra_logs": {"turns": torch.tensor([float(self.turns)]), "tool_calls": torch.tensor([float(self.tool_calls)])},
+            "extra_logs": {
+                "turns": torch.tensor([float(self.turns)]),
+                "tool_calls": torch.tensor([float(self.tool_calls)]),
+            },
         }
 
     def _call_tools(self, calls: list) -> list[str]:

@@ -46,28 +46,41 @@ def _check_staleness(config: RunConfig) -> str | None:
         return None
     version = _version(config)
     if version < ASYNC_SINCE:
-        return (f"OpenRLHF {version} spells its asynchronous mode --async_train (0.10.2 renamed it --train.async_enable), "
-                "which rlbridge has not read in that release's source; use engine_version 0.11.2")
+        return (
+            f"OpenRLHF {version} spells its asynchronous mode --async_train (0.10.2 renamed it --train.async_enable), "
+            "which rlbridge has not read in that release's source; use engine_version 0.11.2"
+        )
     if gpus_per_node(config) > 0 and config.placement.policy == "colocate":
-        return ("OpenRLHF's async loop generates while the actor trains, so the vLLM engines cannot share the actor's GPUs "
-                "(train_ppo_ray asserts no --vllm.enable_sleep with --train.async_enable, and --train.colocate_all then "
-                "only colocates the DeepSpeed models): set placement.policy: split with placement.args.rollout_gpus")
+        return (
+            "OpenRLHF's async loop generates while the actor trains, so the vLLM engines cannot share the actor's GPUs "
+            "(train_ppo_ray asserts no --vllm.enable_sleep with --train.async_enable, and --train.colocate_all then "
+            "only colocates the DeepSpeed models): set placement.policy: split with placement.args.rollout_gpus"
+        )
     return None
 
 
 def _check_interval(config: RunConfig) -> str | None:
     if config.rollout.weight_sync_interval != 1:
-        return ("OpenRLHF broadcasts the weights to vLLM after every training step (BasePPOTrainer.train_step) and has "
-                "no interval flag; set rollout.weight_sync_interval: 1")
+        return (
+            "OpenRLHF broadcasts the weights to vLLM after every training step (BasePPOTrainer.train_step) and has "
+            "no interval flag; set rollout.weight_sync_interval: 1"
+        )
     return None
 
 
 def capabilities() -> list[Capability]:
     return [
-        honoured("rollout.max_staleness", ("train.async_enable", "train.async_queue_size"), _check_staleness,
-                 note="0.10.2+: --train.async_enable --train.async_queue_size k (queue of k batches: staleness <= k)"),
-        honoured("rollout.partial_rollouts", "train.partial_rollout_enable",
-                 note="vLLM pause_generation / resume_generation around the broadcast"),
+        honoured(
+            "rollout.max_staleness",
+            ("train.async_enable", "train.async_queue_size"),
+            _check_staleness,
+            note="0.10.2+: --train.async_enable --train.async_queue_size k (queue of k batches: staleness <= k)",
+        ),
+        honoured(
+            "rollout.partial_rollouts",
+            "train.partial_rollout_enable",
+            note="vLLM pause_generation / resume_generation around the broadcast",
+        ),
         honoured("rollout.weight_sync_interval", (), _check_interval, note="1 only: a broadcast after every step"),
     ]
 
@@ -83,6 +96,7 @@ def translate(config: RunConfig, flags: dict[str, Any]) -> None:
 
 
 # ---- in the engine's processes (installed by boot.py) ----
+
 
 def instrument_generator(module) -> None:
     """Stamp each batch SamplesGenerator.generate_samples returns with when its generation started and
@@ -157,5 +171,9 @@ def async_status(stamps: list, syncs: list[float], base: int, step: int) -> dict
         held = bisect.bisect_right(syncs, start)
         staleness.append(step - (base + held))
         partial += bisect.bisect_right(syncs, end) > held
-    return {STALENESS_MEAN: sum(staleness) / len(staleness), STALENESS_MAX: float(max(staleness)),
-            ROLLOUT_IDLE: max(idle for _s, _e, idle in known), PARTIAL: float(partial)}
+    return {
+        STALENESS_MEAN: sum(staleness) / len(staleness),
+        STALENESS_MAX: float(max(staleness)),
+        ROLLOUT_IDLE: max(idle for _s, _e, idle in known),
+        PARTIAL: float(partial),
+    }

@@ -14,15 +14,25 @@ from typing import Any
 from packaging.version import Version
 
 from rlbridge.contract.backend import (
-    Backend, Capability, flatten, gpus_per_node, launch_settings,
+    Backend,
+    Capability,
+    flatten,
+    gpus_per_node,
+    launch_settings,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.openrlhf import asynchrony, knobs, stages
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
-ESTIMATORS = {"grpo": "group_norm", "dr_grpo": "dr_grpo", "rloo": "rloo", "reinforce_pp": "reinforce",
-              "reinforce_pp_baseline": "reinforce_baseline", "ppo": "gae"}
+ESTIMATORS = {
+    "grpo": "group_norm",
+    "dr_grpo": "dr_grpo",
+    "rloo": "rloo",
+    "reinforce_pp": "reinforce",
+    "reinforce_pp_baseline": "reinforce_baseline",
+    "ppo": "gae",
+}
 DOTTED_SINCE = Version("0.10.2")
 KEEP_ALL = 2**31 - 1  # --ckpt.max_num for checkpoint.keep_last: null
 DEFAULT_PROMPT_TOKENS = 1024  # what --check validates an "auto" cap with
@@ -120,8 +130,14 @@ class OpenRLHFBackend(Backend):
     supported_versions = SUPPORTED_VERSIONS
     scores_in_engine_workers = True  # rewards are scored in Ray workers
     # OpenRLHF's Ray actor classes (LLMRayActor: the vLLM engine before 0.10); placement read-back
-    actor_roles = {"PolicyModelActor": ("actor",), "ReferenceModelActor": ("reference",), "CriticModelActor": ("critic",),
-                   "RewardModelActor": ("reward",), "RolloutRayActor": ("rollout",), "LLMRayActor": ("rollout",)}
+    actor_roles = {
+        "PolicyModelActor": ("actor",),
+        "ReferenceModelActor": ("reference",),
+        "CriticModelActor": ("critic",),
+        "RewardModelActor": ("reward",),
+        "RolloutRayActor": ("rollout",),
+        "LLMRayActor": ("rollout",),
+    }
     default_version = DEFAULT_VERSION
     native_arm = "rlbridge_adapters.openrlhf.native"  # the bench's arm of kind native
     native_key_spelling = "dotted flags of `train_ppo_ray` (renamed to the flat spelling on versions before 0.10.2)"
@@ -155,7 +171,9 @@ class OpenRLHFBackend(Backend):
         prompt_cap = ro.max_prompt_tokens or DEFAULT_PROMPT_TOKENS
         colocate = config.placement.policy == "colocate"
         # on CPU (gpus 0) one logical training GPU per node, whatever the policy (its layout says the same)
-        actor_gpus = devices if colocate or gpus == 0 else max(gpus * config.resources.nodes - knobs.rollout_devices(config), 1)
+        actor_gpus = (
+            devices if colocate or gpus == 0 else max(gpus * config.resources.nodes - knobs.rollout_devices(config), 1)
+        )
         flags: dict[str, Any] = {
             "actor.model_name_or_path": "<model_dir>",
             "data.prompt_dataset": "<run_dir>/data/train.jsonl",
@@ -211,7 +229,9 @@ class OpenRLHFBackend(Backend):
             flags["train.num_episodes"] = tr.epochs
         # OpenRLHF's default warm-up is 3 % of the run: always say it
         flags["actor.lr_warmup_ratio"] = (tr.warmup_steps / tr.steps) if tr.steps else 0.0
-        flags["actor.lr_scheduler"] = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[tr.lr_schedule]
+        flags["actor.lr_scheduler"] = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[
+            tr.lr_schedule
+        ]
         if knobs.engine_reward_model(config):  # OpenRLHF's own reward-model actors score instead of the executor
             del flags["train.agent_func_path"]
             flags["reward.model_name_or_path"] = knobs.engine_reward_model(config)
@@ -244,7 +264,9 @@ class OpenRLHFBackend(Backend):
         passthrough = self.option_keys(config.backend_options.get("openrlhf", {}))
         for key in passthrough:
             if key in flags:
-                raise ConfigError(f"backend_options.openrlhf.{key}: rlbridge sets --{key} itself for every OpenRLHF run; remove it")
+                raise ConfigError(
+                    f"backend_options.openrlhf.{key}: rlbridge sets --{key} itself for every OpenRLHF run; remove it"
+                )
         flags.update(passthrough)
         logical_gpus = 0 if gpus else devices + flags["vllm.num_engines"] * ro.tensor_parallel_size + role_gpus
         env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
@@ -261,12 +283,19 @@ class OpenRLHFBackend(Backend):
             "model": {"path": _model_path(config), "chat_template": config.model.chat_template},
             "rewards": [r.model_dump(mode="json", exclude_none=True) for r in config.reward],
             "environment": config.environment.model_dump(mode="json") if config.environment else None,
-            "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key,
-                     # prompts rlbridge drops (over max_prompt_tokens) or renders (template arguments) itself
-                     "drop_over": ro.max_prompt_tokens if ro.drop_overlong_prompts else None,
-                     "chat_template_kwargs": dict(config.model.chat_template_kwargs) or None,
-                     "tools": chat_tools},
-            "ray": {"address": config.resources.ray_address, "num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": logical_gpus},
+            "data": {
+                "prompt_key": config.data.prompt_key,
+                "answer_key": config.data.answer_key,
+                # prompts rlbridge drops (over max_prompt_tokens) or renders (template arguments) itself
+                "drop_over": ro.max_prompt_tokens if ro.drop_overlong_prompts else None,
+                "chat_template_kwargs": dict(config.model.chat_template_kwargs) or None,
+                "tools": chat_tools,
+            },
+            "ray": {
+                "address": config.resources.ray_address,
+                "num_cpus": config.resources.cpus_per_node or 8,
+                "logical_gpus": logical_gpus,
+            },
             "cpu": gpus == 0,
             "env": env,
         }
@@ -293,8 +322,10 @@ class OpenRLHFBackend(Backend):
             j = i + 1
             while j < len(argv) and not argv[j].startswith("--"):
                 j += 1
-            values = [_number(v) for v in argv[i + 1:j]]
-            settings[DOTTED.get(argv[i][2:], argv[i][2:])] = True if not values else values[0] if len(values) == 1 else values
+            values = [_number(v) for v in argv[i + 1 : j]]
+            settings[DOTTED.get(argv[i][2:], argv[i][2:])] = (
+                True if not values else values[0] if len(values) == 1 else values
+            )
             i = j
         settings.update(launch_settings(plan.native, skip=("args", "module")))
         return settings

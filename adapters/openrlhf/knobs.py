@@ -17,7 +17,15 @@ from typing import Any
 from packaging.version import Version
 
 from rlbridge.contract.backend import (
-    Capability, approximated, critic_knob, gpus_per_node, honoured, nodes_need_a_cluster, one_stop_condition, only_for, rejected,
+    Capability,
+    approximated,
+    critic_knob,
+    gpus_per_node,
+    honoured,
+    nodes_need_a_cluster,
+    one_stop_condition,
+    only_for,
+    rejected,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import resolve_path
@@ -83,8 +91,10 @@ def kl_estimator(config: RunConfig) -> str:
 def _cpu_flash_attention(feature: str):
     def check(config: RunConfig) -> str | None:
         if gpus_per_node(config) == 0:
-            return (f"OpenRLHF's {feature} packs samples with flash attention (it forces --ds.attn_implementation "
-                    "flash_attention_2), which does not run on CPU; run on GPUs or leave it unset")
+            return (
+                f"OpenRLHF's {feature} packs samples with flash attention (it forces --ds.attn_implementation "
+                "flash_attention_2), which does not run on CPU; run on GPUs or leave it unset"
+            )
         return None
 
     return check
@@ -117,11 +127,15 @@ def _check_rollout_correction(config: RunConfig) -> str | None:
         return None
     version = _version(config)
     if version < IS_LEVELS_SINCE:
-        return (f"rlbridge maps rollout_correction to OpenRLHF 0.11.2's --algo.advantage.is_correction_level/_mode; "
-                f"{version} names it differently (use engine_version 0.11.2 or backend_options.openrlhf)")
+        return (
+            f"rlbridge maps rollout_correction to OpenRLHF 0.11.2's --algo.advantage.is_correction_level/_mode; "
+            f"{version} names it differently (use engine_version 0.11.2 or backend_options.openrlhf)"
+        )
     if mode not in IS_CORRECTION:
-        return ("OpenRLHF's sequence-level correction is a rejection filter (mask only); use sequence_mask, "
-                "token_truncate or token_mask")
+        return (
+            "OpenRLHF's sequence-level correction is a rejection filter (mask only); use sequence_mask, "
+            "token_truncate or token_mask"
+        )
     return None
 
 
@@ -135,23 +149,29 @@ def _check_critic_micro(config: RunConfig) -> str | None:
     critic = config.critic.micro_batch_size
     actor = config.training.micro_batch_size
     if critic is not None and critic != actor:
-        return ("OpenRLHF uses one --train.micro_batch_size for the actor and the critic; set critic.micro_batch_size "
-                "equal to training.micro_batch_size or leave it unset")
+        return (
+            "OpenRLHF uses one --train.micro_batch_size for the actor and the critic; set critic.micro_batch_size "
+            "equal to training.micro_batch_size or leave it unset"
+        )
     return None
 
 
 def _check_roles(config: RunConfig) -> str | None:
     if config.algorithm.name == "ppo" and config.placement.policy != "colocate" and gpus_per_node(config) > 0:
-        return ("with placement split OpenRLHF would give the critic GPUs of its own beyond the layout; "
-                "use placement.policy: colocate for ppo")
+        return (
+            "with placement split OpenRLHF would give the critic GPUs of its own beyond the layout; "
+            "use placement.policy: colocate for ppo"
+        )
     return None
 
 
 def _check_deterministic(config: RunConfig) -> str | None:
     if config.training.deterministic and _version(config) < Version("0.11.0"):
-        return (f"OpenRLHF {_version(config)}: rlbridge makes OpenRLHF's rollout repeatable with patches written "
-                "for 0.11 (per-request vLLM seeds, results taken in dispatch order); use OpenRLHF 0.11.2 or "
-                "training.deterministic: false")
+        return (
+            f"OpenRLHF {_version(config)}: rlbridge makes OpenRLHF's rollout repeatable with patches written "
+            "for 0.11 (per-request vLLM seeds, results taken in dispatch order); use OpenRLHF 0.11.2 or "
+            "training.deterministic: false"
+        )
     return None
 
 
@@ -159,8 +179,14 @@ def _check_adv_norm(config: RunConfig) -> str | None:
     from rlbridge_adapters.openrlhf.backend import ESTIMATORS
 
     name, norm = config.algorithm.name, config.algorithm.effective_advantage_normalization
-    allowed = {"grpo": {"group", "none"}, "dr_grpo": {"none"}, "rloo": {"none"}, "reinforce_pp": {"batch"},
-               "reinforce_pp_baseline": {"batch"}, "ppo": {"batch"}}.get(name)
+    allowed = {
+        "grpo": {"group", "none"},
+        "dr_grpo": {"none"},
+        "rloo": {"none"},
+        "reinforce_pp": {"batch"},
+        "reinforce_pp_baseline": {"batch"},
+        "ppo": {"batch"},
+    }.get(name)
     if allowed and norm not in allowed:
         return f"OpenRLHF's {ESTIMATORS[name]} scales advantages as {' or '.join(sorted(allowed))}; set that or leave it unset"
     return None
@@ -206,15 +232,23 @@ def rollout_devices(config: RunConfig) -> int:
 def _check_tp(config: RunConfig) -> str | None:
     tp, devices = config.rollout.tensor_parallel_size, rollout_devices(config)
     if devices % tp:
-        where = "all the run's devices (colocate)" if config.placement.policy == "colocate" else "placement.args.rollout_gpus"
-        return f"OpenRLHF's vLLM engines take tensor_parallel_size GPUs each, so {tp} must divide the {devices} of {where}"
+        where = (
+            "all the run's devices (colocate)"
+            if config.placement.policy == "colocate"
+            else "placement.args.rollout_gpus"
+        )
+        return (
+            f"OpenRLHF's vLLM engines take tensor_parallel_size GPUs each, so {tp} must divide the {devices} of {where}"
+        )
     return None
 
 
 def _check_warmup(config: RunConfig) -> str | None:
     if config.training.warmup_steps and not config.training.steps:
-        return ("OpenRLHF takes warm-up as a ratio of the run's steps, which rlbridge knows only with training.steps; "
-                "train by training.steps, or remove warmup_steps")
+        return (
+            "OpenRLHF takes warm-up as a ratio of the run's steps, which rlbridge knows only with training.steps; "
+            "train by training.steps, or remove warmup_steps"
+        )
     return None
 
 
@@ -230,113 +264,229 @@ def capabilities() -> list[Capability]:
         honoured("algorithm.name", ("algo.advantage.estimator", "critic.model_name_or_path"), _check_stage),
         honoured("algorithm.group_size", "rollout.n_samples_per_prompt"),
         honoured("algorithm.kl_coef", ("algo.kl.init_coef", "algo.kl.use_loss")),
-        honoured("algorithm.kl_placement", "algo.kl.use_loss",
-                 note="loss: --algo.kl.use_loss (k3 estimator); reward: KL in the reward (k1)"),
+        honoured(
+            "algorithm.kl_placement",
+            "algo.kl.use_loss",
+            note="loss: --algo.kl.use_loss (k3 estimator); reward: KL in the reward (k1)",
+        ),
         honoured("algorithm.clip_low", "actor.eps_clip_low_high"),
         honoured("algorithm.clip_high", "actor.eps_clip_low_high"),
         honoured("algorithm.loss_aggregation", "actor.loss_agg_mode", _check_loss_agg, note="0.11.2+"),
-        honoured("algorithm.advantage_normalization", "algo.advantage.no_std_norm", _check_adv_norm,
-                 note="grpo: --algo.advantage.no_std_norm; other estimators scale as they are defined"),
+        honoured(
+            "algorithm.advantage_normalization",
+            "algo.advantage.no_std_norm",
+            _check_adv_norm,
+            note="grpo: --algo.advantage.no_std_norm; other estimators scale as they are defined",
+        ),
         honoured("algorithm.epochs_per_rollout", "train.max_epochs"),
-        honoured("model.path", "launch.model.path", note="--actor.model_name_or_path (a copy with the run's chat template)"),
-        approximated("model.dtype", "ds.param_dtype", "OpenRLHF trains in bf16 or fp16; auto picks bf16",
-                     check=_check_dtype, when=lambda c: c.model.dtype == "auto"),
+        honoured(
+            "model.path", "launch.model.path", note="--actor.model_name_or_path (a copy with the run's chat template)"
+        ),
+        approximated(
+            "model.dtype",
+            "ds.param_dtype",
+            "OpenRLHF trains in bf16 or fp16; auto picks bf16",
+            check=_check_dtype,
+            when=lambda c: c.model.dtype == "auto",
+        ),
         honoured("model.chat_template", "launch.model.chat_template", note="installed in the run's model directory"),
-        honoured("model.use_chat_template", ("data.apply_chat_template", "data.input_template"),
-                 note="--data.apply_chat_template, else --data.input_template {}"),
+        honoured(
+            "model.use_chat_template",
+            ("data.apply_chat_template", "data.input_template"),
+            note="--data.apply_chat_template, else --data.input_template {}",
+        ),
         honoured("data.train", (), note="--data.prompt_dataset (jsonl written by rlbridge)"),
-        honoured("data.eval", ("eval.dataset", "eval.steps", "eval.temperature", "eval.n_samples_per_prompt"),
-                 note="sampled as in training (0.11.2+: --eval.temperature, --eval.n_samples_per_prompt = group_size)"),
+        honoured(
+            "data.eval",
+            ("eval.dataset", "eval.steps", "eval.temperature", "eval.n_samples_per_prompt"),
+            note="sampled as in training (0.11.2+: --eval.temperature, --eval.n_samples_per_prompt = group_size)",
+        ),
         honoured("data.eval_interval", "eval.steps"),
         honoured("data.prompt_key", "launch.data.prompt_key", note="renamed to --data.input_key's column"),
         honoured("data.answer_key", "launch.data.answer_key", note="--data.label_key (the row, for the reward file)"),
-        rejected("data.shuffle", "OpenRLHF always shuffles its prompt dataset (seeded by training.seed); keep shuffle: true"),
+        rejected(
+            "data.shuffle", "OpenRLHF always shuffles its prompt dataset (seeded by training.seed); keep shuffle: true"
+        ),
         honoured("rollout.engine", (), _check_rollout, note="vLLM engines (--vllm.num_engines)"),
         honoured("rollout.max_new_tokens", "rollout.max_new_tokens"),
-        approximated("rollout.max_prompt_tokens", "data.max_len",
-                     "OpenRLHF caps prompt + response (--data.max_len); unset, rlbridge sizes it to the longest prompt of the data",
-                     when=lambda c: c.rollout.max_prompt_tokens is None),
+        approximated(
+            "rollout.max_prompt_tokens",
+            "data.max_len",
+            "OpenRLHF caps prompt + response (--data.max_len); unset, rlbridge sizes it to the longest prompt of the data",
+            when=lambda c: c.rollout.max_prompt_tokens is None,
+        ),
         honoured("rollout.temperature", "rollout.temperature"),
         honoured("rollout.top_p", "rollout.top_p"),
         rejected("rollout.top_k", "train_ppo_ray has no top-k flag; remove rollout.top_k"),
         honoured("rollout.gpu_memory_utilization", "vllm.gpu_memory_utilization"),
         honoured("rollout.tensor_parallel_size", ("vllm.tensor_parallel_size", "vllm.num_engines"), _check_tp),
-        honoured("reward", ("train.agent_func_path", "launch.rewards", "reward.model_name_or_path"),
-                 note="--train.agent_func_path <generated executor scoring the engine's token ids>; one reward "
-                      "model alone: --reward.model_name_or_path (OpenRLHF's reward-model actors)"),
-        approximated("environment", ("train.agent_func_path", "launch.environment"),
-                     "OpenRLHF's multi-turn executor gives each turn the remaining --data.max_len budget, not rollout.max_new_tokens; "
-                     "tool calls (hermes format) are parsed by rlbridge's agent, as on TRL",
-                     check=_check_environment, when=lambda c: c.environment is not None),
-        honoured("training.steps", ("data.max_samples", "train.num_episodes", "actor.lr_warmup_ratio"),
-                 note="--data.max_samples = steps x batch_size, one episode"),
-        honoured("training.epochs", ("train.num_episodes", "data.max_samples"), one_stop_condition("OpenRLHF's --data.max_samples with --train.num_episodes gives steps x epochs, not the first of the two")),
+        honoured(
+            "reward",
+            ("train.agent_func_path", "launch.rewards", "reward.model_name_or_path"),
+            note="--train.agent_func_path <generated executor scoring the engine's token ids>; one reward "
+            "model alone: --reward.model_name_or_path (OpenRLHF's reward-model actors)",
+        ),
+        approximated(
+            "environment",
+            ("train.agent_func_path", "launch.environment"),
+            "OpenRLHF's multi-turn executor gives each turn the remaining --data.max_len budget, not rollout.max_new_tokens; "
+            "tool calls (hermes format) are parsed by rlbridge's agent, as on TRL",
+            check=_check_environment,
+            when=lambda c: c.environment is not None,
+        ),
+        honoured(
+            "training.steps",
+            ("data.max_samples", "train.num_episodes", "actor.lr_warmup_ratio"),
+            note="--data.max_samples = steps x batch_size, one episode",
+        ),
+        honoured(
+            "training.epochs",
+            ("train.num_episodes", "data.max_samples"),
+            one_stop_condition(
+                "OpenRLHF's --data.max_samples with --train.num_episodes gives steps x epochs, not the first of the two"
+            ),
+        ),
         honoured("training.lr", "actor.adam.lr"),
-        honoured("training.lr_schedule", ("actor.lr_scheduler", "critic.lr_scheduler"), note="constant_with_warmup / linear / cosine"),
-        honoured("training.warmup_steps", ("actor.lr_warmup_ratio", "critic.lr_warmup_ratio"), _check_warmup, note="warmup_steps / steps"),
+        honoured(
+            "training.lr_schedule",
+            ("actor.lr_scheduler", "critic.lr_scheduler"),
+            note="constant_with_warmup / linear / cosine",
+        ),
+        honoured(
+            "training.warmup_steps",
+            ("actor.lr_warmup_ratio", "critic.lr_warmup_ratio"),
+            _check_warmup,
+            note="warmup_steps / steps",
+        ),
         honoured("training.weight_decay", ("actor.adam.weight_decay", "critic.adam.weight_decay")),
         honoured("training.batch_size", ("rollout.batch_size", "data.max_samples")),
         honoured("training.mini_batch_size", "train.batch_size", note="in samples"),
         honoured("training.micro_batch_size", micro),
-        approximated("training.grad_clip", ("actor.max_norm", "critic.max_norm"), "OpenRLHF always clips; null becomes 1e9",
-                     when=lambda c: c.training.grad_clip is None),
-        honoured("training.seed", "train.seed", note="data order, vLLM engines (seed + engine index), DeepSpeed (transformers.set_seed)"),
-        honoured("training.deterministic", ("train.full_determinism_enable", "launch.env.RLBRIDGE_SEED"), _check_deterministic,
-                 note="OpenRLHF 0.11+: DeepSpeed's deterministic mode and vLLM's engine core in process "
-                      "(--train.full_determinism_enable), and what it misses (rlbridge patches, adapters/openrlhf/patches/"
-                      "determinism.py): the trainer actor's prompt order seeded from --train.seed, a vLLM seed per sample "
-                      "from its prompt's place in the dispatch order, rollout results taken in dispatch order"),
-        approximated("training.torch_threads", "launch.env.OMP_NUM_THREADS", "sets the thread count of every OpenRLHF process",
-                     when=lambda c: c.training.torch_threads is not None),
+        approximated(
+            "training.grad_clip",
+            ("actor.max_norm", "critic.max_norm"),
+            "OpenRLHF always clips; null becomes 1e9",
+            when=lambda c: c.training.grad_clip is None,
+        ),
+        honoured(
+            "training.seed",
+            "train.seed",
+            note="data order, vLLM engines (seed + engine index), DeepSpeed (transformers.set_seed)",
+        ),
+        honoured(
+            "training.deterministic",
+            ("train.full_determinism_enable", "launch.env.RLBRIDGE_SEED"),
+            _check_deterministic,
+            note="OpenRLHF 0.11+: DeepSpeed's deterministic mode and vLLM's engine core in process "
+            "(--train.full_determinism_enable), and what it misses (rlbridge patches, adapters/openrlhf/patches/"
+            "determinism.py): the trainer actor's prompt order seeded from --train.seed, a vLLM seed per sample "
+            "from its prompt's place in the dispatch order, rollout results taken in dispatch order",
+        ),
+        approximated(
+            "training.torch_threads",
+            "launch.env.OMP_NUM_THREADS",
+            "sets the thread count of every OpenRLHF process",
+            when=lambda c: c.training.torch_threads is not None,
+        ),
         honoured("resources.nodes", "actor.num_nodes", check=nodes_need_a_cluster),
-        honoured("resources.ray_address", "launch.ray.address", note="ray.init(address=...): join that cluster instead of starting a private one"),
-        honoured("resources.gpus_per_node", ("actor.num_gpus_per_node", "vllm.num_engines", "train.colocate_all"),
-                 note="0: logical GPUs of a private Ray cluster"),
+        honoured(
+            "resources.ray_address",
+            "launch.ray.address",
+            note="ray.init(address=...): join that cluster instead of starting a private one",
+        ),
+        honoured(
+            "resources.gpus_per_node",
+            ("actor.num_gpus_per_node", "vllm.num_engines", "train.colocate_all"),
+            note="0: logical GPUs of a private Ray cluster",
+        ),
         honoured("resources.cpus_per_node", "launch.ray.num_cpus", note="ray.init(num_cpus)"),
-        approximated("placement.policy", ("train.colocate_all", "actor.num_gpus_per_node", "vllm.num_engines"),
-                     "colocate on CPU: the vLLM engine gets a logical GPU of its own next to the actor's (OpenRLHF's "
-                     "colocated weight sync is CUDA IPC); the run's placement read-back reports it",
-                     when=lambda c: c.placement.policy == "colocate" and gpus_per_node(c) == 0),
+        approximated(
+            "placement.policy",
+            ("train.colocate_all", "actor.num_gpus_per_node", "vllm.num_engines"),
+            "colocate on CPU: the vLLM engine gets a logical GPU of its own next to the actor's (OpenRLHF's "
+            "colocated weight sync is CUDA IPC); the run's placement read-back reports it",
+            when=lambda c: c.placement.policy == "colocate" and gpus_per_node(c) == 0,
+        ),
         honoured("placement.args", ("actor.num_gpus_per_node", "vllm.num_engines"), note="split: rollout_gpus"),
         honoured("checkpoint.dir", "ckpt.path"),
         honoured("checkpoint.interval", "ckpt.save_steps"),
-        approximated("checkpoint.resume", "ckpt.load_enable", "OpenRLHF resumes from the newest checkpoint in --ckpt.path; a path selects that directory",
-                     when=lambda c: isinstance(c.checkpoint.resume, str)),
+        approximated(
+            "checkpoint.resume",
+            "ckpt.load_enable",
+            "OpenRLHF resumes from the newest checkpoint in --ckpt.path; a path selects that directory",
+            when=lambda c: isinstance(c.checkpoint.resume, str),
+        ),
         honoured("checkpoint.keep_last", "ckpt.max_num", note="null (keep all): a count no run reaches"),
         honoured("algorithm.kl_estimator", "algo.kl.estimator", _check_kl_estimator),
         honoured("algorithm.entropy_coef", "actor.entropy_coef"),
-        honoured("algorithm.gamma", "algo.advantage.gamma", only_for("algorithm.gamma", ("ppo", "reinforce_pp"), "discounted returns")),
+        honoured(
+            "algorithm.gamma",
+            "algo.advantage.gamma",
+            only_for("algorithm.gamma", ("ppo", "reinforce_pp"), "discounted returns"),
+        ),
         honoured("algorithm.gae_lambda", "algo.advantage.lambd", only_for("algorithm.gae_lambda", ("ppo",), "GAE")),
-        approximated("algorithm.dynamic_sampling", ("algo.dynamic_filtering_enable", "algo.dynamic_filtering_range"),
-                     "OpenRLHF keeps a group when its mean reward lies strictly inside (0, 1): exactly 'not all the same' "
-                     "for 0/1 rewards; other reward scales are filtered by that range. It draws replacement prompts from "
-                     "the prompt file, so a run may end before training.steps when the file runs out",
-                     when=lambda c: c.algorithm.dynamic_sampling),
-        honoured("algorithm.rollout_correction", ("algo.advantage.is_correction_level", "algo.advantage.is_correction_mode"),
-                 _check_rollout_correction, note="0.11.2: token_truncate -> token/clip, token_mask -> token/mask, sequence_mask -> seq/mask"),
-        honoured("algorithm.rollout_correction_threshold", "algo.advantage.is_correction_threshold",
-                 note="one value: an upper bound only"),
-        approximated("model.chat_template_kwargs", ("launch.data.chat_template_kwargs", "data.input_template"),
-                     "OpenRLHF applies the chat template without extra arguments, so rlbridge renders each prompt with "
-                     "the template and these arguments when it writes the prompt file (--data.input_template {})",
-                     when=lambda c: bool(c.model.chat_template_kwargs)),
+        approximated(
+            "algorithm.dynamic_sampling",
+            ("algo.dynamic_filtering_enable", "algo.dynamic_filtering_range"),
+            "OpenRLHF keeps a group when its mean reward lies strictly inside (0, 1): exactly 'not all the same' "
+            "for 0/1 rewards; other reward scales are filtered by that range. It draws replacement prompts from "
+            "the prompt file, so a run may end before training.steps when the file runs out",
+            when=lambda c: c.algorithm.dynamic_sampling,
+        ),
+        honoured(
+            "algorithm.rollout_correction",
+            ("algo.advantage.is_correction_level", "algo.advantage.is_correction_mode"),
+            _check_rollout_correction,
+            note="0.11.2: token_truncate -> token/clip, token_mask -> token/mask, sequence_mask -> seq/mask",
+        ),
+        honoured(
+            "algorithm.rollout_correction_threshold",
+            "algo.advantage.is_correction_threshold",
+            note="one value: an upper bound only",
+        ),
+        approximated(
+            "model.chat_template_kwargs",
+            ("launch.data.chat_template_kwargs", "data.input_template"),
+            "OpenRLHF applies the chat template without extra arguments, so rlbridge renders each prompt with "
+            "the template and these arguments when it writes the prompt file (--data.input_template {})",
+            when=lambda c: bool(c.model.chat_template_kwargs),
+        ),
         honoured("model.lora", ("ds.lora.rank", "ds.lora.alpha", "ds.lora.target_modules", "ds.lora.dropout")),
-        honoured("rollout.drop_overlong_prompts", "launch.data.drop_over", note="rlbridge drops them from the prompt file"),
+        honoured(
+            "rollout.drop_overlong_prompts", "launch.data.drop_over", note="rlbridge drops them from the prompt file"
+        ),
         honoured("training.gradient_checkpointing", "actor.gradient_checkpointing_enable", note="actor and critic"),
-        honoured("training.forward_micro_batch_size", "rollout.micro_batch_size",
-                 note="experience making: the actor's, reference's, critic's and reward model's forward passes"),
-        honoured("training.max_tokens_per_device",
-                 ("train.dynamic_batch_enable", "train.max_tokens_per_gpu", "rollout.max_tokens_per_gpu"), _check_dynamic_batch),
+        honoured(
+            "training.forward_micro_batch_size",
+            "rollout.micro_batch_size",
+            note="experience making: the actor's, reference's, critic's and reward model's forward passes",
+        ),
+        honoured(
+            "training.max_tokens_per_device",
+            ("train.dynamic_batch_enable", "train.max_tokens_per_gpu", "rollout.max_tokens_per_gpu"),
+            _check_dynamic_batch,
+        ),
         honoured("training.sequence_packing", "ds.packing_samples", _check_packing),
         honoured("training.sequence_parallel_size", "ds.ring_attn_size", _check_sequence_parallel),
         honoured("critic.path", "critic.model_name_or_path", critic_knob("critic.path", _check_roles)),
         honoured("critic.lr", "critic.adam.lr", critic_knob("critic.lr")),
         honoured("critic.value_clip", "critic.value_clip", critic_knob("critic.value_clip")),
-        honoured("critic.warmup_steps", "critic.freezing_steps", critic_knob("critic.warmup_steps"), note="the actor is frozen for the first N steps"),
-        honoured("critic.micro_batch_size", "train.micro_batch_size", critic_knob("critic.micro_batch_size", _check_critic_micro), note="shared with the actor"),
+        honoured(
+            "critic.warmup_steps",
+            "critic.freezing_steps",
+            critic_knob("critic.warmup_steps"),
+            note="the actor is frozen for the first N steps",
+        ),
+        honoured(
+            "critic.micro_batch_size",
+            "train.micro_batch_size",
+            critic_knob("critic.micro_batch_size", _check_critic_micro),
+            note="shared with the actor",
+        ),
         *asynchrony.capabilities(),
         *stages.capabilities(),
     ]
+
 
 def translate(config: RunConfig, flags: dict[str, Any], version: Version) -> int:
     """Add this module's flags to `flags` (in place). Returns the logical GPUs the extra roles need
@@ -346,7 +496,9 @@ def translate(config: RunConfig, flags: dict[str, Any], version: Version) -> int
         flags["algo.kl.estimator"] = kl_estimator(config)
     if algo.entropy_coef > 0:
         flags["actor.entropy_coef"] = algo.entropy_coef
-    flags["algo.advantage.gamma"] = algo.gamma  # said for every estimator, as verl's plan does (1.0 outside ppo/reinforce_pp)
+    flags["algo.advantage.gamma"] = (
+        algo.gamma
+    )  # said for every estimator, as verl's plan does (1.0 outside ppo/reinforce_pp)
     if algo.name == "ppo":
         flags["algo.advantage.lambd"] = algo.gae_lambda
     if tr.forward_micro_batch_size:
@@ -358,7 +510,9 @@ def translate(config: RunConfig, flags: dict[str, Any], version: Version) -> int
         level, mode = IS_CORRECTION[algo.rollout_correction]
         flags["algo.advantage.is_correction_level"] = level
         flags["algo.advantage.is_correction_mode"] = mode
-        flags["algo.advantage.is_correction_threshold"] = algo.rollout_correction_threshold  # one value: upper bound only
+        flags["algo.advantage.is_correction_threshold"] = (
+            algo.rollout_correction_threshold
+        )  # one value: upper bound only
     lora = config.model.lora
     if lora is not None:
         flags["ds.lora.rank"] = lora.rank

@@ -65,7 +65,9 @@ def install_patches_only() -> None:
     from rlbridge_adapters.openrlhf.boot import NATIVE_ENV
     from rlbridge_adapters.openrlhf.patches import PATCHES
 
-    apply_from_environment([p for p in PATCHES if p.kind == PatchKind.CPU_ENABLEMENT or p.in_native_arms], NATIVE_ENV, "RLBRIDGE_UNUSED")
+    apply_from_environment(
+        [p for p in PATCHES if p.kind == PatchKind.CPU_ENABLEMENT or p.in_native_arms], NATIVE_ENV, "RLBRIDGE_UNUSED"
+    )
     if os.environ.get(RAY_ENV):
         when_imported("ray", _cpu_ray_init)
 
@@ -100,19 +102,25 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     rewards = native["rewards"]
     if len(rewards) != 1 or rewards[0]["name"] not in REWARD_FILES or rewards[0].get("args"):
-        raise SystemExit(f"native OpenRLHF arm: an OpenRLHF reward file exists for {sorted(REWARD_FILES)} (one reward, "
-                         f"no args); this plan has {[r['name'] for r in rewards]}")
+        raise SystemExit(
+            f"native OpenRLHF arm: an OpenRLHF reward file exists for {sorted(REWARD_FILES)} (one reward, "
+            f"no args); this plan has {[r['name'] for r in rewards]}"
+        )
     if native.get("environment") or native["data"].get("chat_template_kwargs") or native["data"].get("drop_over"):
-        raise SystemExit("native OpenRLHF arm: environments, chat_template_kwargs and dropped prompts need rlbridge; "
-                         "bench them with kind rlbridge")
+        raise SystemExit(
+            "native OpenRLHF arm: environments, chat_template_kwargs and dropped prompts need rlbridge; "
+            "bench them with kind rlbridge"
+        )
     model_dir = model_dir_with_template(job["model_dir"], native["model"]["chat_template"], run_dir)
     data = native["data"]
     rows = list(job["rows"])
     needed = job["steps"] * job["batch_size"]
     while len(rows) < needed:  # as the rlbridge arm: exactly enough prompts for the steps
         rows = rows + rows
-    write_jsonl([{"prompt": r[data["prompt_key"]], "label": str(r.get(data["answer_key"], ""))} for r in rows],
-                run_dir / "data" / "train.jsonl")
+    write_jsonl(
+        [{"prompt": r[data["prompt_key"]], "label": str(r.get(data["answer_key"], ""))} for r in rows],
+        run_dir / "data" / "train.jsonl",
+    )
     reward_file = run_dir / "reward_func.py"
     reward_file.write_text(REWARD_FILES[rewards[0]["name"]])
     (run_dir / "openrlhf_native_plan.json").write_text(json.dumps(native))
@@ -120,11 +128,16 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     argv = [a.replace("<run_dir>", str(run_dir)).replace("<model_dir>", model_dir) for a in native["args"]]
     if MAX_LEN_AUTO in argv:
         prompts = [r[data["prompt_key"]] for r in rows]
-        argv[argv.index(MAX_LEN_AUTO)] = str(longest_prompt(prompts, model_dir, job["use_chat_template"]) + job["max_new_tokens"])
+        argv[argv.index(MAX_LEN_AUTO)] = str(
+            longest_prompt(prompts, model_dir, job["use_chat_template"]) + job["max_new_tokens"]
+        )
     # rlbridge's arm scores through its agent executor (token ids); a native user's reward_func file instead
     flag = argv.index("--train.agent_func_path")
-    argv[flag:flag + 2] = ["--reward.remote_url", str(reward_file)]
-    argv = [str(run_dir / "checkpoints") if i and argv[i - 1] in ("--ckpt.path", "--ckpt_path") else a for i, a in enumerate(argv)]
+    argv[flag : flag + 2] = ["--reward.remote_url", str(reward_file)]
+    argv = [
+        str(run_dir / "checkpoints") if i and argv[i - 1] in ("--ckpt.path", "--ckpt_path") else a
+        for i, a in enumerate(argv)
+    ]
     tmp = tempfile.mkdtemp(prefix="rlb-ray-")  # short: Ray's socket paths have a length limit
     ray = {"address": "local", "num_cpus": native["ray"]["num_cpus"], "_temp_dir": tmp, "include_dashboard": False}
     if native["ray"].get("logical_gpus"):
@@ -137,8 +150,14 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
         PATCH_DIR_ENV: str(run_dir / "patches"),  # each process's applied patches, for the report
     }
     tb = argv[argv.index("--logger.tensorboard_dir") + 1]
-    cmd = {"argv": [sys.executable, "-m", native["module"], *argv], "env": env, "metrics": tb, "metrics_kind": "tensorboard",
-           "cwd": str(run_dir), "ray_temp_dir": tmp}
+    cmd = {
+        "argv": [sys.executable, "-m", native["module"], *argv],
+        "env": env,
+        "metrics": tb,
+        "metrics_kind": "tensorboard",
+        "cwd": str(run_dir),
+        "ray_temp_dir": tmp,
+    }
     (run_dir / "native_cmd.json").write_text(json.dumps(cmd, indent=1))
     return cmd
 
@@ -157,7 +176,7 @@ def canonical(raw: Path, out: Path) -> None:
             if not tag.startswith("train/"):
                 continue
             for event in acc.Scalars(tag):
-                steps.setdefault(event.step, {})[tag[len("train/"):]] = event.value
+                steps.setdefault(event.step, {})[tag[len("train/") :]] = event.value
                 walls[event.step] = max(walls.get(event.step, 0.0), event.wall_time)
     with open(out, "w") as fh:
         for step in sorted(steps):
@@ -170,7 +189,9 @@ def main(argv: list[str]) -> None:
     elif len(argv) == 3 and argv[0] == "canonical":
         canonical(Path(argv[1]), Path(argv[2]))
     else:
-        raise SystemExit("usage: python -m rlbridge_adapters.openrlhf.native prepare JOB.json RUN_DIR | canonical TB_DIR OUT.jsonl")
+        raise SystemExit(
+            "usage: python -m rlbridge_adapters.openrlhf.native prepare JOB.json RUN_DIR | canonical TB_DIR OUT.jsonl"
+        )
 
 
 if __name__ == "__main__":

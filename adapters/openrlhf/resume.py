@@ -18,7 +18,7 @@ def checkpoint_complete(path: Path, committed: int | None) -> bool:
     `latest` pointer (`committed`): a global_stepN is complete when its tensor files are whole and
     `latest` has reached it; when `latest` is torn, when it also has its optimizer shards (if this
     run's checkpoints have any)."""
-    step = int(path.name[len("global_step"):])
+    step = int(path.name[len("global_step") :])
     if committed is not None and step > committed:
         return False
     sharded = committed is None and any(path.parent.glob("global_step*/*optim_states.pt"))
@@ -37,8 +37,10 @@ def resume_point(ckpt: Path) -> int:
         steps = {s for s, p in step_dirs(role, "global_step").items() if checkpoint_complete(p, committed)}
         complete = steps if complete is None else complete & steps
     if not complete:
-        raise ConfigError(f"checkpoint.resume: no complete global_step* checkpoint in {ckpt / '_actor'} to resume from; "
-                          "run without --resume (or checkpoint.resume: false) to start over")
+        raise ConfigError(
+            f"checkpoint.resume: no complete global_step* checkpoint in {ckpt / '_actor'} to resume from; "
+            "run without --resume (or checkpoint.resume: false) to start over"
+        )
     step = max(complete)
     for role in roles:
         latest = role / "latest"

@@ -57,7 +57,9 @@ class RewardExecutor(SingleTurnAgentExecutor):
         super().__init__(None)
 
     async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, *args, **kwargs):
-        output = await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, *args, **kwargs)
+        output = await super().execute(
+            prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, *args, **kwargs
+        )
         start, end = output["action_ranges"][-1]
         x = reward_input(prompt, label, output["observation_tokens"][start:end], hf_tokenizer)
         try:

@@ -24,13 +24,18 @@ def special(key: str, value: Any) -> tuple[str, str] | None:
     if key in OWNED:
         return "owned", OWNED[key]
     if key in COLUMNS and value != COLUMNS[key]:
-        return "action", (f"the rows' {COLUMNS[key]} column is named {value!r}: rlbridge reads the stage's canonical "
-                          f"columns (docs/stages.md); rename it to {COLUMNS[key]!r} in the data")
+        return "action", (
+            f"the rows' {COLUMNS[key]} column is named {value!r}: rlbridge reads the stage's canonical "
+            f"columns (docs/stages.md); rename it to {COLUMNS[key]!r} in the data"
+        )
     if key == "data.dataset" and isinstance(value, str):
         from rlbridge.contract.models import looks_local
 
         if not looks_local(value):
-            return "action", "a hub dataset: rlbridge reads local data (jsonl, parquet, save_to_disk); download it and set data.train"
+            return (
+                "action",
+                "a hub dataset: rlbridge reads local data (jsonl, parquet, save_to_disk); download it and set data.train",
+            )
     return None
 
 

@@ -34,8 +34,13 @@ TRAINED = "model_trained"  # OpenRLHF's --ckpt.output_dir; moved to RUN_DIR/mode
 # native (TensorBoard scalar without its train/ or eval/ prefix) -> canonical, per stage
 METRICS = {
     "sft": {"loss_mean": "loss/sft", "eval gpt_loss": "loss/sft"},
-    "dpo": {"loss_mean": "loss/dpo", "eval_loss": "loss/dpo", "acc_mean": "dpo/accuracy",
-            "chosen_reward": "dpo/reward_chosen", "reject_reward": "dpo/reward_rejected"},
+    "dpo": {
+        "loss_mean": "loss/dpo",
+        "eval_loss": "loss/dpo",
+        "acc_mean": "dpo/accuracy",
+        "chosen_reward": "dpo/reward_chosen",
+        "reject_reward": "dpo/reward_rejected",
+    },
     "reward_model": {"loss_mean": "loss/reward_model", "eval_loss": "loss/reward_model", "acc_mean": "rm/accuracy"},
 }
 COMMON = {"lr": "lr", "grad_norm": "grad_norm"}
@@ -46,8 +51,10 @@ def check_stage(config: RunConfig, version: Version) -> str | None:
     if version < SINCE:
         return f"rlbridge drives OpenRLHF's train_sft / train_dpo / train_rm from {SINCE} (their dotted flags); use engine_version 0.11.2"
     if config.model.use_chat_template and config.algorithm.name != "sft":
-        return ("rlbridge renders only sft rows with the chat template on OpenRLHF so far (its preference datasets take "
-                "chats as message lists); set model.use_chat_template: false, or use backend: trl")
+        return (
+            "rlbridge renders only sft rows with the chat template on OpenRLHF so far (its preference datasets take "
+            "chats as message lists); set model.use_chat_template: false, or use backend: trl"
+        )
     if config.model.lora is not None:
         return "rlbridge does not merge OpenRLHF's LoRA adapters of the offline stages yet; remove model.lora or use backend: trl"
     return None
@@ -62,13 +69,25 @@ def _check_packing(config: RunConfig) -> str | None:
 def capabilities() -> list[Capability]:
     return [
         honoured("offline.max_length", "data.max_len", offline_only("offline.max_length")),
-        honoured("offline.completion_only_loss", "model.pretrain_mode_enable", offline_only("offline.completion_only_loss"),
-                 note="false: --model.pretrain_mode_enable (loss on every token)"),
-        honoured("offline.packing", "ds.packing_samples", lambda c: offline_only("offline.packing")(c) or _check_packing(c)),
-        honoured("offline.dpo_loss", "model.ipo_enable", offline_only("offline.dpo_loss"), note="ipo: --model.ipo_enable"),
+        honoured(
+            "offline.completion_only_loss",
+            "model.pretrain_mode_enable",
+            offline_only("offline.completion_only_loss"),
+            note="false: --model.pretrain_mode_enable (loss on every token)",
+        ),
+        honoured(
+            "offline.packing", "ds.packing_samples", lambda c: offline_only("offline.packing")(c) or _check_packing(c)
+        ),
+        honoured(
+            "offline.dpo_loss", "model.ipo_enable", offline_only("offline.dpo_loss"), note="ipo: --model.ipo_enable"
+        ),
         honoured("offline.dpo_beta", "model.beta", offline_only("offline.dpo_beta")),
-        honoured("offline.reference_model", "ref.model_name_or_path", offline_only("offline.reference_model"),
-                 note="default: the initial policy"),
+        honoured(
+            "offline.reference_model",
+            "ref.model_name_or_path",
+            offline_only("offline.reference_model"),
+            note="default: the initial policy",
+        ),
     ]
 
 
@@ -106,9 +125,13 @@ def translate(config: RunConfig, version: Version, model_path: str) -> dict[str,
         flags["model.gradient_checkpointing_enable"] = True
     if config.data.eval is not None:
         flags["eval.dataset"] = "<run_dir>/data/eval.jsonl"
-        flags["eval.split"] = "train"  # the split datasets' json loader names a file's rows (train_dpo/train_rm default: test)
+        flags["eval.split"] = (
+            "train"  # the split datasets' json loader names a file's rows (train_dpo/train_rm default: test)
+        )
     # -1 (train_sft/train_dpo/train_rm's default): no step checkpoints, written out as recipes write it
-    flags["ckpt.save_steps"] = config.checkpoint.interval * config.updates_per_step if config.checkpoint.interval else -1
+    flags["ckpt.save_steps"] = (
+        config.checkpoint.interval * config.updates_per_step if config.checkpoint.interval else -1
+    )
     if config.checkpoint.resume:
         flags["ckpt.load_enable"] = True
     if gpus == 0:
@@ -125,8 +148,14 @@ def translate(config: RunConfig, version: Version, model_path: str) -> dict[str,
         if not off.completion_only_loss:
             flags["model.pretrain_mode_enable"] = True
     else:
-        flags.update({"data.prompt_key": "prompt", "data.chosen_key": "chosen", "data.rejected_key": "rejected",
-                      "data.input_template": "{}"})
+        flags.update(
+            {
+                "data.prompt_key": "prompt",
+                "data.chosen_key": "chosen",
+                "data.rejected_key": "rejected",
+                "data.input_template": "{}",
+            }
+        )
     if stage == "dpo":
         flags["model.beta"] = off.dpo_beta
         flags["ref.model_name_or_path"] = off.reference_model or "<model_dir>"
@@ -205,8 +234,6 @@ class _Recorder:
         self.close()
 
 
-
-
 def run_offline(plan, ctx) -> None:
     import runpy
 
@@ -234,17 +261,28 @@ def run_offline(plan, ctx) -> None:
             train_rows = rows
         write_jsonl(rows, run_dir / "data" / f"{name}.jsonl")
     assert train_rows
-    reference = materialize_path(native["reference_model"], "offline.reference_model", ctx.plugins) if native["reference_model"] else model_dir
+    reference = (
+        materialize_path(native["reference_model"], "offline.reference_model", ctx.plugins)
+        if native["reference_model"]
+        else model_dir
+    )
     args = [a.replace("<run_dir>", str(run_dir)).replace("<model_dir>", model_dir) for a in native["args"]]
     if native["stage"] == "dpo":
         args[args.index("--ref.model_name_or_path") + 1] = reference
     args = [str(Path(a).resolve()) if i and args[i - 1] == "--ckpt.path" else a for i, a in enumerate(args)]
     (run_dir / "openrlhf_args.txt").write_text(" ".join(args) + "\n")
     (run_dir / "openrlhf_native_plan.json").write_text(json.dumps(native))
-    env = {**native["env"], NATIVE_ENV: str(run_dir / "openrlhf_native_plan.json"),
-           PATCH_DIR_ENV: os.environ.get(PATCH_DIR_ENV) or str(run_dir / "patches"),
-           # a DeepSpeed world of one in this process; LOCAL_RANK -1: OpenRLHF skips torch.cuda.set_device
-           "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "-1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env = {
+        **native["env"],
+        NATIVE_ENV: str(run_dir / "openrlhf_native_plan.json"),
+        PATCH_DIR_ENV: os.environ.get(PATCH_DIR_ENV) or str(run_dir / "patches"),
+        # a DeepSpeed world of one in this process; LOCAL_RANK -1: OpenRLHF skips torch.cuda.set_device
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "-1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
     env.update(engine_env_vars(Path(sys.executable)))  # DeepSpeed's JIT-built CPU ops cached in this environment
     os.environ.update(env)
     os.environ[PATCH_REPORT_ENV] = str(run_dir / "patches.json")
@@ -286,7 +324,10 @@ def validate(native: dict[str, Any]) -> Any:
     from rlbridge_adapters.openrlhf.patches import PATCHES
 
     apply_patches([p for p in PATCHES if p.kind == PatchKind.CPU_ENABLEMENT], native)  # the modules import flash-attn
-    args = [a.replace("<run_dir>", "/tmp/rlbridge-plan").replace("<model_dir>", native["model"]["path"]) for a in native["args"]]
+    args = [
+        a.replace("<run_dir>", "/tmp/rlbridge-plan").replace("<model_dir>", native["model"]["path"])
+        for a in native["args"]
+    ]
     original, saved_argv = argparse.ArgumentParser.parse_args, sys.argv
 
     def parse_args(self, *a, **k):
@@ -299,7 +340,9 @@ def validate(native: dict[str, Any]) -> Any:
     except _Parsed as done:
         return done.args_namespace
     except SystemExit as exc:  # argparse's own error (printed on stderr)
-        raise ConfigError(f"OpenRLHF's {native['module']} rejected the translated flags (exit {exc.code}): {' '.join(args)}") from exc
+        raise ConfigError(
+            f"OpenRLHF's {native['module']} rejected the translated flags (exit {exc.code}): {' '.join(args)}"
+        ) from exc
     finally:
         argparse.ArgumentParser.parse_args, sys.argv = original, saved_argv
     raise ConfigError(f"{native['module']} did not parse its arguments")

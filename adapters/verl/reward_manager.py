@@ -18,6 +18,7 @@ from rlbridge.contract.rewards import RewardInput
 
 REWARD_MANAGER_NAME = "rlbridge"
 
+
 def reward_input(tokenizer, item) -> tuple[RewardInput, int]:
     """One sample of a verl DataProto batch as a RewardInput, and its response length."""
     prompt_ids = item.batch["prompts"]
@@ -60,7 +61,10 @@ def make_legacy_manager():
                 reward_tensor[i, max(length, 1) - 1] = total
             write_event(reward_batch(list(inputs), totals, per_plugin, train=not self.is_validation))
             if return_dict:
-                extra = {f"rlbridge/{name}": [v if v is not None else float("nan") for v in values] for name, values in per_plugin.items()}
+                extra = {
+                    f"rlbridge/{name}": [v if v is not None else float("nan") for v in values]
+                    for name, values in per_plugin.items()
+                }
                 return {"reward_tensor": reward_tensor, "reward_extra_info": extra}
             return reward_tensor
 
@@ -73,7 +77,15 @@ def make_reward_loop_manager():
     class RLBridgeRewardLoopManager(RewardManagerBase):
         """verl 0.9 reward-loop manager API: one sample per call."""
 
-        def __init__(self, config, tokenizer, compute_score=None, reward_router_address=None, reward_model_tokenizer=None, **kwargs):
+        def __init__(
+            self,
+            config,
+            tokenizer,
+            compute_score=None,
+            reward_router_address=None,
+            reward_model_tokenizer=None,
+            **kwargs,
+        ):
             super().__init__(config, tokenizer, compute_score)
             self.tokenizer = tokenizer
 
@@ -83,6 +95,9 @@ def make_reward_loop_manager():
             # off the event loop: verl runs many run_single calls at once, and the worker pool scores them in parallel
             totals, per_plugin = await asyncio.to_thread(score_inputs, [x])
             write_event(reward_sample(totals[0], {k: v[0] for k, v in per_plugin.items()}, x))
-            return {"reward_score": totals[0], "reward_extra_info": {f"rlbridge/{k}": v[0] for k, v in per_plugin.items()}}
+            return {
+                "reward_score": totals[0],
+                "reward_extra_info": {f"rlbridge/{k}": v[0] for k, v in per_plugin.items()},
+            }
 
     return RLBridgeRewardLoopManager

@@ -52,13 +52,20 @@ def sft_defaults(version: str) -> dict[str, Any] | None:
     if is_complete(path) and cached.exists():
         return flatten(yaml.safe_load(cached.read_text()))
     if is_complete(path):
-        code = ("import os, json; from hydra import compose, initialize_config_dir; from omegaconf import OmegaConf; "
-                "import verl.trainer.config as c\n"
-                "with initialize_config_dir(config_dir=os.path.dirname(c.__file__), version_base=None):\n"
-                "    print(json.dumps(OmegaConf.to_container(compose(config_name='sft_trainer_engine'), resolve=False)))")
+        code = (
+            "import os, json; from hydra import compose, initialize_config_dir; from omegaconf import OmegaConf; "
+            "import verl.trainer.config as c\n"
+            "with initialize_config_dir(config_dir=os.path.dirname(c.__file__), version_base=None):\n"
+            "    print(json.dumps(OmegaConf.to_container(compose(config_name='sft_trainer_engine'), resolve=False)))"
+        )
         try:
-            res = subprocess.run([str(env_python(path)), "-c", code], capture_output=True, text=True, timeout=120,
-                                 env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            res = subprocess.run(
+                [str(env_python(path)), "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            )
             if res.returncode == 0:
                 found = yaml.safe_load(res.stdout.strip().splitlines()[-1])
                 cached.parent.mkdir(parents=True, exist_ok=True)

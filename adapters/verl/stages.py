@@ -29,7 +29,15 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Capability, flatten, gpus_per_node, honoured, offline_only, rejected, resolved_dtype
+from rlbridge.contract.backend import (
+    Capability,
+    flatten,
+    gpus_per_node,
+    honoured,
+    offline_only,
+    rejected,
+    resolved_dtype,
+)
 from rlbridge.contract.config import RunConfig
 
 SINCE = Version("0.9.0")  # verl.trainer.sft_trainer on the TrainingWorker engine, as driven here
@@ -37,16 +45,26 @@ MODULE = "verl.trainer.sft_trainer"
 CONFIG_NAME = "sft_trainer_engine"
 TRAINED = "model_trained"  # the final checkpoint's Hugging Face model, moved to RUN_DIR/model at the end
 # model.use_chat_template false: each message's text as is, an assistant message ended with EOS
-TEXT_TEMPLATE = ("{% for message in messages %}{{ message['content'] }}"
-                 "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}")
+TEXT_TEMPLATE = (
+    "{% for message in messages %}{{ message['content'] }}"
+    "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
+)
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # verl's tracker name (sft_trainer.fit) -> canonical
 METRICS = {"train/loss": "loss/sft", "train/grad_norm": "grad_norm", "train/lr": "lr"}
 EVAL_METRICS = {"val/loss": "loss/sft"}
 # keys rlbridge sets as defaults rather than from a canonical knob: backend_options.verl may change them
-ADAPTER_DEFAULTS = {"data.num_workers", "data.ignore_input_ids_mismatch", "engine.strategy", "engine.use_torch_compile",
-                    "trainer.logger", "trainer.project_name", "trainer.experiment_name",
-                    "+model.override_config.attn_implementation", "checkpoint.save_contents"}
+ADAPTER_DEFAULTS = {
+    "data.num_workers",
+    "data.ignore_input_ids_mismatch",
+    "engine.strategy",
+    "engine.use_torch_compile",
+    "trainer.logger",
+    "trainer.project_name",
+    "trainer.experiment_name",
+    "+model.override_config.attn_implementation",
+    "checkpoint.save_contents",
+}
 
 
 def check_stage(config: RunConfig, version: Version) -> str | None:
@@ -83,35 +101,51 @@ def check_gpus(config: RunConfig) -> str | None:
 
 def check_shuffle(config: RunConfig) -> str | None:
     if config.is_offline and not config.data.shuffle:
-        return ("verl's sft_trainer always shuffles (its DistributedSampler is built with shuffle=True); "
-                "remove data.shuffle: false or use backend: trl")
+        return (
+            "verl's sft_trainer always shuffles (its DistributedSampler is built with shuffle=True); "
+            "remove data.shuffle: false or use backend: trl"
+        )
     return None
 
 
 def _check_completion_only(config: RunConfig) -> str | None:
     if not config.offline.completion_only_loss and config.model.use_chat_template:
-        return ("verl's MultiTurnSFTDataset puts the loss on the assistant messages only, so a loss on every token "
-                "needs rows without a chat template; set model.use_chat_template: false or offline.completion_only_loss: true")
+        return (
+            "verl's MultiTurnSFTDataset puts the loss on the assistant messages only, so a loss on every token "
+            "needs rows without a chat template; set model.use_chat_template: false or offline.completion_only_loss: true"
+        )
     return None
 
 
 def _check_packing(config: RunConfig) -> str | None:
     if config.offline.packing and gpus_per_node(config) == 0:
-        return ("verl packs rows padding-free (model.use_remove_padding, varlen attention), which needs flash "
-                "attention and so a GPU; set resources.gpus_per_node: 1 or offline.packing: false")
+        return (
+            "verl packs rows padding-free (model.use_remove_padding, varlen attention), which needs flash "
+            "attention and so a GPU; set resources.gpus_per_node: 1 or offline.packing: false"
+        )
     return None
 
 
 def capabilities() -> list[Capability]:
     why = "verl has no offline DPO trainer; use backend: trl or openrlhf for algorithm.name dpo"
     return [
-        honoured("offline.max_length", ("data.max_length", "data.truncation"), offline_only("offline.max_length"),
-                 note="data.truncation: right (longer rows cut at the end)"),
-        honoured("offline.completion_only_loss", "launch.rows",
-                 lambda c: offline_only("offline.completion_only_loss")(c) or _check_completion_only(c),
-                 note="false: each row as one assistant message (prompt + completion), which verl's dataset trains on whole"),
-        honoured("offline.packing", ("model.use_remove_padding", "data.use_dynamic_bsz", "data.max_token_len_per_gpu"),
-                 lambda c: offline_only("offline.packing")(c) or _check_packing(c)),
+        honoured(
+            "offline.max_length",
+            ("data.max_length", "data.truncation"),
+            offline_only("offline.max_length"),
+            note="data.truncation: right (longer rows cut at the end)",
+        ),
+        honoured(
+            "offline.completion_only_loss",
+            "launch.rows",
+            lambda c: offline_only("offline.completion_only_loss")(c) or _check_completion_only(c),
+            note="false: each row as one assistant message (prompt + completion), which verl's dataset trains on whole",
+        ),
+        honoured(
+            "offline.packing",
+            ("model.use_remove_padding", "data.use_dynamic_bsz", "data.max_token_len_per_gpu"),
+            lambda c: offline_only("offline.packing")(c) or _check_packing(c),
+        ),
         rejected("offline.dpo_loss", why),
         rejected("offline.dpo_beta", why),
         rejected("offline.reference_model", why),
@@ -144,7 +178,11 @@ def translate(config: RunConfig, version: Version, model_path: str) -> dict[str,
         "model.enable_gradient_checkpointing": tr.gradient_checkpointing,
         "engine.seed": tr.seed,
         "engine.full_determinism": tr.deterministic,
-        "+engine.mixed_precision": {"param_dtype": DTYPES[resolved_dtype(config)], "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+        "+engine.mixed_precision": {
+            "param_dtype": DTYPES[resolved_dtype(config)],
+            "reduce_dtype": "fp32",
+            "buffer_dtype": "fp32",
+        },
         "optim.lr": tr.lr,
         "optim.weight_decay": tr.weight_decay,
         "optim.clip_grad": tr.grad_clip if tr.grad_clip is not None else 1e9,
@@ -157,7 +195,9 @@ def translate(config: RunConfig, version: Version, model_path: str) -> dict[str,
         "trainer.save_freq": (config.checkpoint.interval or 0) * per_step or -1,
         "trainer.default_local_dir": config.checkpoint.dir,
         "trainer.max_ckpt_to_keep": config.checkpoint.keep_last,
-        "trainer.resume_mode": "disable" if not config.checkpoint.resume else ("auto" if config.checkpoint.resume is True else "resume_path"),
+        "trainer.resume_mode": "disable"
+        if not config.checkpoint.resume
+        else ("auto" if config.checkpoint.resume is True else "resume_path"),
         "trainer.seed": tr.seed,
         "trainer.logger": ["console"],
         "trainer.project_name": "rlbridge",
@@ -174,27 +214,46 @@ def translate(config: RunConfig, version: Version, model_path: str) -> dict[str,
     for key, value in flatten(config.model.chat_template_kwargs).items():
         o[f"+data.apply_chat_template_kwargs.{key}"] = value
     if cpu:  # as for verl's RL plan on CPU (backend.CPU_ONLY_REASONS)
-        o.update({"trainer.device": "cpu", "engine.strategy": "fsdp2", "engine.use_torch_compile": False, "data.num_workers": 0,
-                  "+model.override_config.attn_implementation": "sdpa"})
+        o.update(
+            {
+                "trainer.device": "cpu",
+                "engine.strategy": "fsdp2",
+                "engine.use_torch_compile": False,
+                "data.num_workers": 0,
+                "+model.override_config.attn_implementation": "sdpa",
+            }
+        )
     for key, value in flatten(config.backend_options.get("verl", {})).items():
         bare = key.lstrip("+")
         if any(k in o and k not in ADAPTER_DEFAULTS for k in (bare, f"+{bare}")):
-            raise ConfigError(f"backend_options.verl.{key}: rlbridge sets {bare} itself for every verl sft run; remove it")
+            raise ConfigError(
+                f"backend_options.verl.{key}: rlbridge sets {bare} itself for every verl sft run; remove it"
+            )
         o[key] = value
-    env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "RLBRIDGE_SEED": str(tr.seed)}
+    env = {
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_MODE": "disabled",
+        "RLBRIDGE_SEED": str(tr.seed),
+    }
     if tr.torch_threads:
         env["OMP_NUM_THREADS"] = str(tr.torch_threads)
     if tr.deterministic:
         env.update(VERL_FULL_DETERMINISM="1", PYTHONHASHSEED=str(tr.seed))
     if cpu:
-        env.update(VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda")  # the CPU platform; the FSDP engine registered for cuda
+        env.update(
+            VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda"
+        )  # the CPU platform; the FSDP engine registered for cuda
     return {
         "verl_version": str(version),
         "stage": "sft",
         "module": MODULE,
         "config_name": CONFIG_NAME,
         "overrides": o,
-        "model": {"path": model_path, "chat_template": config.model.chat_template if config.model.use_chat_template else TEXT_TEMPLATE},
+        "model": {
+            "path": model_path,
+            "chat_template": config.model.chat_template if config.model.use_chat_template else TEXT_TEMPLATE,
+        },
         "rows": "chat" if off.completion_only_loss else "whole",
         "seed": tr.seed,
         "updates_per_step": per_step,
@@ -210,7 +269,10 @@ def verl_rows(rows: list[dict[str, Any]], fmt: str, whole: bool) -> list[dict[st
         return rows
     if whole:
         return [{"messages": [{"role": "assistant", "content": r["prompt"] + r["completion"]}]} for r in rows]
-    return [{"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["completion"]}]} for r in rows]
+    return [
+        {"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["completion"]}]}
+        for r in rows
+    ]
 
 
 def _overrides(native: dict[str, Any], run_dir: str, model_dir: str) -> list[str]:
@@ -314,13 +376,19 @@ def run_offline(plan, ctx) -> None:
     overrides["trainer.default_local_dir"] = str(Path(overrides["trainer.default_local_dir"]).resolve())
     native = {**native, "overrides": overrides}
     (run_dir / "verl_native_plan.json").write_text(json.dumps(native))
-    os.environ.update({
-        **native["env"],
-        NATIVE_ENV: str(run_dir / "verl_native_plan.json"),
-        PATCH_DIR_ENV: os.environ.get(PATCH_DIR_ENV) or str(run_dir / "patches"),
-        # a torch.distributed world of one in this process (what torchrun would set)
-        "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-    })
+    os.environ.update(
+        {
+            **native["env"],
+            NATIVE_ENV: str(run_dir / "verl_native_plan.json"),
+            PATCH_DIR_ENV: os.environ.get(PATCH_DIR_ENV) or str(run_dir / "patches"),
+            # a torch.distributed world of one in this process (what torchrun would set)
+            "RANK": "0",
+            "WORLD_SIZE": "1",
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(_free_port()),
+        }
+    )
     os.environ[PATCH_REPORT_ENV] = str(run_dir / "patches.json")
     from rlbridge_adapters.verl import boot
 

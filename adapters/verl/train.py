@@ -69,10 +69,15 @@ def write_agent_loop_files(native: dict[str, Any], run_dir: Path) -> None:
     """The agent-loop config naming rlbridge's environment loop, and the verl tool config for the
     environment's tools (YAML is a superset of JSON; verl reads both with OmegaConf). Written before
     verl is imported here, so the class paths are strings."""
-    agent_loops = [{"name": AGENT_NAME, "_target_": AGENT_LOOP_CLASS, "environment_json": json.dumps(native["environment"])}]
+    agent_loops = [
+        {"name": AGENT_NAME, "_target_": AGENT_LOOP_CLASS, "environment_json": json.dumps(native["environment"])}
+    ]
     (run_dir / AGENT_LOOP_FILE).write_text(json.dumps(agent_loops, indent=2))
     if native["tools"]:
-        tools = [{"class_name": TOOL_CLASS, "config": {"type": "native"}, "tool_schema": schema} for schema in native["tools"]]
+        tools = [
+            {"class_name": TOOL_CLASS, "config": {"type": "native"}, "tool_schema": schema}
+            for schema in native["tools"]
+        ]
         (run_dir / TOOL_CONFIG_FILE).write_text(json.dumps({"tools": tools}, indent=2))
 
 
@@ -91,8 +96,10 @@ def resume_point(directory: Path) -> Path:
         if checkpoint_complete(found[step]):
             return found[step]
     incomplete = f" (only incomplete ones: {', '.join(found[s].name for s in sorted(found))})" if found else ""
-    raise ConfigError(f"checkpoint.resume: no complete global_step_* checkpoint in {directory} to resume from{incomplete}; "
-                      "run without --resume (or checkpoint.resume: false) to start over")
+    raise ConfigError(
+        f"checkpoint.resume: no complete global_step_* checkpoint in {directory} to resume from{incomplete}; "
+        "run without --resume (or checkpoint.resume: false) to start over"
+    )
 
 
 def verl_worker_env(cfg) -> dict[str, str]:
@@ -113,9 +120,16 @@ def run_verl(plan, ctx) -> None:
     run_dir, model_dir = run_and_model_dirs(ctx, native["model"]["chat_template"])
 
     data = native["data"]
-    train_rows = to_verl_rows(load_rows(config.data.train, config, "data.train", ctx.plugins), data["prompt_key"], data["answer_key"], "train")
+    train_rows = to_verl_rows(
+        load_rows(config.data.train, config, "data.train", ctx.plugins), data["prompt_key"], data["answer_key"], "train"
+    )
     if config.data.eval is not None:
-        val_rows = to_verl_rows(load_rows(config.data.eval, config, "data.eval", ctx.plugins), data["prompt_key"], data["answer_key"], "test")
+        val_rows = to_verl_rows(
+            load_rows(config.data.eval, config, "data.eval", ctx.plugins),
+            data["prompt_key"],
+            data["answer_key"],
+            "test",
+        )
     else:
         val_rows = train_rows[: max(1, min(len(train_rows), config.training.batch_size))]  # verl requires val files
     write_parquet(train_rows, run_dir / "data" / "train.parquet")
@@ -129,7 +143,9 @@ def run_verl(plan, ctx) -> None:
 
     boot.install()  # this process too: it imports verl to compose the config and runs the driver
     prompt_cap = longest_prompt(train_rows + val_rows, model_dir)
-    native["overrides"]["trainer.default_local_dir"] = str(Path(native["overrides"]["trainer.default_local_dir"]).resolve())
+    native["overrides"]["trainer.default_local_dir"] = str(
+        Path(native["overrides"]["trainer.default_local_dir"]).resolve()
+    )
     if native["overrides"].get("trainer.resume_mode") == "auto":  # checkpoint.resume: true, verified here
         point = resume_point(Path(native["overrides"]["trainer.default_local_dir"]))
         native["overrides"].update({"trainer.resume_mode": "resume_path", "trainer.resume_from_path": str(point)})
@@ -142,8 +158,18 @@ def run_verl(plan, ctx) -> None:
     os.environ.pop(PATCH_REPORT_ENV)
     events = run_dir / "verl_events.jsonl"
     events.unlink(missing_ok=True)
-    env = {**native["env"], **worker_env(ctx, "rlbridge_adapters.verl.boot:install", events, NATIVE_ENV,
-                                         run_dir / "verl_native_plan.json", native["rewards"], run_dir)}
+    env = {
+        **native["env"],
+        **worker_env(
+            ctx,
+            "rlbridge_adapters.verl.boot:install",
+            events,
+            NATIVE_ENV,
+            run_dir / "verl_native_plan.json",
+            native["rewards"],
+            run_dir,
+        ),
+    }
     # what verl's main_ppo gives its Ray workers when it starts Ray itself (rlbridge starts it first, so
     # main_ppo skips that): its defaults for variables not already set, e.g. VLLM_LOGGING_LEVEL=WARN
     env = {**verl_worker_env(cfg), **env}
@@ -151,14 +177,28 @@ def run_verl(plan, ctx) -> None:
 
     ray_native = native["ray"]
     follower = EventFollower(
-        events, ctx, to_canonical, is_step=lambda native: any(k.startswith(("actor/", "critic/", "timing_s/")) for k in native),
-        checkpoint_dir=cfg.trainer.default_local_dir, checkpoint_glob="global_step_*", to_eval=eval_to_canonical,
+        events,
+        ctx,
+        to_canonical,
+        is_step=lambda native: any(k.startswith(("actor/", "critic/", "timing_s/")) for k in native),
+        checkpoint_dir=cfg.trainer.default_local_dir,
+        checkpoint_glob="global_step_*",
+        to_eval=eval_to_canonical,
         checkpoint_complete=checkpoint_complete,
     )
     # verl's resource pools always ask for GPUs; verl 0.5 bundles also ask for a resource named 'cpu'
     resources = {"cpu": ray_native["num_cpus"]} if ray_native["cpu_resource"] else None
-    with following(follower), ray_cluster(ray_native["num_cpus"], env, ray_native["logical_gpus"] or 0, resources, run_dir=run_dir,
-                                                 address=ray_native.get("address")):
+    with (
+        following(follower),
+        ray_cluster(
+            ray_native["num_cpus"],
+            env,
+            ray_native["logical_gpus"] or 0,
+            resources,
+            run_dir=run_dir,
+            address=ray_native.get("address"),
+        ),
+    ):
         from verl.trainer.main_ppo import main
 
         main(cfg)  # Hydra's main runs the task directly when given a composed config

@@ -71,8 +71,14 @@ def check_agent_loop() -> None:
         from rlbridge_adapters.verl.agent_loop import EnvironmentAgentLoop
         from rlbridge_adapters.verl.tools import EnvironmentTool  # noqa: F401
     except ImportError as exc:
-        raise ConfigError(f"environment: this verl lacks the agent-loop API rlbridge's loop uses ({exc}); use engine_version 0.9.1") from exc
-    missing = [m for m in ("ct_build_initial_tokens", "ct_merge_assistant_token", "ct_merge_context_msg") if not hasattr(EnvironmentAgentLoop, m)]
+        raise ConfigError(
+            f"environment: this verl lacks the agent-loop API rlbridge's loop uses ({exc}); use engine_version 0.9.1"
+        ) from exc
+    missing = [
+        m
+        for m in ("ct_build_initial_tokens", "ct_merge_assistant_token", "ct_merge_context_msg")
+        if not hasattr(EnvironmentAgentLoop, m)
+    ]
     if missing:
         raise ConfigError(f"environment: this verl's AgentLoopBase lacks {missing}; use engine_version 0.9.1")
 
@@ -90,7 +96,9 @@ def check_config(cfg) -> None:
         raise ConfigError(f"backend_options.verl: verl has no policy loss mode '{loss_mode}'; it has {sorted(losses)}")
     strategy = cfg.actor_rollout_ref.actor.strategy
     if strategy not in STRATEGIES:
-        raise ConfigError(f"backend_options.verl: verl has no actor strategy '{strategy}'; use one of {sorted(STRATEGIES)}")
+        raise ConfigError(
+            f"backend_options.verl: verl has no actor strategy '{strategy}'; use one of {sorted(STRATEGIES)}"
+        )
     rollout = cfg.actor_rollout_ref.rollout.name
     rollouts = _rollouts()
     if rollouts is not None and rollout not in rollouts:
@@ -107,14 +115,18 @@ def check_config(cfg) -> None:
         else:
             from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-            RayPPOTrainer._validate_config(SimpleNamespace(config=cfg, use_critic=use_critic, use_reference_policy=use_ref))
+            RayPPOTrainer._validate_config(
+                SimpleNamespace(config=cfg, use_critic=use_critic, use_reference_policy=use_ref)
+            )
         from verl.utils.config import omega_conf_to_dataclass
 
         omega_conf_to_dataclass(cfg.algorithm)
         if "_target_" in cfg.actor_rollout_ref.actor:
             omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     except (AssertionError, ValueError, TypeError) as exc:
-        raise ConfigError(f"verl's config checks failed: {_first_line(exc)} (check training.batch_size, mini_batch_size, micro_batch_size, resources)") from exc
+        raise ConfigError(
+            f"verl's config checks failed: {_first_line(exc)} (check training.batch_size, mini_batch_size, micro_batch_size, resources)"
+        ) from exc
 
 
 def _estimators(core_algos) -> set[str]:

@@ -23,8 +23,6 @@ RANGE = ">=0.11.0,<=0.11.2"
 CPU_RANGE = ">=0.9.10,<=0.11.2"
 
 
-
-
 # --- flash-attn without its CUDA extension ------------------------------------------------------
 
 
@@ -51,7 +49,9 @@ FLASH_ATTN = Patch(
     apply=_flash_attn_stubs,
     when=on_cpu,
     targets=(
-        Target("openrlhf.models.ring_attn_utils", "", ("42fed7f0d1a3", "fae284ce9bf1")),  # 0.9.10: also flash_attn.utils.distributed (pure torch)
+        Target(
+            "openrlhf.models.ring_attn_utils", "", ("42fed7f0d1a3", "fae284ce9bf1")
+        ),  # 0.9.10: also flash_attn.utils.distributed (pure torch)
         Target("openrlhf.models.utils", "log_probs_from_logits", ("b34c15051b1a",)),
     ),
     check=lambda: _import_fails("openrlhf.models.ring_attn_utils"),
@@ -105,7 +105,9 @@ CUDA_CALLS = Patch(
     when=on_cpu,
     targets=(
         Target("openrlhf.utils.deepspeed.deepspeed", "DeepspeedStrategy.setup_distributed", ("952beee6aae8",)),
-        Target("openrlhf.trainer.ppo_utils.replay_buffer", "NaiveReplayBuffer.__init__", ("fd72a232b559", "66c1a62c1710")),
+        Target(
+            "openrlhf.trainer.ppo_utils.replay_buffer", "NaiveReplayBuffer.__init__", ("fd72a232b559", "66c1a62c1710")
+        ),
     ),
 )
 
@@ -211,7 +213,9 @@ FLOAT32_VLLM = Patch(
     probe=no_cuda,
     apply=_float32_engines,
     when=on_cpu,
-    targets=(Target("openrlhf.trainer.ray.vllm_engine", "create_vllm_engines", ("977c9ca7be1c", "f7023bd1ad7b")),),  # 0.9.10: LLMRayActor
+    targets=(
+        Target("openrlhf.trainer.ray.vllm_engine", "create_vllm_engines", ("977c9ca7be1c", "f7023bd1ad7b")),
+    ),  # 0.9.10: LLMRayActor
 )
 
 
@@ -231,6 +235,7 @@ UNPACKED_LINEAR = Patch(
     when=on_cpu,
     targets=(Target("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm", ("75c331c7ca81",)),),
 )
+
 
 def _import_fails(module: str) -> bool:
     import importlib
@@ -314,4 +319,12 @@ MERGED_LORA_SYNC = Patch(
 )
 
 
-PATCHES = [FLASH_ATTN, CUDA_CALLS, STORE_WEIGHT_SYNC, FLOAT32_VLLM, UNPACKED_LINEAR, MERGED_LORA_SYNC, *DETERMINISM_PATCHES]
+PATCHES = [
+    FLASH_ATTN,
+    CUDA_CALLS,
+    STORE_WEIGHT_SYNC,
+    FLOAT32_VLLM,
+    UNPACKED_LINEAR,
+    MERGED_LORA_SYNC,
+    *DETERMINISM_PATCHES,
+]

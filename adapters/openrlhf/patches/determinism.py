@@ -95,7 +95,9 @@ def _per_request_seeds() -> None:
                         sample = extra.get(NEXT_SAMPLE, 0)
                         extra[NEXT_SAMPLE] = sample + 1
                         sampling_params = deepcopy(sampling_params)
-                        sampling_params.seed = request_seed(os.environ.get(SEED_ENV, "0"), str(prompt), extra[DISPATCHED], sample)
+                        sampling_params.seed = request_seed(
+                            os.environ.get(SEED_ENV, "0"), str(prompt), extra[DISPATCHED], sample
+                        )
                         rest = {k: v for k, v in extra.items() if k not in (DISPATCHED, NEXT_SAMPLE)}
                         sampling_params.extra_args = rest or None
                     return await original(self, prompt, label, sampling_params, *args, **kwargs)
@@ -193,10 +195,16 @@ PER_REQUEST_SEEDS = Patch(
     apply=_per_request_seeds,
     when=_deterministic,
     in_native_arms=True,  # the engine's own full_determinism needs it to repeat
-    targets=(Target("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._dispatch_prompts_to_vllm", ("5f140652a33c",)),
-             Target("openrlhf.trainer.ray.vllm_engine", "RolloutRayActor.generate_responses", ("5b184ef693cd",)),
-             Target("openrlhf.utils.agent", "SingleTurnAgentExecutor.execute", ("696bec43943c",)),
-             Target("openrlhf.utils.agent", "MultiTurnAgentExecutor.execute", ("72618d9f386e",))),
+    targets=(
+        Target(
+            "openrlhf.trainer.ppo_utils.samples_generator",
+            "SamplesGenerator._dispatch_prompts_to_vllm",
+            ("5f140652a33c",),
+        ),
+        Target("openrlhf.trainer.ray.vllm_engine", "RolloutRayActor.generate_responses", ("5b184ef693cd",)),
+        Target("openrlhf.utils.agent", "SingleTurnAgentExecutor.execute", ("696bec43943c",)),
+        Target("openrlhf.utils.agent", "MultiTurnAgentExecutor.execute", ("72618d9f386e",)),
+    ),
 )
 
 ORDERED_COLLECTION = Patch(
@@ -213,7 +221,9 @@ ORDERED_COLLECTION = Patch(
     apply=_ordered_collection,
     when=_deterministic,
     in_native_arms=True,  # the engine's own full_determinism needs it to repeat
-    targets=(Target("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._generate_vllm", ("9cf0821a8b1d",)),),
+    targets=(
+        Target("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._generate_vllm", ("9cf0821a8b1d",)),
+    ),
 )
 
 PATCHES = [SEEDED_DATA_ORDER, PER_REQUEST_SEEDS, ORDERED_COLLECTION]

@@ -14,8 +14,6 @@ from rlbridge.engine.patches import Patch, PatchKind, Target, no_cuda, on_cpu
 RANGE = ">=0.5.0,<0.6"
 
 
-
-
 # --- gloo instead of NCCL -----------------------------------------------------------------------
 
 
@@ -98,7 +96,12 @@ DEDUPE_BACKEND = Patch(
     targets=(
         Target("verl.workers.fsdp_workers", "ActorRolloutRefWorker.__init__", ("1926ca04aa84",), versions="<0.6"),
         # 0.9.0 passes get_nccl_backend() alone (nothing to dedupe), 0.9.1 the duplicated string
-        Target("verl.utils.distributed", "initialize_global_process_group", ("44d73356020a", "0b8a6c6c5487"), versions=">=0.9"),
+        Target(
+            "verl.utils.distributed",
+            "initialize_global_process_group",
+            ("44d73356020a", "0b8a6c6c5487"),
+            versions=">=0.9",
+        ),
     ),
     check=lambda: _duplicate_backend_rejected(),
 )
@@ -266,7 +269,11 @@ def _hf_rollout_single_sample() -> None:
             original(self, *args, **kwargs)
             from omegaconf import OmegaConf, open_dict
 
-            config = OmegaConf.create(OmegaConf.to_container(self.config, resolve=True)) if OmegaConf.is_config(self.config) else self.config
+            config = (
+                OmegaConf.create(OmegaConf.to_container(self.config, resolve=True))
+                if OmegaConf.is_config(self.config)
+                else self.config
+            )
             with open_dict(config) if OmegaConf.is_config(config) else _nullcontext():
                 config.n = 1  # the trainer repeats the batch n times before calling the rollout
             self.config = config
@@ -302,6 +309,7 @@ HF_ROLLOUT_N = Patch(
     targets=(Target("verl.workers.rollout.hf_rollout", "HFRollout._generate_minibatch", ("f17b4b0fe038",)),),
 )
 
+
 def _raises(fn) -> bool:
     try:
         fn()
@@ -318,7 +326,9 @@ def _duplicate_backend_rejected() -> bool:
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            dist.init_process_group(backend="cpu:gloo,cpu:gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
+            dist.init_process_group(
+                backend="cpu:gloo,cpu:gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1
+            )
         except ValueError as exc:
             return "Duplicate" in str(exc)
         dist.destroy_process_group()

@@ -78,7 +78,14 @@ def _cpu_device_module():
         return psutil.Process().memory_info().rss
 
     noop = lambda *a, **k: None  # noqa: E731
-    for name in ("empty_cache", "ipc_collect", "set_per_process_memory_fraction", "reset_peak_memory_stats", "synchronize", "set_device"):
+    for name in (
+        "empty_cache",
+        "ipc_collect",
+        "set_per_process_memory_fraction",
+        "reset_peak_memory_stats",
+        "synchronize",
+        "set_device",
+    ):
         setattr(module, name, noop)
     for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
         setattr(module, name, rss)
@@ -242,8 +249,11 @@ def _value_model_without_flash_attention() -> None:
             from transformers import AutoModelForTokenClassification
 
             return AutoModelForTokenClassification.from_pretrained(
-                pretrained_model_name_or_path=local_path, torch_dtype=torch_dtype, config=model_config,
-                attn_implementation="sdpa", trust_remote_code=trust_remote_code,
+                pretrained_model_name_or_path=local_path,
+                torch_dtype=torch_dtype,
+                config=model_config,
+                attn_implementation="sdpa",
+                trust_remote_code=trust_remote_code,
             )
 
         load_valuehead_model._rlbridge = True

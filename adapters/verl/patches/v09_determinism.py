@@ -67,10 +67,11 @@ PER_REQUEST_SEEDS = Patch(
 +            key = f"{self.rollout_config.seed}:{trajectory['step']}:{trajectory['sample_index']}:{trajectory['rollout_n']}"
 +            sampling_params = {**sampling_params, "seed": int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)}
 """,
-    targets=(Target("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker._run_agent_loop", ("e9deaa529b84",)),
-             Target("verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMHttpServer.generate", ("cbe408d62fce",))),
+    targets=(
+        Target("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker._run_agent_loop", ("e9deaa529b84",)),
+        Target("verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMHttpServer.generate", ("cbe408d62fce",)),
+    ),
 )
-
 
 
 def _no_batch_invariance_on_cpu() -> None:
@@ -107,7 +108,9 @@ CPU_NO_BATCH_INVARIANCE = Patch(
     probe=no_cuda,
     apply=_no_batch_invariance_on_cpu,
     when=lambda native: _deterministic(native) and on_cpu(native),
-    targets=(Target("verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMHttpServer.__init__", ("e8960a12fa5c",)),),
+    targets=(
+        Target("verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMHttpServer.__init__", ("e8960a12fa5c",)),
+    ),
 )
 
 PATCHES = [PER_REQUEST_SEEDS, CPU_NO_BATCH_INVARIANCE]
