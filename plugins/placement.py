@@ -32,7 +32,12 @@ def split(config) -> dict:
     if not isinstance(rollout, int) or rollout < 1:
         raise ConfigError("placement.args.rollout_gpus: 'split' needs a positive number of rollout GPUs")
     if total == 0:  # CPU: logical GPUs of the run's Ray cluster, one training device per node plus the rollout's own
-        return {"actor": config.resources.nodes, "rollout": rollout, "reference": config.resources.nodes, "shared": False}
+        return {
+            "actor": config.resources.nodes,
+            "rollout": rollout,
+            "reference": config.resources.nodes,
+            "shared": False,
+        }
     if rollout >= total:
         raise ConfigError(
             f"placement.args.rollout_gpus: {rollout} leaves no GPU for training out of {total}; "

@@ -26,11 +26,15 @@ def _rg():
     try:
         import reasoning_gym
     except ImportError as exc:
-        raise ConfigError("reasoning_gym plugins need the reasoning-gym package: pip install 'rlbridge[reasoning-gym]'") from exc
+        raise ConfigError(
+            "reasoning_gym plugins need the reasoning-gym package: pip install 'rlbridge[reasoning-gym]'"
+        ) from exc
     return reasoning_gym
 
 
-def reasoning_gym_rows(dataset: str | list[str] = "basic_arithmetic", num_rows: int = 256, seed: int = 0, **config) -> list[dict]:
+def reasoning_gym_rows(
+    dataset: str | list[str] = "basic_arithmetic", num_rows: int = 256, seed: int = 0, **config
+) -> list[dict]:
     """Rows from reasoning-gym's generator (seeded): prompt = question, answer, and the entry."""
     rg = _rg()
     names = [dataset] if isinstance(dataset, str) else list(dataset)
@@ -43,12 +47,20 @@ def reasoning_gym_rows(dataset: str | list[str] = "basic_arithmetic", num_rows: 
             specs = [DatasetSpec(name=n, weight=1.0, config=dict(config.get(n, {}))) for n in names]
             data = rg.create_dataset("composite", size=num_rows, seed=seed, datasets=specs)
     except (KeyError, ValueError, TypeError, AssertionError) as exc:
-        raise ConfigError(f"data.train.args: reasoning-gym refused dataset {dataset!r} with config {config}: {exc}") from exc
+        raise ConfigError(
+            f"data.train.args: reasoning-gym refused dataset {dataset!r} with config {config}: {exc}"
+        ) from exc
     rows = []
     for entry in data:
         name = (entry.get("metadata") or {}).get("source_dataset", names[0])
-        rows.append({"prompt": entry["question"], "answer": str(entry["answer"]), "rg_dataset": name,
-                     "rg_entry": json.dumps(entry, default=str)})
+        rows.append(
+            {
+                "prompt": entry["question"],
+                "answer": str(entry["answer"]),
+                "rg_dataset": name,
+                "rg_entry": json.dumps(entry, default=str),
+            }
+        )
     return rows
 
 
@@ -78,9 +90,19 @@ def reasoning_gym_reward(dataset: str | None = None, extract: bool = False):
 
 @hookimpl
 def rlbridge_register_data_sources():
-    return [DataSourcePlugin("reasoning_gym", reasoning_gym_rows, "reasoning-gym datasets by name and config (extra: reasoning-gym)")]
+    return [
+        DataSourcePlugin(
+            "reasoning_gym", reasoning_gym_rows, "reasoning-gym datasets by name and config (extra: reasoning-gym)"
+        )
+    ]
 
 
 @hookimpl
 def rlbridge_register_rewards():
-    return [RewardPlugin("reasoning_gym", reasoning_gym_reward, "reasoning-gym's own score_answer for the row's dataset (extra: reasoning-gym)")]
+    return [
+        RewardPlugin(
+            "reasoning_gym",
+            reasoning_gym_reward,
+            "reasoning-gym's own score_answer for the row's dataset (extra: reasoning-gym)",
+        )
+    ]

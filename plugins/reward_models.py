@@ -23,10 +23,12 @@ def _pair(rng: random.Random, length: int = 8) -> tuple[str, str, str]:
     digit = rng.choice("0123456789")
     others = [d for d in "0123456789" if d != digit]
     hits = sorted(rng.sample(range(length + 1), 2))
+
     def completion(n: int) -> str:
         chars = [digit] * n + [rng.choice(others) for _ in range(length - n)]
         rng.shuffle(chars)
         return "".join(chars)
+
     return digit * 4, completion(hits[1]), completion(hits[0])
 
 
@@ -41,10 +43,19 @@ def tiny_reward(target: Path) -> str:
     from rlbridge_plugins.models import build_tokenizer, save_model_dir
 
     tok = build_tokenizer()
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=SPEC["hidden"], intermediate_size=128,
-                      num_hidden_layers=SPEC["layers"], num_attention_heads=2, num_key_value_heads=1,
-                      num_labels=1, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None,
-                      tie_word_embeddings=False)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=SPEC["hidden"],
+        intermediate_size=128,
+        num_hidden_layers=SPEC["layers"],
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
     rng = random.Random(0)
     with torch.random.fork_rng():
         torch.manual_seed(0)
@@ -56,7 +67,7 @@ def tiny_reward(target: Path) -> str:
             texts = [p + c for p, c, _ in pairs] + [p + r for p, _, r in pairs]
             batch = tok(texts, return_tensors="pt", padding=True)
             scores = model(**batch).logits.squeeze(-1)
-            loss = -torch.nn.functional.logsigmoid(scores[:SPEC["batch"]] - scores[SPEC["batch"]:]).mean()
+            loss = -torch.nn.functional.logsigmoid(scores[: SPEC["batch"]] - scores[SPEC["batch"] :]).mean()
             optim.zero_grad()
             loss.backward()
             optim.step()

@@ -88,10 +88,16 @@ def remote_digit_match(min_ms: float = 50.0, max_ms: float = 200.0, digit_key: s
 def rlbridge_register_rewards():
     # pure string functions of the sample: scored in the engine process, no worker pool to start
     return [
-        RewardPlugin("digit_match", digit_match, "fraction of generated tokens equal to the answer digit", isolate=False),
+        RewardPlugin(
+            "digit_match", digit_match, "fraction of generated tokens equal to the answer digit", isolate=False
+        ),
         RewardPlugin("exact_match", exact_match, "1 if the completion equals the answer", isolate=False),
         RewardPlugin("contains_answer", contains_answer, "1 if the answer occurs in the completion", isolate=False),
-        RewardPlugin("length_penalty", length_penalty, "penalty for distance from a target length in tokens", isolate=False),
+        RewardPlugin(
+            "length_penalty", length_penalty, "penalty for distance from a target length in tokens", isolate=False
+        ),
         # waits like a remote call: in the worker pool, where a wait blocks no engine process
-        RewardPlugin("remote_digit_match", remote_digit_match, "digit_match after a 50-200 ms wait per sample (a remote call)"),
+        RewardPlugin(
+            "remote_digit_match", remote_digit_match, "digit_match after a 50-200 ms wait per sample (a remote call)"
+        ),
     ]

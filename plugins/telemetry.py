@@ -108,7 +108,10 @@ def samples_markdown(samples: list[dict[str, Any]], cap: int = 400) -> str:
         return text if len(text) <= cap else text[:cap] + "..."
 
     lines = ["| prompt | completion | reward |", "|---|---|---|"]
-    lines += [f"| {cell(s.get('prompt'))} | {cell(s.get('completion'))} | {s.get('reward', float('nan')):.4g} |" for s in samples]
+    lines += [
+        f"| {cell(s.get('prompt'))} | {cell(s.get('completion'))} | {s.get('reward', float('nan')):.4g} |"
+        for s in samples
+    ]
     return "\n".join(lines)
 
 
@@ -136,8 +139,14 @@ class TensorBoardSink:
         self.writer.add_text("config", "```\n" + json.dumps(config.model_dump(mode="json"), indent=2) + "\n```", 0)
 
     @hookimpl
-    def rlbridge_step_end(self, step: int, metrics: dict[str, float], native: dict[str, float],
-                          samples: list[dict[str, Any]], rewards: list[float]) -> None:
+    def rlbridge_step_end(
+        self,
+        step: int,
+        metrics: dict[str, float],
+        native: dict[str, float],
+        samples: list[dict[str, Any]],
+        rewards: list[float],
+    ) -> None:
         for name, value in metrics.items():
             self.writer.add_scalar(name, value, step)
         if self.native:
@@ -162,7 +171,9 @@ class TensorBoardSink:
 
     @hookimpl
     def rlbridge_run_end(self, summary: dict[str, Any]) -> None:
-        self.writer.add_text("summary", "```\n" + json.dumps(summary, indent=2, default=str) + "\n```", summary.get("steps", 0))
+        self.writer.add_text(
+            "summary", "```\n" + json.dumps(summary, indent=2, default=str) + "\n```", summary.get("steps", 0)
+        )
         self.close()
 
     @hookimpl
@@ -188,8 +199,14 @@ class MlflowSink:
     MLflow has no histogram type: the reward distribution is in the sampled table only.
     """
 
-    def __init__(self, run_dir: Path, tracking_uri: str | None = None, experiment: str = "rlbridge",
-                 run_name: str | None = None, tags: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        tracking_uri: str | None = None,
+        experiment: str = "rlbridge",
+        run_name: str | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
         _import("mlflow", "mlflow")
         store = Path(run_dir).resolve() / "mlflow"
         self.local = tracking_uri is None
@@ -216,14 +233,19 @@ class MlflowSink:
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         found = self.client.get_experiment_by_name(self.experiment)
         experiment_id = (
-            found.experiment_id if found else self.client.create_experiment(self.experiment, artifact_location=self.artifact_location)
+            found.experiment_id
+            if found
+            else self.client.create_experiment(self.experiment, artifact_location=self.artifact_location)
         )
         tags = {"rlbridge.backend": config.backend, "rlbridge.output_dir": str(Path(run_dir).resolve()), **self.tags}
         run = self.client.create_run(experiment_id, run_name=self.run_name or config.run_name, tags=tags)
         self.run_id = run.info.run_id
-        params = [Param(_MLFLOW_KEY.sub("_", k)[:250], str(v)[:6000]) for k, v in flatten(config.model_dump(mode="json"), lists=True).items()]
+        params = [
+            Param(_MLFLOW_KEY.sub("_", k)[:250], str(v)[:6000])
+            for k, v in flatten(config.model_dump(mode="json"), lists=True).items()
+        ]
         for i in range(0, len(params), 100):  # MLflow's batch limit
-            self.client.log_batch(self.run_id, params=params[i:i + 100])
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
         for path in run_files(Path(run_dir)):  # config and plan now: a crash still leaves them
             self.client.log_artifact(self.run_id, str(path))
 
@@ -234,7 +256,7 @@ class MlflowSink:
         now = int(time.time() * 1000)
         batch = [Metric(_MLFLOW_KEY.sub("_", k), float(v), now, step) for k, v in metrics.items()]
         for i in range(0, len(batch), 1000):
-            self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
+            self.client.log_batch(self.run_id, metrics=batch[i : i + 1000])
         if samples:
             columns = {"step": [step] * len(samples)}
             for key in ("prompt", "completion", "reward"):
@@ -282,9 +304,17 @@ class WandbSink:
 
     MODES = ("offline", "online", "disabled")
 
-    def __init__(self, run_dir: Path, mode: str = "offline", project: str = "rlbridge", entity: str | None = None,
-                 run_name: str | None = None, tags: list[str] | None = None, dir: str | None = None,
-                 native: bool = False) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        mode: str = "offline",
+        project: str = "rlbridge",
+        entity: str | None = None,
+        run_name: str | None = None,
+        tags: list[str] | None = None,
+        dir: str | None = None,
+        native: bool = False,
+    ) -> None:
         if mode not in self.MODES:
             raise ConfigError(f"telemetry.sinks: wandb mode '{mode}' is not one of {', '.join(self.MODES)}")
         _import("wandb", "wandb")
@@ -304,17 +334,31 @@ class WandbSink:
 
         os.environ.setdefault("WANDB_SILENT", "true")
         self.dir.mkdir(parents=True, exist_ok=True)
-        settings = wandb.Settings(console="off", x_disable_stats=True, x_save_requirements=False, quiet=True, save_code=False)
+        settings = wandb.Settings(
+            console="off", x_disable_stats=True, x_save_requirements=False, quiet=True, save_code=False
+        )
         self.run = wandb.init(
-            mode=self.mode, dir=str(self.dir), project=self.project, entity=self.entity,
-            name=self.run_name or config.run_name, tags=self.tags, config=config.model_dump(mode="json"),
-            settings=settings, reinit="create_new",
+            mode=self.mode,
+            dir=str(self.dir),
+            project=self.project,
+            entity=self.entity,
+            name=self.run_name or config.run_name,
+            tags=self.tags,
+            config=config.model_dump(mode="json"),
+            settings=settings,
+            reinit="create_new",
         )
         self.run.summary["rlbridge/backend"] = config.backend
 
     @hookimpl
-    def rlbridge_step_end(self, step: int, metrics: dict[str, float], native: dict[str, float],
-                          samples: list[dict[str, Any]], rewards: list[float]) -> None:
+    def rlbridge_step_end(
+        self,
+        step: int,
+        metrics: dict[str, float],
+        native: dict[str, float],
+        samples: list[dict[str, Any]],
+        rewards: list[float],
+    ) -> None:
         import wandb
 
         data: dict[str, Any] = dict(metrics)
@@ -379,15 +423,18 @@ def rlbridge_register_telemetry_sinks():
         TelemetrySinkPlugin("console", ConsoleSink, "print canonical metrics every N steps (args: every, keys)"),
         TelemetrySinkPlugin("csv", CsvSink, "write metrics.csv in output_dir"),
         TelemetrySinkPlugin(
-            "tensorboard", TensorBoardSink,
+            "tensorboard",
+            TensorBoardSink,
             "TensorBoard event files in <output_dir>/tb, canonical names (args: log_dir, native)",
         ),
         TelemetrySinkPlugin(
-            "mlflow", MlflowSink,
+            "mlflow",
+            MlflowSink,
             "an MLflow run, local SQLite store in <output_dir>/mlflow by default (args: tracking_uri, experiment, run_name, tags)",
         ),
         TelemetrySinkPlugin(
-            "wandb", WandbSink,
+            "wandb",
+            WandbSink,
             "a W&B run, offline by default in <output_dir>/wandb (args: mode, project, entity, run_name, tags, dir, native)",
         ),
     ]

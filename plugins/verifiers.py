@@ -47,7 +47,9 @@ def _vf():
     try:
         import verifiers.v1 as vf
     except ImportError as exc:
-        raise ConfigError("verifiers plugins need the verifiers package (0.4, the v1 API): pip install 'rlbridge[verifiers]'") from exc
+        raise ConfigError(
+            "verifiers plugins need the verifiers package (0.4, the v1 API): pip install 'rlbridge[verifiers]'"
+        ) from exc
     return vf
 
 
@@ -91,8 +93,11 @@ def verifiers_rows(taskset: str, num_rows: int | None = None, **taskset_args) ->
     rows = []
     for task in ts:
         data = task.data
-        row = {"prompt": data.prompt_text, "vf_taskset": taskset,
-               "vf_task": json.dumps(data.model_dump(mode="json", exclude_none=True))}
+        row = {
+            "prompt": data.prompt_text,
+            "vf_taskset": taskset,
+            "vf_task": json.dumps(data.model_dump(mode="json", exclude_none=True)),
+        }
         if getattr(data, "answer", None) is not None:
             row["answer"] = str(data.answer)
         rows.append(row)
@@ -115,8 +120,10 @@ def _task(vf, row: dict[str, Any], taskset: str | None, taskset_args: dict[str, 
 def _trace(vf, task, agent: str = "agent"):
     from verifiers.v1.graph import MessageNode
 
-    trace = vf.Trace(task=vf.TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
-                     agent=vf.AgentInfo(config=vf.AgentConfig(), name=agent))
+    trace = vf.Trace(
+        task=vf.TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
+        agent=vf.AgentInfo(config=vf.AgentConfig(), name=agent),
+    )
     messages = []
     if task.data.system_prompt:
         messages.append(vf.SystemMessage(content=task.data.system_prompt))
@@ -132,7 +139,9 @@ def _trace(vf, task, agent: str = "agent"):
 def _append(trace, message, sampled: bool) -> None:
     from verifiers.v1.graph import MessageNode
 
-    trace.nodes.append(MessageNode(parent=len(trace.nodes) - 1 if trace.nodes else None, message=message, sampled=sampled))
+    trace.nodes.append(
+        MessageNode(parent=len(trace.nodes) - 1 if trace.nodes else None, message=message, sampled=sampled)
+    )
 
 
 async def _score(task, trace) -> tuple[float, dict[str, float]]:
@@ -186,7 +195,7 @@ class _Interaction:
             raise RuntimeError("the exchange is over (the run ended); read interaction.trace")
         text = None
         if message is not None:
-            for m in ([vf.UserMessage(content=message)] if isinstance(message, str) else message):
+            for m in [vf.UserMessage(content=message)] if isinstance(message, str) else message:
                 m = m if not isinstance(m, dict) else vf.UserMessage(**{k: v for k, v in m.items() if k != "role"})
                 _append(self.trace, m, sampled=False)
             text = message if isinstance(message, str) else "\n".join(str(getattr(m, "content", m)) for m in message)
@@ -209,8 +218,10 @@ class _Agent:
     @asynccontextmanager
     async def interaction(self, task):
         if self.name != self.episode.agent:
-            raise ConfigError(f"environment.args: the verifiers env asks for agent '{self.name}' besides the policy's "
-                              f"('{self.episode.agent}'); rlbridge drives one agent, the policy")
+            raise ConfigError(
+                f"environment.args: the verifiers env asks for agent '{self.name}' besides the policy's "
+                f"('{self.episode.agent}'); rlbridge drives one agent, the policy"
+            )
         inter = _Interaction(self.episode, task)
         self.episode.interactions.append(inter)
         yield inter
@@ -230,14 +241,23 @@ class _Agents:
 class VerifiersEnvironment(Environment):
     """One episode of a verifiers taskset's `Env`, played by the policy as one of its agents."""
 
-    def __init__(self, taskset: str, env: str = "", agent: str | None = None, env_args: dict[str, Any] | None = None,
-                 turn_timeout_s: float = 300.0, **taskset_args) -> None:
+    def __init__(
+        self,
+        taskset: str,
+        env: str = "",
+        agent: str | None = None,
+        env_args: dict[str, Any] | None = None,
+        turn_timeout_s: float = 300.0,
+        **taskset_args,
+    ) -> None:
         self.vf = vf = _vf()
         config = vf.resolve_env_config({"id": env, "taskset": {"id": taskset, **taskset_args}, **(env_args or {})})
         self.env = vf.environment_class(taskset, env)(config)
         roles = list(self.env._agent_specs)
         if agent is None and len(roles) != 1:
-            raise ConfigError(f"environment.args.agent: the verifiers env has agents {roles}; name the one the policy plays")
+            raise ConfigError(
+                f"environment.args.agent: the verifiers env has agents {roles}; name the one the policy plays"
+            )
         self.agent = agent or roles[0]
         if self.agent not in roles:
             raise ConfigError(f"environment.args.agent: '{self.agent}' is none of the env's agents {roles}")
@@ -287,8 +307,11 @@ class VerifiersEnvironment(Environment):
             mine = next((t for t in traces if t.num_turns), traces[0] if traces else _trace(vf, self.task, self.agent))
             score, metrics = await _score(self.task, mine)
             mine.rewards, mine.metrics = {}, dict(metrics)
-            episode = vf.Episode(env=vf.EnvInfo(id=self.env.config.env_id),
-                                 task=vf.TraceTask(type=type(self.task).__name__, data=self.task.data), traces=[mine])
+            episode = vf.Episode(
+                env=vf.EnvInfo(id=self.env.config.env_id),
+                task=vf.TraceTask(type=type(self.task).__name__, data=self.task.data),
+                traces=[mine],
+            )
             await self.env.finalize(self.task, episode)
             self.metrics = {k: float(v) for k, v in mine.metrics.items() if v is not None}
             self._events.put(("done", None, score - self._scored))
@@ -300,7 +323,9 @@ class VerifiersEnvironment(Environment):
         self.close()
         task = _task(self.vf, row, self.taskset, self.taskset_args)
         if task is None:
-            raise ConfigError("environment: the verifiers env needs rows of the verifiers data source (vf_task, vf_taskset columns)")
+            raise ConfigError(
+                "environment: the verifiers env needs rows of the verifiers data source (vf_task, vf_taskset columns)"
+            )
         self.task, self.interactions, self._scored, self.metrics = task, [], 0.0, {}
         self._events: queue.Queue = queue.Queue()
         self._loop, self._waiting = None, None
@@ -336,14 +361,28 @@ class VerifiersEnvironment(Environment):
 
 @hookimpl
 def rlbridge_register_data_sources():
-    return [DataSourcePlugin("verifiers", verifiers_rows, "an installed verifiers taskset's tasks by id (extra: verifiers)")]
+    return [
+        DataSourcePlugin("verifiers", verifiers_rows, "an installed verifiers taskset's tasks by id (extra: verifiers)")
+    ]
 
 
 @hookimpl
 def rlbridge_register_rewards():
-    return [RewardPlugin("verifiers", verifiers_reward, "a verifiers task's own rewards (@vf.reward) on the completion (extra: verifiers)")]
+    return [
+        RewardPlugin(
+            "verifiers",
+            verifiers_reward,
+            "a verifiers task's own rewards (@vf.reward) on the completion (extra: verifiers)",
+        )
+    ]
 
 
 @hookimpl
 def rlbridge_register_environments():
-    return [EnvironmentPlugin("verifiers", VerifiersEnvironment, "a verifiers taskset's Env, the policy playing one agent (extra: verifiers)")]
+    return [
+        EnvironmentPlugin(
+            "verifiers",
+            VerifiersEnvironment,
+            "a verifiers taskset's Env, the policy playing one agent (extra: verifiers)",
+        )
+    ]
