@@ -66,8 +66,14 @@ def scaling(samples: int = 64, repeats: int = 3) -> dict:
                 scorer.score(inputs)
                 best = max(best, samples / (time.perf_counter() - t0))
         rates[workers] = best
-    return {"part": "scaling", "samples_per_s_1_worker": round(rates[1], 1), "samples_per_s_2_workers": round(rates[2], 1),
-            "speedup": round(rates[2] / rates[1], 2), "target": ">= 1.8", "loadavg": os.getloadavg()}
+    return {
+        "part": "scaling",
+        "samples_per_s_1_worker": round(rates[1], 1),
+        "samples_per_s_2_workers": round(rates[2], 1),
+        "speedup": round(rates[2] / rates[1], 2),
+        "target": ">= 1.8",
+        "loadavg": os.getloadavg(),
+    }
 
 
 def ray_actors(samples: int = 64, repeats: int = 3, actor_counts: tuple[int, ...] = (1, 2)) -> dict:
@@ -84,13 +90,19 @@ def ray_actors(samples: int = 64, repeats: int = 3, actor_counts: tuple[int, ...
     from rlbridge.engine.workers import RewardScorer, Settings
 
     # the actors import this module by name; every Ray process on loopback (see the test's helper)
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), str(REPO), os.environ.get("PYTHONPATH", "")])
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).parent), str(REPO), os.environ.get("PYTHONPATH", "")]
+    )
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
     most = max(actor_counts)
-    cluster = Cluster(initialize_head=True, head_node_args={"node_ip_address": "127.0.0.1", "num_cpus": 1, "num_gpus": 0})
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"node_ip_address": "127.0.0.1", "num_cpus": 1, "num_gpus": 0}
+    )
     try:
-        cpu_node = cluster.add_node(node_ip_address="127.0.0.1", num_cpus=most, num_gpus=0, resources={"rollout_cpu": most})
+        cpu_node = cluster.add_node(
+            node_ip_address="127.0.0.1", num_cpus=most, num_gpus=0, resources={"rollout_cpu": most}
+        )
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)
         spec = [{"name": "burn", "weight": 1.0, "args": {}, "factory": f"{Path(__file__).stem}:burn"}]
@@ -110,9 +122,13 @@ def ray_actors(samples: int = 64, repeats: int = 3, actor_counts: tuple[int, ...
     finally:
         ray.shutdown()
         cluster.shutdown()
-    return {"part": "ray", **{f"samples_per_s_{n}_actors": round(r, 1) for n, r in rates.items()},
-            "speedup": round(rates[most] / rates[min(actor_counts)], 2), "actors_on_cpu_node_only": placed == {cpu_node.node_id},
-            "loadavg": os.getloadavg()}
+    return {
+        "part": "ray",
+        **{f"samples_per_s_{n}_actors": round(r, 1) for n, r in rates.items()},
+        "speedup": round(rates[most] / rates[min(actor_counts)], 2),
+        "actors_on_cpu_node_only": placed == {cpu_node.node_id},
+        "loadavg": os.getloadavg(),
+    }
 
 
 def sandbox(runs: int = 200, parallel: int = 2) -> dict:
@@ -127,9 +143,17 @@ def sandbox(runs: int = 200, parallel: int = 2) -> dict:
         outcomes = list(pool.map(one, range(runs)))
         elapsed, cpu = time.perf_counter() - t0, _cpu_s() - c0
     # CPU seconds per run (this process and every sandbox process): what 2 idle cores could sustain
-    return {"part": "sandbox", "runs": runs, "parallel": parallel, "runs_per_s": round(runs / elapsed, 1),
-            "cpu_ms_per_run": round(1000 * cpu / runs, 1), "runs_per_s_on_2_idle_cores": round(2 * runs / cpu, 1),
-            "ok": outcomes.count("ok"), "target": ">= 50", "loadavg": os.getloadavg()}
+    return {
+        "part": "sandbox",
+        "runs": runs,
+        "parallel": parallel,
+        "runs_per_s": round(runs / elapsed, 1),
+        "cpu_ms_per_run": round(1000 * cpu / runs, 1),
+        "runs_per_s_on_2_idle_cores": round(2 * runs / cpu, 1),
+        "ok": outcomes.count("ok"),
+        "target": ">= 50",
+        "loadavg": os.getloadavg(),
+    }
 
 
 def judge(runs: int = 200, parallel: int = 2, tests: int = 4) -> dict:
@@ -160,9 +184,15 @@ def judge(runs: int = 200, parallel: int = 2, tests: int = 4) -> dict:
                 out["judged_score_1"] = results.count(1.0)
     today = (out["program_per_s"] + out["program_again_per_s"]) / 2  # before and after: drift hits both
     today_cpu = (out["program_cpu_ms"] + out["program_again_cpu_ms"]) / 2
-    out.update({"judged_rows_per_s_vs_program": round(out["judged_per_s"] / today, 2),
-                "judged_vs_program_by_cpu": round(today_cpu / out["judged_cpu_ms"], 2),
-                "judged_tests_per_s": round(out["judged_per_s"] * tests, 1), "target": ">= 0.5", "loadavg": os.getloadavg()})
+    out.update(
+        {
+            "judged_rows_per_s_vs_program": round(out["judged_per_s"] / today, 2),
+            "judged_vs_program_by_cpu": round(today_cpu / out["judged_cpu_ms"], 2),
+            "judged_tests_per_s": round(out["judged_per_s"] * tests, 1),
+            "target": ">= 0.5",
+            "loadavg": os.getloadavg(),
+        }
+    )
     return out
 
 
@@ -179,8 +209,16 @@ def latency(calls: int = 200) -> dict:
     from rlbridge.engine.workers import RewardScorer, Settings
 
     spec = [{"name": "digit_match", "weight": 1.0, "args": {}, "factory": "rlbridge_plugins.rewards:digit_match"}]
-    xs = [RewardInput(prompt="1111", completion="1111222233334444", completion_ids=list(range(16)), answer="1",
-                      metadata={"prompt": "1111", "answer": "1"}) for _ in range(64)]
+    xs = [
+        RewardInput(
+            prompt="1111",
+            completion="1111222233334444",
+            completion_ids=list(range(16)),
+            answer="1",
+            metadata={"prompt": "1111", "answer": "1"},
+        )
+        for _ in range(64)
+    ]
     out = {"part": "latency", "samples_per_call": 64}
     for mode in ("inline", "process"):
         with RewardScorer(spec, Settings(mode=mode)) as scorer:
@@ -196,10 +234,23 @@ def latency(calls: int = 200) -> dict:
 
 
 def _quickstart(mode: str, steps: int, out: Path) -> list[dict]:
-    cmd = [sys.executable, "-m", "rlbridge", "train", str(REPO / "configs" / "quickstart.yaml"),
-           "--set", f"training.steps={steps}", "--set", f"rollout_workers.mode={mode}",
-           "--set", f"reward=[{{native: trl, function: '{REPO / 'examples' / 'native_rewards' / 'trl_reward.py'}:digit_share'}}]",
-           "--set", f"output_dir={out}", "--set", "telemetry.progress=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlbridge",
+        "train",
+        str(REPO / "configs" / "quickstart.yaml"),
+        "--set",
+        f"training.steps={steps}",
+        "--set",
+        f"rollout_workers.mode={mode}",
+        "--set",
+        f"reward=[{{native: trl, function: '{REPO / 'examples' / 'native_rewards' / 'trl_reward.py'}:digit_share'}}]",
+        "--set",
+        f"output_dir={out}",
+        "--set",
+        "telemetry.progress=false",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if res.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{res.stderr[-3000:]}")
@@ -207,7 +258,10 @@ def _quickstart(mode: str, steps: int, out: Path) -> list[dict]:
 
 
 def overhead(steps: int = 40, rounds: int = 2) -> dict:
-    per_mode: dict[str, dict[str, list[float]]] = {"inline": {"step": [], "reward": []}, "process": {"step": [], "reward": []}}
+    per_mode: dict[str, dict[str, list[float]]] = {
+        "inline": {"step": [], "reward": []},
+        "process": {"step": [], "reward": []},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for mode in ("inline", "process"):  # alternating: drift on a shared machine hits both
@@ -217,10 +271,15 @@ def overhead(steps: int = 40, rounds: int = 2) -> dict:
     med = {m: {k: statistics.median(v) for k, v in d.items()} for m, d in per_mode.items()}
     extra = med["process"]["reward"] - med["inline"]["reward"]
     return {
-        "part": "overhead", "steps": steps, "rounds": rounds,
-        "step_s_inline": round(med["inline"]["step"], 4), "step_s_process": round(med["process"]["step"], 4),
-        "reward_s_inline": round(med["inline"]["reward"], 5), "reward_s_process": round(med["process"]["reward"], 5),
-        "pool_overhead_share_of_step": round(extra / med["inline"]["step"], 4), "target": "<= 0.05",
+        "part": "overhead",
+        "steps": steps,
+        "rounds": rounds,
+        "step_s_inline": round(med["inline"]["step"], 4),
+        "step_s_process": round(med["process"]["step"], 4),
+        "reward_s_inline": round(med["inline"]["reward"], 5),
+        "reward_s_process": round(med["process"]["reward"], 5),
+        "pool_overhead_share_of_step": round(extra / med["inline"]["step"], 4),
+        "target": "<= 0.05",
         "loadavg": os.getloadavg(),
     }
 
@@ -231,8 +290,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     opts = parser.parse_args()
     for part in opts.part.split(","):
-        result = {"scaling": scaling, "sandbox": sandbox, "judge": judge, "latency": latency,
-                  "overhead": lambda: overhead(opts.steps), "ray": ray_actors}[part]()
+        result = {
+            "scaling": scaling,
+            "sandbox": sandbox,
+            "judge": judge,
+            "latency": latency,
+            "overhead": lambda: overhead(opts.steps),
+            "ray": ray_actors,
+        }[part]()
         print(json.dumps(result), flush=True)
 
 

@@ -25,7 +25,9 @@ for _ in range(2048):
 
 
 def digit_match(prompts, completions, completion_ids, answer, **kwargs):
-    return [min(c.count(a), max(len(ids), 1)) / max(len(ids), 1) for c, ids, a in zip(completions, completion_ids, answer)]
+    return [
+        min(c.count(a), max(len(ids), 1)) / max(len(ids), 1) for c, ids, a in zip(completions, completion_ids, answer)
+    ]
 
 
 class PrintReward(TrainerCallback):
@@ -35,16 +37,44 @@ class PrintReward(TrainerCallback):
 
 
 args = GRPOConfig(
-    output_dir=output_dir, max_steps=150, learning_rate=5e-3, lr_scheduler_type="constant", weight_decay=0.0,
-    per_device_train_batch_size=64, gradient_accumulation_steps=1, generation_batch_size=64, num_generations=8,
-    num_iterations=1, max_completion_length=16, temperature=1.0, top_p=1.0, top_k=0, beta=0.0, epsilon=0.2,
-    max_grad_norm=1.0, seed=0, data_seed=0, logging_steps=1, report_to="none", disable_tqdm=True,
-    save_strategy="no", use_cpu=True, bf16=False, gradient_checkpointing=False, model_init_kwargs={"dtype": "float32"},
-    loss_type="dapo", scale_rewards="group", remove_unused_columns=False,
+    output_dir=output_dir,
+    max_steps=150,
+    learning_rate=5e-3,
+    lr_scheduler_type="constant",
+    weight_decay=0.0,
+    per_device_train_batch_size=64,
+    gradient_accumulation_steps=1,
+    generation_batch_size=64,
+    num_generations=8,
+    num_iterations=1,
+    max_completion_length=16,
+    temperature=1.0,
+    top_p=1.0,
+    top_k=0,
+    beta=0.0,
+    epsilon=0.2,
+    max_grad_norm=1.0,
+    seed=0,
+    data_seed=0,
+    logging_steps=1,
+    report_to="none",
+    disable_tqdm=True,
+    save_strategy="no",
+    use_cpu=True,
+    bf16=False,
+    gradient_checkpointing=False,
+    model_init_kwargs={"dtype": "float32"},
+    loss_type="dapo",
+    scale_rewards="group",
+    remove_unused_columns=False,
 )
 trainer = GRPOTrainer(
-    model=model_dir, reward_funcs=[digit_match], args=args, train_dataset=Dataset.from_list(rows),
-    processing_class=PreTrainedTokenizerFast.from_pretrained(model_dir), callbacks=[PrintReward()],
+    model=model_dir,
+    reward_funcs=[digit_match],
+    args=args,
+    train_dataset=Dataset.from_list(rows),
+    processing_class=PreTrainedTokenizerFast.from_pretrained(model_dir),
+    callbacks=[PrintReward()],
 )
 trainer.remove_callback(PrinterCallback)
 trainer.train()

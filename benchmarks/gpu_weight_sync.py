@@ -35,8 +35,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 START, END = "<!-- gpu-weight-sync:start -->", "<!-- gpu-weight-sync:end -->"
-SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256, "tie_word_embeddings": True}
+SMALL = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+    "tie_word_embeddings": True,
+}
 
 
 def build(shape: dict, dtype, device):
@@ -84,7 +92,9 @@ def sync(kind: str, policy, sampler, bucket_bytes: int, last: dict) -> tuple[int
     return sent, len(pairs)
 
 
-def step(policy, sampler, optimizer, batch: int, prompt_len: int, new_tokens: int, vocab: int, device) -> tuple[float, int]:
+def step(
+    policy, sampler, optimizer, batch: int, prompt_len: int, new_tokens: int, vocab: int, device
+) -> tuple[float, int]:
     """Sample with `sampler`, one policy-gradient step on `policy`; returns (sampling seconds, tokens)."""
     import torch
 
@@ -92,11 +102,17 @@ def step(policy, sampler, optimizer, batch: int, prompt_len: int, new_tokens: in
     _sync(device)
     t0 = time.perf_counter()
     with torch.no_grad():
-        out = sampler.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                               do_sample=True, pad_token_id=0)
+        out = sampler.generate(
+            prompts,
+            attention_mask=torch.ones_like(prompts),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=True,
+            pad_token_id=0,
+        )
     _sync(device)
     sample_s = time.perf_counter() - t0
-    logits = policy(out).logits[:, prompt_len - 1:-1].float()
+    logits = policy(out).logits[:, prompt_len - 1 : -1].float()
     logp = torch.log_softmax(logits, -1).gather(-1, out[:, prompt_len:, None]).squeeze(-1)
     advantage = torch.randn(batch, 1, device=device)
     loss = -(advantage * logp).mean()
@@ -136,7 +152,9 @@ def layout_run(layout: str, kind: str | None, args, shape: dict, dtype, device) 
         sync(kind, policy, sampler, args.bucket_mb << 20, last)  # the first sync sends everything
     sample_s, tokens, syncs = [], 0, []
     for _ in range(args.steps):
-        s, n = step(policy, sampler, optimizer, args.batch, args.prompt_len, args.new_tokens, shape["vocab_size"], device)
+        s, n = step(
+            policy, sampler, optimizer, args.batch, args.prompt_len, args.new_tokens, shape["vocab_size"], device
+        )
         sample_s.append(s)
         tokens += n
         if kind is not None:
@@ -145,25 +163,42 @@ def layout_run(layout: str, kind: str | None, args, shape: dict, dtype, device) 
             sent, count = sync(kind, policy, sampler, args.bucket_mb << 20, last)
             _sync(device)
             syncs.append((time.perf_counter() - t0, sent, count))
-    result = {"layout": layout, "transfer": kind or "-", "params": sum(p.numel() for p in policy.parameters()), "sample_tok_s": round(tokens / sum(sample_s), 1),
-              "peak_mb": round(_peak_mb(device), 0) if _peak_mb(device) is not None else None}
+    result = {
+        "layout": layout,
+        "transfer": kind or "-",
+        "params": sum(p.numel() for p in policy.parameters()),
+        "sample_tok_s": round(tokens / sum(sample_s), 1),
+        "peak_mb": round(_peak_mb(device), 0) if _peak_mb(device) is not None else None,
+    }
     if syncs:
         times = [t for t, _, _ in syncs[1:]] or [syncs[0][0]]  # the first timed sync warms the allocator
-        result.update(sync_ms=round(1000 * statistics.median(times), 3), sync_bytes=syncs[-1][1], sync_tensors=syncs[-1][2],
-                      sync_gb_s=round(syncs[-1][1] / statistics.median(times) / 1e9, 2) if statistics.median(times) > 0 else None)
+        result.update(
+            sync_ms=round(1000 * statistics.median(times), 3),
+            sync_bytes=syncs[-1][1],
+            sync_tensors=syncs[-1][2],
+            sync_gb_s=round(syncs[-1][1] / statistics.median(times) / 1e9, 2) if statistics.median(times) > 0 else None,
+        )
     del policy, sampler, optimizer
     return result
 
 
 def markdown(results: list[dict], env: dict, command: str) -> str:
-    lines = [START, f"### Weight sync, one device (HF rollout, no vLLM): {env['date']}", "",
-             f"`{command}` on {env['device']} (torch {env['torch']}, transformers {env['transformers']}); model: {env['model']}, "
-             f"{env['params_m']}M parameters, {env['dtype']}; batch {env['batch']}, {env['new_tokens']} new tokens, {env['steps']} steps per row. "
-             "Sync time is the median over steps after the first.", "",
-             "| layout | transfer | sync (ms) | bytes per sync | tensors | GB/s | sampling tok/s | peak MiB |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        START,
+        f"### Weight sync, one device (HF rollout, no vLLM): {env['date']}",
+        "",
+        f"`{command}` on {env['device']} (torch {env['torch']}, transformers {env['transformers']}); model: {env['model']}, "
+        f"{env['params_m']}M parameters, {env['dtype']}; batch {env['batch']}, {env['new_tokens']} new tokens, {env['steps']} steps per row. "
+        "Sync time is the median over steps after the first.",
+        "",
+        "| layout | transfer | sync (ms) | bytes per sync | tensors | GB/s | sampling tok/s | peak MiB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
-        lines.append(f"| {r['layout']} | {r['transfer']} | {r.get('sync_ms', '-')} | {r.get('sync_bytes', 0):,} | {r.get('sync_tensors', '-')} | "
-                     f"{r.get('sync_gb_s', '-')} | {r['sample_tok_s']} | {r['peak_mb'] if r['peak_mb'] is not None else '-'} |")
+        lines.append(
+            f"| {r['layout']} | {r['transfer']} | {r.get('sync_ms', '-')} | {r.get('sync_bytes', 0):,} | {r.get('sync_tensors', '-')} | "
+            f"{r.get('sync_gb_s', '-')} | {r['sample_tok_s']} | {r['peak_mb'] if r['peak_mb'] is not None else '-'} |"
+        )
     lines.append(END)
     return "\n".join(lines)
 
@@ -171,7 +206,7 @@ def markdown(results: list[dict], env: dict, command: str) -> str:
 def write_doc(path: Path, block: str) -> None:
     text = path.read_text() if path.exists() else "# Performance\n"
     if START in text and END in text:
-        text = text[:text.index(START)] + block + text[text.index(END) + len(END):]
+        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
     else:
         text = text.rstrip("\n") + "\n\n## Placement and weight sync on one GPU (issue 16)\n\n" + block + "\n"
     path.write_text(text)
@@ -198,17 +233,37 @@ def main() -> None:
     from rlbridge_plugins.models import QWEN25_05B
 
     shape = SMALL if args.small else {k: v for k, v in QWEN25_05B.items()}
-    dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if args.device.startswith("cuda") else torch.float32)
-    runs = [("colocate", None), ("split", "per_tensor"), ("split", "bucketed"), ("split", "host_round_trip"), ("split", "changed_only")]
+    dtype = (
+        getattr(torch, args.dtype)
+        if args.dtype
+        else (torch.bfloat16 if args.device.startswith("cuda") else torch.float32)
+    )
+    runs = [
+        ("colocate", None),
+        ("split", "per_tensor"),
+        ("split", "bucketed"),
+        ("split", "host_round_trip"),
+        ("split", "changed_only"),
+    ]
     results = []
     for layout, kind in runs:
         result = layout_run(layout, kind, args, shape, dtype, args.device)
         print(json.dumps(result), flush=True)
         results.append(result)
-    env = {"date": datetime.date.today().isoformat(), "torch": torch.__version__, "transformers": transformers.__version__,
-           "device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else f"CPU ({platform.processor() or platform.machine()})",
-           "model": "tiny Qwen2" if args.small else "Qwen2.5-0.5B shape, random weights", "params_m": round(results[0]["params"] / 1e6, 1),
-           "dtype": str(dtype).removeprefix("torch."), "batch": args.batch, "new_tokens": args.new_tokens, "steps": args.steps}
+    env = {
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": torch.cuda.get_device_name(0)
+        if args.device.startswith("cuda")
+        else f"CPU ({platform.processor() or platform.machine()})",
+        "model": "tiny Qwen2" if args.small else "Qwen2.5-0.5B shape, random weights",
+        "params_m": round(results[0]["params"] / 1e6, 1),
+        "dtype": str(dtype).removeprefix("torch."),
+        "batch": args.batch,
+        "new_tokens": args.new_tokens,
+        "steps": args.steps,
+    }
     block = markdown(results, env, "python " + " ".join(["benchmarks/gpu_weight_sync.py", *sys.argv[1:]]))
     print(block)
     if not args.no_write:

@@ -52,10 +52,19 @@ def main() -> None:
             t0 = time.perf_counter()
             manifest.patch_entries(prepared.backend, prepared.plan, packages, dirs)
             parts["patches"].append(time.perf_counter() - t0)
-        print(json.dumps({"backend": backend, "engine_python": str(python) if python else "this process",
-                          "distributions": len(packages), "repeats": args.repeats,
-                          **{f"{k}_median_s": round(statistics.median(v), 4) for k, v in parts.items()},
-                          "total_max_s": round(max(parts["total"]), 4), "loadavg_1m": os.getloadavg()[0]}))
+        print(
+            json.dumps(
+                {
+                    "backend": backend,
+                    "engine_python": str(python) if python else "this process",
+                    "distributions": len(packages),
+                    "repeats": args.repeats,
+                    **{f"{k}_median_s": round(statistics.median(v), 4) for k, v in parts.items()},
+                    "total_max_s": round(max(parts["total"]), 4),
+                    "loadavg_1m": os.getloadavg()[0],
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

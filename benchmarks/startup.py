@@ -29,14 +29,18 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = {"rlbridge --help": (["--help"], 0.2), "rlbridge plan configs/quickstart.yaml": (["plan", "configs/quickstart.yaml"], 0.35)}
+COMMANDS = {
+    "rlbridge --help": (["--help"], 0.2),
+    "rlbridge plan configs/quickstart.yaml": (["plan", "configs/quickstart.yaml"], 0.35),
+}
 
 
 def run_once(python: str, args: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall s, CPU s) of one `python -m rlbridge ARGS`."""
     started = time.perf_counter()
-    proc = subprocess.Popen([python, "-m", "rlbridge", *args], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [python, "-m", "rlbridge", *args], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -47,8 +51,9 @@ def run_once(python: str, args: list[str], env: dict[str, str]) -> tuple[float, 
 
 def slowest_imports(python: str, args: list[str], env: dict[str, str], count: int) -> list[tuple[int, str]]:
     """The `count` imports with the largest cumulative time (us) in one run."""
-    res = subprocess.run([python, "-X", "importtime", "-m", "rlbridge", *args], cwd=REPO, env=env,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [python, "-X", "importtime", "-m", "rlbridge", *args], cwd=REPO, env=env, capture_output=True, text=True
+    )
     rows = []
     for line in res.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
@@ -78,15 +83,19 @@ def main() -> None:
             samples[name].append(run_once(opts.python, args, env))
     load_after = os.getloadavg()[0]
 
-    print(f"{opts.runs} runs each; load average (1 min) {load_before:.2f} before, {load_after:.2f} after, "
-          f"{os.cpu_count()} CPUs; {opts.python}")
+    print(
+        f"{opts.runs} runs each; load average (1 min) {load_before:.2f} before, {load_after:.2f} after, "
+        f"{os.cpu_count()} CPUs; {opts.python}"
+    )
     print("| command | wall median (s) | wall min-max (s) | CPU median (s) | target (s) |")
     print("|---|---|---|---|---|")
     for name, (_, target) in COMMANDS.items():
         walls = [w for w, _ in samples[name]]
         cpus = [c for _, c in samples[name]]
-        print(f"| `{name}` | {statistics.median(walls):.3f} | {min(walls):.3f}-{max(walls):.3f} | "
-              f"{statistics.median(cpus):.3f} | {target} |")
+        print(
+            f"| `{name}` | {statistics.median(walls):.3f} | {min(walls):.3f}-{max(walls):.3f} | "
+            f"{statistics.median(cpus):.3f} | {target} |"
+        )
     if opts.importtime:
         for name, (args, _) in COMMANDS.items():
             print(f"\nslowest imports of `{name}` (cumulative ms, one run):")

@@ -29,7 +29,10 @@ ARMS = {
     "full/default": [],
     "full/sync_changed": ["plugins=[rlbridge_plugins.sync_changed]"],
     "lora/default": ["model.lora={rank: 8, target_modules: [q_proj, v_proj]}"],
-    "lora/sync_changed": ["model.lora={rank: 8, target_modules: [q_proj, v_proj]}", "plugins=[rlbridge_plugins.sync_changed]"],
+    "lora/sync_changed": [
+        "model.lora={rank: 8, target_modules: [q_proj, v_proj]}",
+        "plugins=[rlbridge_plugins.sync_changed]",
+    ],
 }
 
 
@@ -39,19 +42,39 @@ def run(arm: str, overrides: list[str], steps: int, out: Path, backend: str) -> 
     from rlbridge.testing import QUICKSTART
 
     run_dir = out / arm.replace("/", "-")
-    cfg = load_config(QUICKSTART, [f"backend={backend}", "engine_env=current", "rollout.engine=vllm", "resources.gpus_per_node=0",
-                                   f"training.steps={steps}", "training.batch_size=2", "algorithm.group_size=4",
-                                   "rollout.max_new_tokens=8", "telemetry.progress=false", f"output_dir={run_dir}", *overrides])
+    cfg = load_config(
+        QUICKSTART,
+        [
+            f"backend={backend}",
+            "engine_env=current",
+            "rollout.engine=vllm",
+            "resources.gpus_per_node=0",
+            f"training.steps={steps}",
+            "training.batch_size=2",
+            "algorithm.group_size=4",
+            "rollout.max_new_tokens=8",
+            "telemetry.progress=false",
+            f"output_dir={run_dir}",
+            *overrides,
+        ],
+    )
     started = time.time()
     summary = train(cfg, progress=False)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # the syncs after the first (sync_changed's first sends everything); per-step rows as measured too
     synced = [r for r in rows if "weight_sync/bytes" in r][1:] or [r for r in rows if "weight_sync/bytes" in r]
     mean = lambda key: statistics.fmean(r[key] for r in synced) if synced and all(key in r for r in synced) else None  # noqa: E731
-    return {"arm": arm, "status": summary["status"], "wall_s": round(time.time() - started, 1), "syncs": len(synced),
-            "bytes_per_sync": mean("weight_sync/bytes"), "tensors_per_sync": mean("weight_sync/tensors"),
-            "sync_s": mean("timing/weight_sync_s"), "reward_last": rows[-1].get("reward/mean"),
-            "per_step_tensors": [r.get("weight_sync/tensors") for r in rows]}
+    return {
+        "arm": arm,
+        "status": summary["status"],
+        "wall_s": round(time.time() - started, 1),
+        "syncs": len(synced),
+        "bytes_per_sync": mean("weight_sync/bytes"),
+        "tensors_per_sync": mean("weight_sync/tensors"),
+        "sync_s": mean("timing/weight_sync_s"),
+        "reward_last": rows[-1].get("reward/mean"),
+        "per_step_tensors": [r.get("weight_sync/tensors") for r in rows],
+    }
 
 
 def main() -> None:
@@ -69,12 +92,26 @@ def main() -> None:
     for arm in args.arms.split(","):
         # each arm in a fresh process: a plugin registered by one run (plugins:) and its state must not
         # reach the next run of the same process
-        res = subprocess.run([sys.executable, __file__, "--one", arm, "--steps", str(args.steps), "--out", str(args.out),
-                              "--backend", args.backend], capture_output=True, text=True)
+        res = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                arm,
+                "--steps",
+                str(args.steps),
+                "--out",
+                str(args.out),
+                "--backend",
+                args.backend,
+            ],
+            capture_output=True,
+            text=True,
+        )
         line = next((ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if line is None:
             sys.exit(f"{arm} failed:\n{(res.stdout + res.stderr)[-3000:]}")
-        result = json.loads(line[len("RESULT "):])
+        result = json.loads(line[len("RESULT ") :])
         print(json.dumps(result), flush=True)
         results.append(result)
     print("\n| run | bytes per sync | tensors per sync | sync time (s) |\n|---|---|---|---|")
