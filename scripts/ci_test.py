@@ -88,12 +88,16 @@ def run_phase(name: str, cmd: list[str], log: Path, env: dict | None = None, jun
         proc = subprocess.run(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     phase.ended = time.time()
     # pytest's 5 (no test selected) is a failure, except in a run narrowed by RLBRIDGE_CI_PYTEST_ARGS
-    phase.ok = proc.returncode == 0 or (proc.returncode == 5 and junit is not None and bool(os.environ.get("RLBRIDGE_CI_PYTEST_ARGS")))
+    phase.ok = proc.returncode == 0 or (
+        proc.returncode == 5 and junit is not None and bool(os.environ.get("RLBRIDGE_CI_PYTEST_ARGS"))
+    )
     if junit is not None and junit.exists():
         phase.counts = junit_counts(junit)
     tail = log.read_text(errors="replace").splitlines()
     phase.detail = next((line for line in reversed(tail) if line.strip()), "")[:160]
-    say(f"end {name}: {'ok' if phase.ok else f'FAILED (exit {proc.returncode})'} in {phase.seconds:.0f} s: {phase.detail}")
+    say(
+        f"end {name}: {'ok' if phase.ok else f'FAILED (exit {proc.returncode})'} in {phase.seconds:.0f} s: {phase.detail}"
+    )
     if not phase.ok:
         with _print_lock:
             print(f"---- last lines of {log.relative_to(REPO)} ----", *tail[-60:], "----", sep="\n", flush=True)
@@ -126,7 +130,9 @@ def cell_counts(engine: str, version: str) -> dict:
         if key.startswith(f"{engine}|{version}|") and outcome.get("started", "") >= START_STAMP:
             for k in ("failures", "errors", "skipped"):
                 total[k] += int(outcome.get(k, 0))
-            total["passed"] += int(outcome.get("tests", 0)) - sum(int(outcome.get(k, 0)) for k in ("failures", "errors", "skipped"))
+            total["passed"] += int(outcome.get("tests", 0)) - sum(
+                int(outcome.get(k, 0)) for k in ("failures", "errors", "skipped")
+            )
     return total
 
 
@@ -173,15 +179,32 @@ def main() -> int:
     mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     mem_budget = float(os.environ.get("RLBRIDGE_CI_MEM_GIB") or max(mem_total - 4, 4))
     LOGS.mkdir(parents=True, exist_ok=True)
-    say(f"make test: {streams} environment streams, {test_jobs} test jobs at once "
-        f"within {mem_budget:.0f} GiB; logs in {LOGS.relative_to(REPO)}/")
+    say(
+        f"make test: {streams} environment streams, {test_jobs} test jobs at once "
+        f"within {mem_budget:.0f} GiB; logs in {LOGS.relative_to(REPO)}/"
+    )
 
-    install = run_phase("install", ["make", "--no-print-directory", "install", "browser", "slurm"], LOGS / "install.log")
+    install = run_phase(
+        "install", ["make", "--no-print-directory", "install", "browser", "slurm"], LOGS / "install.log"
+    )
     if not install.ok:
         return finish()
-    declared = {c["cell"]: c for c in json.loads(subprocess.run(
-        [str(BIN / "python"), "-c", "import json; from rlbridge.envs.compat import ci_cells; print(json.dumps(ci_cells()))"],
-        cwd=REPO, check=True, capture_output=True, text=True).stdout)}
+    declared = {
+        c["cell"]: c
+        for c in json.loads(
+            subprocess.run(
+                [
+                    str(BIN / "python"),
+                    "-c",
+                    "import json; from rlbridge.envs.compat import ci_cells; print(json.dumps(ci_cells()))",
+                ],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
+    }
     chosen = os.environ.get("CI_CELLS", "").split() or list(declared)
     cells = [c for c in chosen if c != "none"]
     info = {c: declared.get(c, {"peak_gib": 6, "warm_s": 0}) for c in cells}
@@ -216,14 +239,28 @@ def main() -> int:
         ready = [n for n, needs in pending.items() if all(envs.ready[c].is_set() for c in needs) and fits(n)]
         return name in ready and rank(name) == min(rank(n) for n in ready)
 
-    def job(name: str, needs: list[str], cost: dict, cmd: list[str], junit: Path | None, env: dict | None = None,
-            counts=None, engine: bool = True) -> threading.Thread:
+    def job(
+        name: str,
+        needs: list[str],
+        cost: dict,
+        cmd: list[str],
+        junit: Path | None,
+        env: dict | None = None,
+        counts=None,
+        engine: bool = True,
+    ) -> threading.Thread:
         mem = peaks[name] = cost["peak_gib"]
         expected[name] = cost["warm_s"]
+
         def body():
             if needs and not envs.wait(needs):
-                phase = Phase(name, started=time.time(), ended=time.time(), ok=False,
-                              detail=f"environment {', '.join(c for c in needs if not envs.ok.get(c))} failed")
+                phase = Phase(
+                    name,
+                    started=time.time(),
+                    ended=time.time(),
+                    ok=False,
+                    detail=f"environment {', '.join(c for c in needs if not envs.ok.get(c))} failed",
+                )
                 PHASES.append(phase)
                 say(f"skip {name}: {phase.detail}")
                 with sched:
@@ -249,24 +286,48 @@ def main() -> int:
             pending[name] = needs
         return threading.Thread(target=body, name=name)
 
-    pytest = [str(BIN / "python"), "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "--durations=25",
-              *os.environ.get("RLBRIDGE_CI_PYTEST_ARGS", "").split()]  # e.g. -x, or -k to try the script
+    pytest = [
+        str(BIN / "python"),
+        "-m",
+        "pytest",
+        "-q",
+        "-ra",
+        "-p",
+        "no:cacheprovider",
+        "--durations=25",
+        *os.environ.get("RLBRIDGE_CI_PYTEST_ARGS", "").split(),
+    ]  # e.g. -x, or -k to try the script
     threads = [
-        job("pytest", [], PYTEST,
-            [*pytest, "-m", "not engine_env and not matrix_only", f"--junitxml={LOGS / 'pytest.xml'}"], LOGS / "pytest.xml",
-            engine=False),
+        job(
+            "pytest",
+            [],
+            PYTEST,
+            [*pytest, "-m", "not engine_env and not matrix_only", f"--junitxml={LOGS / 'pytest.xml'}"],
+            LOGS / "pytest.xml",
+            engine=False,
+        ),
         # the engine_env tests train in (or read) CI cells' environments: they start once all exist
-        job("pytest-envs", cells, PYTEST_ENVS,
-            [*pytest, "-m", "engine_env and not matrix_only", f"--junitxml={LOGS / 'pytest-envs.xml'}"], LOGS / "pytest-envs.xml"),
+        job(
+            "pytest-envs",
+            cells,
+            PYTEST_ENVS,
+            [*pytest, "-m", "engine_env and not matrix_only", f"--junitxml={LOGS / 'pytest-envs.xml'}"],
+            LOGS / "pytest-envs.xml",
+        ),
     ]
     for cell in cells:
         engine, _, version = cell.partition("==")
-        threads.append(job(
-            f"cell {cell}", [cell], info[cell],
-            [str(BIN / "rlbridge"), "compat", "run", "--engine", engine, "--version", version], None,
-            env={"RLBRIDGE_CI_CELLS": "1", "RLBRIDGE_COMPAT_RESULTS": str(REPO / "runs" / "ci-compat")},
-            counts=lambda e=engine, v=version: cell_counts(e, v),
-        ))
+        threads.append(
+            job(
+                f"cell {cell}",
+                [cell],
+                info[cell],
+                [str(BIN / "rlbridge"), "compat", "run", "--engine", engine, "--version", version],
+                None,
+                env={"RLBRIDGE_CI_CELLS": "1", "RLBRIDGE_COMPAT_RESULTS": str(REPO / "runs" / "ci-compat")},
+                counts=lambda e=engine, v=version: cell_counts(e, v),
+            )
+        )
     for t in threads:  # all are pending before any starts, so the first free slot goes to the longest
         t.start()
     for t in threads:
@@ -304,17 +365,39 @@ def finish() -> int:
         print(f"{'phase':28} {'start s':>8} {'end s':>8} {'seconds':>8}  result")
         for p in rows:
             c = p.counts
-            counted = f"  {c.get('passed', 0)} passed, {c.get('failures', 0) + c.get('errors', 0)} failed, {c.get('skipped', 0)} skipped" if c else ""
-            print(f"{p.name:28} {(p.started or T0) - T0:8.0f} {(p.ended or T0) - T0:8.0f} {p.seconds:8.0f}  "
-                  f"{'ok' if p.ok else 'FAILED'}{counted}")
+            counted = (
+                f"  {c.get('passed', 0)} passed, {c.get('failures', 0) + c.get('errors', 0)} failed, {c.get('skipped', 0)} skipped"
+                if c
+                else ""
+            )
+            print(
+                f"{p.name:28} {(p.started or T0) - T0:8.0f} {(p.ended or T0) - T0:8.0f} {p.seconds:8.0f}  "
+                f"{'ok' if p.ok else 'FAILED'}{counted}"
+            )
         print(f"{'total':28} {'':8} {'':8} {wall:8.0f}  ({wall / 60:.1f} min)")
         for p in rows:
             for why, n in p.counts.get("skip_reasons", {}).items():
                 print(f"skipped in {p.name}: {n} x {why}")
-    (LOGS / "times.json").write_text(json.dumps({
-        "total_s": round(wall, 1), "started": START_STAMP,
-        "phases": [{"name": p.name, "start_s": round((p.started or T0) - T0, 1), "seconds": round(p.seconds, 1),
-                    "ok": p.ok, **p.counts} for p in rows]}, indent=2) + "\n")
+    (LOGS / "times.json").write_text(
+        json.dumps(
+            {
+                "total_s": round(wall, 1),
+                "started": START_STAMP,
+                "phases": [
+                    {
+                        "name": p.name,
+                        "start_s": round((p.started or T0) - T0, 1),
+                        "seconds": round(p.seconds, 1),
+                        "ok": p.ok,
+                        **p.counts,
+                    }
+                    for p in rows
+                ],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     passed = sum(p.counts.get("passed", 0) for p in rows)
     failed = sum(p.counts.get("failures", 0) + p.counts.get("errors", 0) for p in rows)
     skipped = sum(p.counts.get("skipped", 0) for p in rows)

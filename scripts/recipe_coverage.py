@@ -54,9 +54,9 @@ ENGINE_INTERNAL = {
     "ckpt.output_dir": "where OpenRLHF writes the final model",
     # single-engine algorithm options: no other engine has the concept, so there is nothing to switch
     "reward.normalize_enable": "OpenRLHF only: normalises a reward model's score by the mean/std stored in an "
-                               "OpenRLHF-trained reward model (docs/roles.md)",
+    "OpenRLHF-trained reward model (docs/roles.md)",
     "mask_truncated_completions": "TRL only: drops truncated completions from the loss (verl has no such switch; "
-                                  "OpenRLHF's stop_properly_penalty_coef rescales their reward instead)",
+    "OpenRLHF's stop_properly_penalty_coef rescales their reward instead)",
 }
 
 
@@ -69,10 +69,10 @@ IMPORTER_GAPS = {
 # why a setting stays missing
 MISSING_WHY = {
     "data.max_samples": "OpenRLHF caps the prompts at max_samples; the canonical config counts steps (steps x batch_size "
-                        "prompts), so a cap that is not a multiple of the rollout batch differs by the remainder (same number "
-                        "of steps)",
+    "prompts), so a cap that is not a multiple of the rollout batch differs by the remainder (same number "
+    "of steps)",
     "actor.entropy_coef": "0.0 makes OpenRLHF compute (not use) the entropy; the canonical 0 leaves the flag unset (None): "
-                          "same training",
+    "same training",
 }
 
 
@@ -106,7 +106,18 @@ def main() -> int:
         if recipe.suffix not in (".sh", ".yaml", ".py"):
             continue
         engine = engine_of(recipe)
-        cmd = [sys.executable, "-m", "rlbridge.cli", "import", str(recipe), "--from", engine, "--reward", "digit_match", "--json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rlbridge.cli",
+            "import",
+            str(recipe),
+            "--from",
+            engine,
+            "--reward",
+            "digit_match",
+            "--json",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
         if proc.returncode:
             print(f"{recipe.name}: import failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
@@ -118,8 +129,11 @@ def main() -> int:
         out[recipe.name] = settings
         count = {c: sum(s["class"] == c for s in settings) for c in ("canonical", "engine-internal", "missing")}
         rows.append((recipe.name, len(settings), count))
-        print(f"{recipe.name}: {len(settings)} settings, canonical {count['canonical']}, "
-              f"engine-internal {count['engine-internal']}, missing {count['missing']}", flush=True)
+        print(
+            f"{recipe.name}: {len(settings)} settings, canonical {count['canonical']}, "
+            f"engine-internal {count['engine-internal']}, missing {count['missing']}",
+            flush=True,
+        )
         for s in settings:
             if s["class"] == "missing":
                 why = MISSING_WHY.get(s["key"]) or f"{s['kind']}: {s['detail']}"
@@ -131,8 +145,10 @@ def main() -> int:
     canonical = sum(c["canonical"] for _, _, c in rows)
     missing = sum(c["missing"] for _, _, c in rows)
     total = sum(n for _, n, _ in rows)
-    print(f"\n{len(rows)} recipes, {total} settings: {canonical + missing} cross-engine, {canonical} with a canonical knob "
-          f"({100 * canonical / (canonical + missing):.1f} %), {total - canonical - missing} engine-internal")
+    print(
+        f"\n{len(rows)} recipes, {total} settings: {canonical + missing} cross-engine, {canonical} with a canonical knob "
+        f"({100 * canonical / (canonical + missing):.1f} %), {total - canonical - missing} engine-internal"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 1 if failed else 0
