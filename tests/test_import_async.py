@@ -143,18 +143,24 @@ def test_verl_fully_async_script_imports_with_the_staleness_fraction_declared():
     assert (rollout["max_staleness"], rollout["weight_sync_interval"], rollout["partial_rollouts"]) == (1, 4, True)
     assert result.config["placement"] == {"policy": "split", "args": {"rollout_gpus": 4}}
     assert result.config["resources"]["gpus_per_node"] == 8  # trainer 4 + rollout 4
+    # a trainer step takes ppo_mini_batch_size 32 x require_batches 4 prompts; its data.train_batch_size is 0 (asserted)
+    assert (result.config["training"]["batch_size"], result.config["training"]["mini_batch_size"]) == (128, 32 * 16)
     options = result.config["backend_options"]["verl"]
-    assert options["async_training.staleness_threshold"] == 0.1 and options["async_training.require_batches"] == 4
-    assert options["rollout.total_rollout_steps"] == 51200
+    assert options["async_training.staleness_threshold"] == 0.1 and options["rollout.total_rollout_steps"] == 51200
+    assert "async_training.require_batches" not in options
     threshold = entry(result, "async_training.staleness_threshold")
     assert threshold.kind == "mapped" and threshold.detail.startswith("rollout.max_staleness=1 (approximated: ")
     assert "fraction of samples" in threshold.detail and "ceil(s)" in threshold.detail
     assert entry(result, "async_training.trigger_parameter_sync_step").detail == "rollout.weight_sync_interval=4"
-    assert entry(result, "async_training.require_batches").kind == "option"
+    for key in ("async_training.require_batches", "data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"):
+        assert entry(result, key).kind == "mapped", key
+    assert entry(result, "async_training.require_batches").detail.startswith("training.batch_size=128")
+    assert entry(result, "rollout.total_rollout_steps").kind == "option"
     native, checked = verl_round_trip(result)
     assert native["entry_point"] == "verl.experimental.fully_async_policy.fully_async_main"
     assert native["trainer.n_gpus_per_node"] == 4 and native["rollout.n_gpus_per_node"] == 4
-    assert checked >= 10
+    assert (native["data.train_batch_size"], native["data.gen_batch_size"], native["async_training.require_batches"]) == (0, 1, 4)
+    assert checked >= 12
     # no async setting is silently dropped: each is in the report
     reported = {e.key for e in result.entries}
     assert {s.key for s in result.recipe.settings if s.key.startswith(("async_training.", "rollout."))} <= reported
@@ -180,7 +186,7 @@ def test_verl_one_step_off_script_imports_and_its_plan_is_refused_naming_why():
 
 
 VERL_COMMAND = ("python -m verl.experimental.fully_async_policy.fully_async_main data.train_files=/data/train.parquet "
-                "actor_rollout_ref.model.path=/models/tiny actor_rollout_ref.actor.ppo_mini_batch_size=8 "
+                "actor_rollout_ref.model.path=/models/tiny actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.rollout.n=4 "
                 "actor_rollout_ref.hybrid_engine=False trainer.n_gpus_per_node=3 rollout.n_gpus_per_node=1 "
                 "async_training.staleness_threshold=1.5 async_training.trigger_parameter_sync_step=2 "
                 "async_training.partial_rollout=False async_training.require_batches=2")
@@ -193,6 +199,8 @@ def test_verl_fully_async_command_line_non_default_values():
     assert (rollout["max_staleness"], rollout["weight_sync_interval"]) == (2, 2) and "partial_rollouts" not in rollout
     assert result.config["backend_options"]["verl"]["async_training.staleness_threshold"] == 1.5
     assert result.config["resources"]["gpus_per_node"] == 4
+    assert (result.config["training"]["batch_size"], result.config["training"]["mini_batch_size"]) == (16, 32)
+    assert not [e for e in result.entries if e.kind == "conflict"], result.report()
     native, checked = verl_round_trip(result)
     assert native["async_training.partial_rollout"] is False and native["async_training.require_batches"] == 2
     assert checked == 8

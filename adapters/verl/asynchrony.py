@@ -51,7 +51,11 @@ ENTRY = "entry_point"
 """The pseudo-key translate() gives the module an async launch runs (`python -m MODULE overrides...`)."""
 # native keys of the async trainers with no canonical knob: kept as backend_options.verl and passed through
 PASSTHROUGH_PREFIXES = ("async_training.",)
-PASSTHROUGH_KEYS = {"rollout.total_rollout_steps", "data.gen_batch_size"}
+PASSTHROUGH_KEYS = {"rollout.total_rollout_steps"}
+# fully_async_main's batch keys, which translate() computes: fully_async_rollouter.py asserts data.train_batch_size == 0
+# and data.gen_batch_size == 1 (one prompt at a time), and a trainer step takes ppo_mini_batch_size x require_batches
+# prompts (required_samples), so training.batch_size = ppo_mini_batch_size x require_batches
+BATCH_KEYS = ("data.train_batch_size", "data.gen_batch_size", "async_training.require_batches")
 STALENESS_APPROXIMATION = (
     "verl's async_training.staleness_threshold s is a fraction of samples, not a count of versions: per parameter "
     "version the rollouter generates at most required_samples x trigger_parameter_sync_step x (1 + s) samples "
@@ -68,8 +72,8 @@ def staleness_bound(threshold: float) -> int:
 
 
 def is_async_key(key: str) -> bool:
-    """A native key only verl's async entry points have (kept as backend_options.verl)."""
-    return key.startswith(PASSTHROUGH_PREFIXES) or key in PASSTHROUGH_KEYS
+    """A native key only verl's async entry points have, with no canonical knob (kept as backend_options.verl)."""
+    return (key.startswith(PASSTHROUGH_PREFIXES) or key in PASSTHROUGH_KEYS) and key not in BATCH_KEYS
 
 
 def translate(config: RunConfig) -> dict[str, Any]:
@@ -79,7 +83,8 @@ def translate(config: RunConfig) -> dict[str, Any]:
     one_step_off_policy.main_ppo is max_staleness 1 with a sync after every step and no partial rollouts
     (generation one step ahead); everything else is fully_async_main: staleness_threshold (the fraction kept in
     backend_options, else max_staleness itself, the loosest fraction with that bound), trigger_parameter_sync_step
-    = weight_sync_interval, partial_rollout = partial_rollouts. Both run the rollout on devices of its own:
+    = weight_sync_interval, partial_rollout = partial_rollouts, require_batches = the mini-batches of one
+    training.batch_size (data.train_batch_size 0 and gen_batch_size 1, as fully_async_main asserts). Both run the rollout on devices of its own:
     rollout.nnodes x rollout.n_gpus_per_node = placement.args.rollout_gpus, the trainer the rest of
     resources.gpus_per_node, hybrid_engine off."""
     ro = config.rollout
@@ -109,7 +114,10 @@ def translate(config: RunConfig) -> dict[str, Any]:
         raise ConfigError(f"backend_options.verl.async_training.staleness_threshold {threshold!r} bounds staleness at "
                           f"{staleness_bound(threshold) if isinstance(threshold, (int, float)) else '?'} version(s), not "
                           f"rollout.max_staleness {ro.max_staleness}: set max_staleness to ceil(staleness_threshold)")
+    samples = config.training.batch_size * config.algorithm.group_size
+    mini = config.training.mini_batch_size or samples  # rows per optimizer update (verl: ppo_mini_batch_size prompts)
     return {ENTRY: FULLY_ASYNC, **out, **passed,
+            "data.train_batch_size": 0, "data.gen_batch_size": 1, "async_training.require_batches": samples // mini,
             "async_training.staleness_threshold": threshold,
             "async_training.trigger_parameter_sync_step": ro.weight_sync_interval,
             "async_training.partial_rollout": ro.partial_rollouts}

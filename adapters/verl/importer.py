@@ -108,6 +108,15 @@ class VerlRecipeImporter:
         if recipe.extras.get("async_entry"):
             # main_ppo's settings are searched with the trainer's own devices (the rollout's are added by asynchrony())
             recipe.extras["base"] = {"resources": {"gpus_per_node": _async_devices(recipe)[2]}}
+            if recipe.extras["async_entry"] == asynchrony.FULLY_ASYNC:  # its data.train_batch_size is 0 (asserted)
+                # and a mini-batch of ppo_mini_batch_size prompts (rows: x rollout.n), so both keys are reproduced
+                by_key = {s.key: s.value for s in recipe.settings}
+                defaults = _defaults_of(recipe) or {}
+                mini, n = (by_key.get(k, defaults.get(k)) for k in ("actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.rollout.n"))
+                recipe.extras["base"]["training"] = {"batch_size": _async_batch(recipe)}
+                if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (mini, n)):
+                    recipe.extras["base"]["training"]["mini_batch_size"] = mini * n
+                    recipe.extras["base"]["algorithm"] = {"group_size": n}
         return recipe
 
     def _read_script(self, text: str, name: str, version: str) -> Recipe:
@@ -284,6 +293,11 @@ class VerlRecipeImporter:
                        f"rollout.max_staleness={knobs['rollout.max_staleness']} (approximated: {asynchrony.STALENESS_APPROXIMATION})",
                    "async_training.trigger_parameter_sync_step": f"rollout.weight_sync_interval={knobs['rollout.weight_sync_interval']}",
                    "async_training.partial_rollout": f"rollout.partial_rollouts={knobs['rollout.partial_rollouts']}"}
+        if entry == asynchrony.FULLY_ASYNC:
+            batch = f"training.batch_size={_async_batch(recipe)} (ppo_mini_batch_size x require_batches: the prompts of one trainer step)"
+            how.update({"data.train_batch_size": f"{batch}; fully_async_main asserts 0 (fully_async_rollouter.py)",
+                        "data.gen_batch_size": "fully_async_main asserts 1: the rollouter takes one prompt at a time",
+                        "async_training.require_batches": batch})
         knobs.update({"placement.policy": "split", "placement.args": {"rollout_gpus": nodes * rollout_per_node},
                       "resources.gpus_per_node": trainer_per_node + rollout_per_node})
         placement = f"placement.policy=split, placement.args.rollout_gpus={nodes * rollout_per_node}"
@@ -324,6 +338,8 @@ class VerlRecipeImporter:
         # run bookkeeping, not training settings: verl's default run name, and its default resume_mode
         # (auto), which would become checkpoint.resume: true and refuse a fresh run directory
         skip = {"trainer.experiment_name", "trainer.resume_mode"}
+        if recipe.extras.get("async_entry") == asynchrony.FULLY_ASYNC:
+            skip |= set(asynchrony.BATCH_KEYS)  # translate() computes them (main_ppo's data.train_batch_size 1024 it asserts 0)
         return {k: v for k, v in defaults.items() if not (isinstance(v, str) and "${" in v) and k not in skip}
 
 
@@ -337,6 +353,16 @@ def _async_devices(recipe: Recipe) -> tuple[int, int, int]:
         return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else 1
 
     return count("rollout.nnodes"), count("rollout.n_gpus_per_node"), count("trainer.n_gpus_per_node")
+
+
+def _async_batch(recipe: Recipe) -> int:
+    """A fully_async launch's prompts per trainer step: ppo_mini_batch_size x require_batches (required_samples in
+    fully_async_trainer.py), the recipe's values, else verl's."""
+    defaults = _defaults_of(recipe) or {}
+    by_key = {s.key: s.value for s in recipe.settings}
+    values = [by_key.get(k, defaults.get(k)) for k in ("actor_rollout_ref.actor.ppo_mini_batch_size", "async_training.require_batches")]
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
+    return values[0] * values[1] if ok else 1
 
 
 def _defaults_of(recipe: Recipe) -> dict[str, Any] | None:

@@ -404,8 +404,9 @@ class Solver:
             else:
                 self.target[s.key] = s.value
                 self.lines[s.key] = s
-        self.defaults = {k: v for k, v in importer.defaults(recipe).items()
-                         if k not in self.target and not importer.special(Setting(k, v))}
+        async_keys = {s.key for s in self.asynchrony.settings} if self.asynchrony else set()
+        self.defaults = {k: v for k, v in importer.defaults(recipe).items()  # (the async keys are set by the recipe)
+                         if k not in self.target and k not in async_keys and not importer.special(Setting(k, v))}
         self.knob_count: dict[str, int] = {}
 
     # -- evaluating a candidate config --
