@@ -35,8 +35,12 @@ ENGINES = _in_tree_engines()
 
 
 def test_core_layers_hold():
-    res = subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--config", str(REPO / "pyproject.toml")],
-                         capture_output=True, text=True, cwd=REPO)
+    res = subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--config", str(REPO / "pyproject.toml")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "1 kept, 0 broken" in res.stdout
 
@@ -115,7 +119,8 @@ def test_pyproject_extra_states_the_supported_range(engine):
     reqs = [Requirement(r) for r in extras if Requirement(r).name == package.DISTRIBUTION]
     assert len(reqs) == 1, f"the '{engine}' extra must require {package.DISTRIBUTION} once"
     assert reqs[0].specifier == SpecifierSet(package.SUPPORTED_VERSIONS), (
-        f"pyproject extra '{engine}' says {reqs[0].specifier}, {engine}/package.py says {package.SUPPORTED_VERSIONS}")
+        f"pyproject extra '{engine}' says {reqs[0].specifier}, {engine}/package.py says {package.SUPPORTED_VERSIONS}"
+    )
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -180,7 +185,9 @@ def test_ruff_finds_nothing():
 
     assert importlib.util.find_spec("ruff"), "ruff is not installed: pip install -e '.[test]'"
     paths = ["rlbridge", "adapters", "plugins", "tests", "benchmarks", "scripts"]
-    res = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *paths], cwd=REPO, capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", *paths], cwd=REPO, capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
 
 
@@ -188,24 +195,47 @@ def test_ruff_finds_nothing():
 # The tree is shared by many hands, so it is formatted file by file, not at once: a file joins this
 # list when it is formatted and stays formatted; the list only grows, until it is the whole tree.
 FORMATTED = [
-    "adapters/openrlhf/boot.py", "adapters/openrlhf/effects.py", "adapters/openrlhf/native_reward.py",
-    "adapters/trl/native_reward.py", "adapters/verl/boot.py", "adapters/verl/effects.py",
-    "adapters/verl/native_reward.py", "rlbridge/contract/backend.py", "rlbridge/contract/descriptors.py",
-    "rlbridge/contract/effects.py", "rlbridge/contract/hookspecs.py", "rlbridge/contract/local_plugins.py",
-    "rlbridge/contract/native_rewards.py", "rlbridge/contract/registry.py", "rlbridge/contract/rewards.py",
-    "rlbridge/engine/checkpoints.py", "rlbridge/engine/environment_steps.py", "rlbridge/engine/events.py",
-    "rlbridge/engine/follower.py", "rlbridge/engine/importhooks.py", "rlbridge/engine/model_dir.py",
-    "rlbridge/engine/ray_cluster.py", "rlbridge/engine/ray_engine.py", "rlbridge/engine/ray_failures.py",
-    "rlbridge/engine/scoring.py", "rlbridge/engine/vllm_cpu.py", "rlbridge/engine/weight_sync.py",
-    "rlbridge/helpers.py", "rlbridge/run/knobdoc.py", "tests/test_docs_tree.py", "tests/test_engine_names.py",
-    "tests/test_native_rewards.py", "tests/test_sync_changed.py",
+    "adapters/openrlhf/boot.py",
+    "adapters/openrlhf/effects.py",
+    "adapters/openrlhf/native_reward.py",
+    "adapters/trl/native_reward.py",
+    "adapters/verl/boot.py",
+    "adapters/verl/effects.py",
+    "adapters/verl/native_reward.py",
+    "rlbridge/contract/backend.py",
+    "rlbridge/contract/descriptors.py",
+    "rlbridge/contract/effects.py",
+    "rlbridge/contract/hookspecs.py",
+    "rlbridge/contract/local_plugins.py",
+    "rlbridge/contract/native_rewards.py",
+    "rlbridge/contract/registry.py",
+    "rlbridge/contract/rewards.py",
+    "rlbridge/engine/checkpoints.py",
+    "rlbridge/engine/environment_steps.py",
+    "rlbridge/engine/events.py",
+    "rlbridge/engine/follower.py",
+    "rlbridge/engine/importhooks.py",
+    "rlbridge/engine/model_dir.py",
+    "rlbridge/engine/ray_cluster.py",
+    "rlbridge/engine/ray_engine.py",
+    "rlbridge/engine/ray_failures.py",
+    "rlbridge/engine/scoring.py",
+    "rlbridge/engine/vllm_cpu.py",
+    "rlbridge/engine/weight_sync.py",
+    "rlbridge/helpers.py",
+    "rlbridge/run/knobdoc.py",
+    "tests/test_docs_tree.py",
+    "tests/test_engine_names.py",
+    "tests/test_native_rewards.py",
+    "tests/test_sync_changed.py",
 ]
 
 
 def test_formatted_files_stay_formatted_and_within_120_characters():
     def ruff(*args):
-        return subprocess.run([sys.executable, "-m", "ruff", *args, "--no-cache", *FORMATTED], cwd=REPO,
-                              capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, "-m", "ruff", *args, "--no-cache", *FORMATTED], cwd=REPO, capture_output=True, text=True
+        )
 
     fmt = ruff("format", "--check")
     assert fmt.returncode == 0, f"run `ruff format` on these files:\n{fmt.stdout[-3000:]}{fmt.stderr[-1000:]}"

@@ -54,8 +54,12 @@ def test_declared_difference_is_shown_and_keys_differ(tmp_path):
     assert diffs["rollout.temperature"] == {"trl": 1.0, "trl rollout.temperature=0.7": 0.7}
     assert len(jobs) == 4 and len({j.key for j in jobs}) == 4
     # arms alternate within a seed, and every other seed runs them in reverse (each arm first in half the pairs)
-    assert [(j.arm, j.seed) for j in jobs] == [("trl", 0), ("trl rollout.temperature=0.7", 0),
-                                             ("trl rollout.temperature=0.7", 1), ("trl", 1)]
+    assert [(j.arm, j.seed) for j in jobs] == [
+        ("trl", 0),
+        ("trl rollout.temperature=0.7", 0),
+        ("trl rollout.temperature=0.7", 1),
+        ("trl", 1),
+    ]
     # the key is the resolved config: the same job in another output_dir has the same key
     moved = jobs[0].config.model_copy(deep=True)
     moved.output_dir = "/elsewhere"
@@ -81,23 +85,47 @@ def test_statistics():
 
 @pytest.mark.engine
 def test_small_trl_bench_report_is_consistent(tmp_path):
-    spec = write_spec(tmp_path, arms=["trl", "trl rollout.temperature=0.7"], seeds=[0, 1], target_reward=0.0,
-                      set=["training.steps=3", "training.batch_size=4", "algorithm.group_size=4", "rollout.max_new_tokens=8"])
+    spec = write_spec(
+        tmp_path,
+        arms=["trl", "trl rollout.temperature=0.7"],
+        seeds=[0, 1],
+        target_reward=0.0,
+        set=["training.steps=3", "training.batch_size=4", "algorithm.group_size=4", "rollout.max_new_tokens=8"],
+    )
     out = tmp_path / "bench"
     cmd = [sys.executable, "-m", "rlbridge", "bench", str(spec), "-o", str(out), "--no-progress"]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "4 runs: 0 already done" in res.stderr
-    for name in ("report.md", "results.json", "reward_vs_step.png", "reward_vs_wall.png", "phases.png", "throughput_memory.png"):
+    for name in (
+        "report.md",
+        "results.json",
+        "reward_vs_step.png",
+        "reward_vs_wall.png",
+        "phases.png",
+        "throughput_memory.png",
+    ):
         assert (out / name).stat().st_size > 0, name
     data = json.loads((out / "results.json").read_text())
     assert len(data["runs"]) == 4 and all(r["status"] == "completed" for r in data["runs"])
-    assert data["rlbridge_commit"] and data["differences"] == {"rollout.temperature": {"trl": 1.0, "trl rollout.temperature=0.7": 0.7}}
+    assert data["rlbridge_commit"] and data["differences"] == {
+        "rollout.temperature": {"trl": 1.0, "trl rollout.temperature=0.7": 0.7}
+    }
     for run in data["runs"]:
         assert len(data["histories"][run["key"]]) == 3 and sorted(map(int, run["step_arrival_s"])) == [1, 2, 3]
         n = run["numbers"]
-        for key in ("auc", "reward_final", "step_s", "gen_tokens_per_s", "samples_per_s", "startup_s", "wall_s",
-                    "train_s", "peak_tree_rss_mb", "cpu_s"):
+        for key in (
+            "auc",
+            "reward_final",
+            "step_s",
+            "gen_tokens_per_s",
+            "samples_per_s",
+            "startup_s",
+            "wall_s",
+            "train_s",
+            "peak_tree_rss_mb",
+            "cpu_s",
+        ):
             assert isinstance(n[key], float) and math.isfinite(n[key]) and n[key] >= 0, key
         assert n["steps_to_target"] == 1  # target 0.0 is reached at the first step
         assert n["wall_s"] > n["train_s"] and n["startup_s"] < n["wall_s"]
@@ -111,7 +139,10 @@ def test_small_trl_bench_report_is_consistent(tmp_path):
         assert arm["runs_completed"] == 2 and agg["auc"]["n"] == 2
         assert agg["auc"]["low"] <= agg["auc"]["mean"] <= agg["auc"]["high"]
     (pair,) = data["pairs"]
-    assert pair["auc"]["verdict"] in ("same within seed noise", "differs", "identical") and "Welch" in pair["auc"]["method"]
+    assert (
+        pair["auc"]["verdict"] in ("same within seed noise", "differs", "identical")
+        and "Welch" in pair["auc"]["method"]
+    )
     report = (out / "report.md").read_text()
     assert "Welch" in report and "rollout.temperature" in report and "| trl rollout.temperature=0.7 |" in report
     # an interrupted or repeated bench reuses finished runs
@@ -126,9 +157,24 @@ def test_trl_phase_timers(tmp_path):
     """TRL's own timers give the reference pass when there is a reference (kl_coef > 0), no old-policy
     pass (generation and update are aligned), and phases that fit in the step."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rlbridge", "train", str(QUICKSTART), "--no-progress", "--set", "training.steps=2",
-           "--set", "algorithm.kl_coef=0.05", "--set", "training.batch_size=4", "--set", "algorithm.group_size=4",
-           "--set", f"output_dir={out}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlbridge",
+        "train",
+        str(QUICKSTART),
+        "--no-progress",
+        "--set",
+        "training.steps=2",
+        "--set",
+        "algorithm.kl_coef=0.05",
+        "--set",
+        "training.batch_size=4",
+        "--set",
+        "algorithm.group_size=4",
+        "--set",
+        f"output_dir={out}",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -172,8 +218,10 @@ def _reward_file(text: str, name: str):
     return namespace
 
 
-@pytest.mark.parametrize("completion,eos,cap", [("7777777", False, 7), ("77a7", True, 16), ("", True, 16),
-                                               ("1234", False, 4), ("777", True, 4)])
+@pytest.mark.parametrize(
+    "completion,eos,cap",
+    [("7777777", False, 7), ("77a7", True, 16), ("", True, 16), ("1234", False, 4), ("777", True, 4)],
+)
 def test_native_reward_files_are_the_task_reward(completion, eos, cap):
     """The native verl and OpenRLHF arms score with a reward file in the engine's own convention; it must
     give the quickstart's digit_match (plugins/rewards.py) on the byte-level tiny-digits tokenizer, whose
@@ -200,11 +248,28 @@ def test_native_verl_log_to_canonical(tmp_path):
     from rlbridge_adapters.verl.native import canonical
 
     raw = tmp_path / "verl.jsonl"
-    raw.write_text("\n".join(json.dumps(row) for row in [
-        {"step": 1, "data": {"critic/score/mean": 0.25, "timing_s/step": 2.5, "timing_s/gen": 1.5, "actor/pg_loss": -0.1}},
-        {"step": 2, "data": {"val-core/rlbridge/reward/mean@1": 0.5}},
-        {"step": 2, "data": {"critic/score/mean": 0.5, "timing_s/step": 2.0, "actor/pg_loss": 0.2, "note": "text"}},
-    ]) + "\n")
+    raw.write_text(
+        "\n".join(
+            json.dumps(row)
+            for row in [
+                {
+                    "step": 1,
+                    "data": {
+                        "critic/score/mean": 0.25,
+                        "timing_s/step": 2.5,
+                        "timing_s/gen": 1.5,
+                        "actor/pg_loss": -0.1,
+                    },
+                },
+                {"step": 2, "data": {"val-core/rlbridge/reward/mean@1": 0.5}},
+                {
+                    "step": 2,
+                    "data": {"critic/score/mean": 0.5, "timing_s/step": 2.0, "actor/pg_loss": 0.2, "note": "text"},
+                },
+            ]
+        )
+        + "\n"
+    )
     canonical(raw, tmp_path / "metrics.jsonl")
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
@@ -255,27 +320,48 @@ def test_native_engine_arm_runs_the_engine_entry_point(tmp_path, arm):
     engine = arm.removeprefix("native:")
     if _env_python(engine) is None:
         pytest.skip(f"no engine environment for {engine} (rlbridge env create)")
-    spec = write_spec(tmp_path, arms=[arm], seeds=[0], set=["training.steps=2", "training.batch_size=4",
-                                                              "algorithm.group_size=4", "rollout.max_new_tokens=8"])
+    spec = write_spec(
+        tmp_path,
+        arms=[arm],
+        seeds=[0],
+        set=["training.steps=2", "training.batch_size=4", "algorithm.group_size=4", "rollout.max_new_tokens=8"],
+    )
     out = tmp_path / "bench"
-    res = subprocess.run([sys.executable, "-m", "rlbridge", "bench", str(spec), "-o", str(out), "--no-progress"],
-                         capture_output=True, text=True, cwd=REPO)
+    res = subprocess.run(
+        [sys.executable, "-m", "rlbridge", "bench", str(spec), "-o", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     (run_dir,) = (out / "runs").iterdir()
     run = json.loads((run_dir / "run.json").read_text())
-    assert run["status"] == "completed" and run["command"][1:3] == ["-m", {"verl": "verl.trainer.main_ppo",
-                                                                          "openrlhf": "openrlhf.cli.train_ppo_ray"}[engine.split("@")[0]]]
+    assert run["status"] == "completed" and run["command"][1:3] == [
+        "-m",
+        {"verl": "verl.trainer.main_ppo", "openrlhf": "openrlhf.cli.train_ppo_ray"}[engine.split("@")[0]],
+    ]
     assert [r["step"] for r in run["history"]] == [1, 2] and sorted(map(int, run["step_arrival_s"])) == [1, 2]
     for row in run["history"]:
         assert 0.0 <= row["reward/mean"] <= 1.0 and row["timing/step_s"] > 0
     from rlbridge.engine.patches import PatchKind
 
     module = f"rlbridge_adapters.{engine.split('@')[0]}.patches"
-    probe = subprocess.run([str(_env_python(engine)), "-c", f"import json; from {module} import PATCHES; "
-                            "print(json.dumps({p.name: p.kind.value for p in PATCHES}))"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [
+            str(_env_python(engine)),
+            "-c",
+            f"import json; from {module} import PATCHES; print(json.dumps({{p.name: p.kind.value for p in PATCHES}}))",
+        ],
+        capture_output=True,
+        text=True,
+    )
     kinds = json.loads(probe.stdout.strip().splitlines()[-1])
-    applied = {e["patch"] for f in (run_dir / "run" / "patches").glob("*.json")
-               for e in json.loads(f.read_text())["patches"] if e["status"] == "applied"}
+    applied = {
+        e["patch"]
+        for f in (run_dir / "run" / "patches").glob("*.json")
+        for e in json.loads(f.read_text())["patches"]
+        if e["status"] == "applied"
+    }
     assert applied and all(kinds[name] == PatchKind.CPU_ENABLEMENT.value for name in applied), applied
     assert list((run_dir / "run").glob("reward_f*.py"))  # the engine's own reward file, no rlbridge reward path
 
@@ -292,21 +378,39 @@ def test_native_overhead_pairs_each_seed_and_names_the_order():
         def model_dump(self, exclude=()):
             return {k: v for k, v in vars(self).items() if k not in exclude}
 
-    arms = {name: {"kind": kind, "backend": backend} for name, kind, backend in [
-        ("trl", "rlbridge", "trl"), ("native:trl", "native", "trl"),
-        ("verl@0.9.1", "rlbridge", "verl"), ("native:verl@0.9.1", "native", "verl")]}
-    jobs = [SimpleNamespace(arm=name, config=Config(backend=a["backend"], lr=0.005, run_name=name)) for name, a in arms.items()]
+    arms = {
+        name: {"kind": kind, "backend": backend}
+        for name, kind, backend in [
+            ("trl", "rlbridge", "trl"),
+            ("native:trl", "native", "trl"),
+            ("verl@0.9.1", "rlbridge", "verl"),
+            ("native:verl@0.9.1", "native", "verl"),
+        ]
+    }
+    jobs = [
+        SimpleNamespace(arm=name, config=Config(backend=a["backend"], lr=0.005, run_name=name))
+        for name, a in arms.items()
+    ]
 
     def run(arm, seed, started, wall, step, cpu, rewards):
         key = f"{arm}-{seed}"
         bench_report._HISTORIES[key] = [{"step": i + 1, "reward/mean": r} for i, r in enumerate(rewards)]
-        return {"arm": arm, "seed": seed, "key": key, "status": "completed", "started_at": started,
-                "numbers": {"wall_s": wall, "step_s": step, "fixed_s": wall - 10 * step, "cpu_s": cpu}}
+        return {
+            "arm": arm,
+            "seed": seed,
+            "key": key,
+            "status": "completed",
+            "started_at": started,
+            "numbers": {"wall_s": wall, "step_s": step, "fixed_s": wall - 10 * step, "cpu_s": cpu},
+        }
 
     runs = [
-        run("trl", 0, 100, 12.0, 0.5, 20.0, [0.1, 0.2]), run("native:trl", 0, 200, 10.0, 0.5, 16.0, [0.1, 0.2]),
-        run("native:trl", 1, 300, 10.0, 0.4, 16.0, [0.1, 0.3]), run("trl", 1, 400, 11.0, 0.5, 18.0, [0.1, 0.2]),
-        run("verl@0.9.1", 0, 500, 110.0, 1.1, 30.0, [0.1]), run("native:verl@0.9.1", 0, 600, 100.0, 1.0, 20.0, [0.1]),
+        run("trl", 0, 100, 12.0, 0.5, 20.0, [0.1, 0.2]),
+        run("native:trl", 0, 200, 10.0, 0.5, 16.0, [0.1, 0.2]),
+        run("native:trl", 1, 300, 10.0, 0.4, 16.0, [0.1, 0.3]),
+        run("trl", 1, 400, 11.0, 0.5, 18.0, [0.1, 0.2]),
+        run("verl@0.9.1", 0, 500, 110.0, 1.1, 30.0, [0.1]),
+        run("native:verl@0.9.1", 0, 600, 100.0, 1.0, 20.0, [0.1]),
     ]
     try:
         table = bench_report.native_overhead(arms, runs, jobs)
@@ -326,9 +430,23 @@ def test_native_overhead_pairs_each_seed_and_names_the_order():
 
 
 def _empty_report() -> dict:
-    return {"arms": {}, "pairs": [], "native_overhead": [], "statistics": {}, "differences": {}, "steps": 0,
-            "reward_at": [], "window": 1, "rlbridge_version": "0", "rlbridge_commit": None, "python": "3",
-            "machine": "m", "date_utc": "d", "spec": {"seeds": [], "arms": [], "alpha": 0.05}, "runs": []}
+    return {
+        "arms": {},
+        "pairs": [],
+        "native_overhead": [],
+        "statistics": {},
+        "differences": {},
+        "steps": 0,
+        "reward_at": [],
+        "window": 1,
+        "rlbridge_version": "0",
+        "rlbridge_commit": None,
+        "python": "3",
+        "machine": "m",
+        "date_utc": "d",
+        "spec": {"seeds": [], "arms": [], "alpha": 0.05},
+        "runs": [],
+    }
 
 
 def test_an_offline_stage_is_judged_by_its_loss():
@@ -337,7 +455,9 @@ def test_an_offline_stage_is_judged_by_its_loss():
     from rlbridge.run.loading import load_config
 
     config = resolve(load_config(REPO / "configs" / "sft.yaml", ["training.steps=4", "training.batch_size=8"]))
-    history = [{"step": s, "loss/sft": loss, "timing/step_s": 0.5} for s, loss in ((1, 4.0), (2, 3.0), (3, 2.0), (4, 1.0))]
+    history = [
+        {"step": s, "loss/sft": loss, "timing/step_s": 0.5} for s, loss in ((1, 4.0), (2, 3.0), (3, 2.0), (4, 1.0))
+    ]
     numbers = run_numbers({"history": history}, config, [2, 4], 2, None)
     assert curve_metric(config) == "loss/sft" and curve_metric(resolve(load_config(QUICKSTART))) == "reward/mean"
     assert (numbers["auc"], numbers["reward_at_2"], numbers["reward_final"]) == (2.5, 3.5, 1.5)

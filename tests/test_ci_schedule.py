@@ -14,9 +14,11 @@ from rlbridge.errors import RLBridgeError
 
 def test_ci_cells_are_the_matrix_cells_with_a_ci_field(tmp_path):
     matrix = tmp_path / "matrix.yaml"
-    matrix.write_text("cells:\n"
-                      "  - {engine: trl, version: '1.16.0', tests: [translate]}\n"
-                      "  - {engine: verl, version: '0.9.1', tests: [translate], ci: {peak_gib: 10, warm_s: 400}}\n")
+    matrix.write_text(
+        "cells:\n"
+        "  - {engine: trl, version: '1.16.0', tests: [translate]}\n"
+        "  - {engine: verl, version: '0.9.1', tests: [translate], ci: {peak_gib: 10, warm_s: 400}}\n"
+    )
     assert ci_cells(matrix) == [{"cell": "verl==0.9.1", "peak_gib": 10.0, "warm_s": 400.0}]
     matrix.write_text("cells:\n  - {engine: verl, version: '0.9.1', tests: [translate], ci: {peak: 10}}\n")
     with pytest.raises(RLBridgeError, match="verl==0.9.1: `ci` needs exactly peak_gib and warm_s"):
@@ -33,12 +35,15 @@ def test_the_longest_ready_job_takes_a_free_slot_and_memory_is_respected(monkeyp
     ci = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, ci)  # its dataclasses look their module up there
     spec.loader.exec_module(ci)
-    cells = [{"cell": "a==1", "peak_gib": 3, "warm_s": 30}, {"cell": "b==1", "peak_gib": 10, "warm_s": 400},
-             {"cell": "c==1", "peak_gib": 15, "warm_s": 300}, {"cell": "z==1", "peak_gib": 1, "warm_s": 500}]
+    cells = [
+        {"cell": "a==1", "peak_gib": 3, "warm_s": 30},
+        {"cell": "b==1", "peak_gib": 10, "warm_s": 400},
+        {"cell": "c==1", "peak_gib": 15, "warm_s": 300},
+        {"cell": "z==1", "peak_gib": 1, "warm_s": 500},
+    ]
     events = []
     # z's environment is ready at once, the others a little later: z alone can take the second slot
-    durations = {"install": 0, "env z==1": 0.01, "pytest": 0.6, "cell z==1": 0.2, "cell b==1": 0.5,
-                 "pytest-envs": 0.3}
+    durations = {"install": 0, "env z==1": 0.01, "pytest": 0.6, "cell z==1": 0.2, "cell b==1": 0.5, "pytest-envs": 0.3}
 
     def fake_phase(name, cmd, log, env=None, junit=None):
         phase = ci.Phase(name, started=time.time(), ok=True)

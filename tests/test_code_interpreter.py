@@ -21,8 +21,12 @@ from conftest import needs_sandbox  # noqa: E402
 
 pytestmark = needs_sandbox
 
-ROW = {"prompt": "f(x) = x * 7\nreturn ", "answer": "x * 7", "code_template": "def f(x):\n    return {code}\n",
-       "tests": json.dumps(["assert isinstance(f(1), int)", "assert f(0) == 0", "assert f(3) == 21", "assert f(4) == 28"])}
+ROW = {
+    "prompt": "f(x) = x * 7\nreturn ",
+    "answer": "x * 7",
+    "code_template": "def f(x):\n    return {code}\n",
+    "tests": json.dumps(["assert isinstance(f(1), int)", "assert f(0) == 0", "assert f(3) == 21", "assert f(4) == 28"]),
+}
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +34,28 @@ def trainer(tmp_path_factory):
     from datasets import Dataset
     from transformers import PreTrainedTokenizerFast
 
-    model = get_plugin_manager().get("model_builder", "tiny-digits", "model.path").build(builtin_model_dir("tiny-digits"))
+    model = (
+        get_plugin_manager().get("model_builder", "tiny-digits", "model.path").build(builtin_model_dir("tiny-digits"))
+    )
     tok = PreTrainedTokenizerFast.from_pretrained(model)
-    args = trl.GRPOConfig(output_dir=str(tmp_path_factory.mktemp("out")), max_completion_length=512, num_generations=2,
-                          per_device_train_batch_size=2, use_cpu=True, report_to="none", max_steps=1)
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("out")),
+        max_completion_length=512,
+        num_generations=2,
+        per_device_train_batch_size=2,
+        use_cpu=True,
+        report_to="none",
+        max_steps=1,
+    )
     cls = trainer_class(trl.GRPOTrainer)
-    return cls(model=model, reward_funcs=[lambda completions, **k: [0.0] * len(completions)], args=args,
-               train_dataset=Dataset.from_list([ROW]), processing_class=tok, rollout_func=lambda prompts, trainer: None)
+    return cls(
+        model=model,
+        reward_funcs=[lambda completions, **k: [0.0] * len(completions)],
+        args=args,
+        train_dataset=Dataset.from_list([ROW]),
+        processing_class=tok,
+        rollout_func=lambda prompts, trainer: None,
+    )
 
 
 def play(trainer, turns, episodes=1):
@@ -49,14 +68,19 @@ def play(trainer, turns, episodes=1):
         return [list(ids) for _ in prompt_ids], None
 
     trainer._generate_single_turn = generate
-    rollout = EnvironmentRollout({"name": "code_interpreter", "args": {"extract": "expression", "wall_s": 3, "cpu_s": 1},
-                                  "max_turns": 3}, "prompt", use_chat_template=False)
+    rollout = EnvironmentRollout(
+        {"name": "code_interpreter", "args": {"extract": "expression", "wall_s": 3, "cpu_s": 1}, "max_turns": 3},
+        "prompt",
+        use_chat_template=False,
+    )
     trainer._rlbridge_rows = [ROW] * episodes
     return rollout([ROW["prompt"]] * episodes, trainer)
 
 
 def test_tool_runs_in_the_sandbox_and_the_answer_is_judged(trainer):
-    tool = '<tool_call>{"name": "python", "arguments": {"code": "import os\\nprint(6 * 7, os.getuid() != 0)"}}</tool_call>'
+    tool = (
+        '<tool_call>{"name": "python", "arguments": {"code": "import os\\nprint(6 * 7, os.getuid() != 0)"}}</tool_call>'
+    )
     out = play(trainer, [tool, "x * 7"])
     text = trainer.processing_class.decode(out["completion_ids"][0])
     assert "42 True" in text  # the tool's output, as the tool message, run under an unprivileged uid
@@ -67,10 +91,12 @@ def test_tool_runs_in_the_sandbox_and_the_answer_is_judged(trainer):
 def test_the_tool_sees_no_tests_and_the_answer_cannot_fake_a_pass(trainer):
     # the tool looks for the row's tests everywhere it can read; then the answer prints pass marks
     # the needle is made at run time (join: the compiler folds 'a' + 'b'): the probe holds no copy
-    probe = ("import gc, os\\ndef seen():\\n    needle = ' '.join(['assert', 'f('])\\n"
-             "    files = [open(os.path.join(r, n)).read() for r, d, f in os.walk('/tmp') for n in f]\\n"
-             "    return sum(needle in repr(o) for o in gc.get_objects()), sum(needle in t for t in files)\\n"
-             "print('asserts seen:', *seen())")
+    probe = (
+        "import gc, os\\ndef seen():\\n    needle = ' '.join(['assert', 'f('])\\n"
+        "    files = [open(os.path.join(r, n)).read() for r, d, f in os.walk('/tmp') for n in f]\\n"
+        "    return sum(needle in repr(o) for o in gc.get_objects()), sum(needle in t for t in files)\\n"
+        "print('asserts seen:', *seen())"
+    )
     tool = '<tool_call>{"name": "python", "arguments": {"code": "' + probe + '"}}</tool_call>'
     out = play(trainer, [tool, "print('RLBRIDGE-TEST-PASSED 0')"])
     text = trainer.processing_class.decode(out["completion_ids"][0])

@@ -34,7 +34,12 @@ def test_values_cross_as_builtin_types_only():
     for bad in (Int(3), [Int(3)], object(), iter([1]), {"k": type("S", (str,), {})("v")}):
         with pytest.raises(TypeError):
             encode_value(bad)
-    for forged in ({"__class__": "x"}, {"t": "object", "v": []}, {"t": "dict", "v": [[[1], 2]]}, {"t": "tuple", "v": 5}):
+    for forged in (
+        {"__class__": "x"},
+        {"t": "object", "v": []},
+        {"t": "dict", "v": [[[1], 2]]},
+        {"t": "tuple", "v": 5},
+    ):
         with pytest.raises(ValueError):
             decode_value(forged)
 
@@ -50,10 +55,18 @@ def test_each_format_is_judged_on_the_host():
     tests = [
         "assert abs(area(2.0) - 12.566) < 1e-3",  # the test's own expression, with the value as data
         "assert isinstance(pair(1), tuple)\nassert pair(1, b=5) == (1, 5)",
-        {"call": "pair", "args": [3], "kwargs": {"t": "dict", "v": [["b", 4]]}, "expected": {"t": "tuple", "v": [3, 4]}},
+        {
+            "call": "pair",
+            "args": [3],
+            "kwargs": {"t": "dict", "v": [["b", 4]]},
+            "expected": {"t": "tuple", "v": [3, 4]},
+        },
         {"call": "pair", "args": [3], "expected": [3, 0]},  # a list is not the tuple returned: strict
-        {"check": "def check(candidate):\n    assert candidate(1.0) == unit_area()\n", "entry_point": "area",
-         "prelude": "import math\ndef unit_area():\n    return math.pi\n"},
+        {
+            "check": "def check(candidate):\n    assert candidate(1.0) == unit_area()\n",
+            "entry_point": "area",
+            "prelude": "import math\ndef unit_area():\n    return math.pi\n",
+        },
     ]
     score, judged = run_tests(solution, tests)
     assert [v.passed for v in judged.verdicts] == [True, True, True, False, True] and score == 0.8
@@ -110,7 +123,9 @@ def test_humaneval_canonical_solutions_score_one_and_bare_prompts_zero():
 
     rows = humaneval()
     assert len(rows) == 164
-    specs = specs_with_factories([{"name": "code_tests", "weight": 1.0, "args": {"extract": "code"}}], get_plugin_manager())
+    specs = specs_with_factories(
+        [{"name": "code_tests", "weight": 1.0, "args": {"extract": "code"}}], get_plugin_manager()
+    )
     canonical = [RewardInput(prompt=r["prompt"], completion=r["answer"], completion_ids=[1], metadata=r) for r in rows]
     bare = [RewardInput(prompt=r["prompt"], completion="", completion_ids=[1], metadata=r) for r in rows]
     started = time.monotonic()

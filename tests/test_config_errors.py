@@ -19,7 +19,9 @@ def _fails(tmp_path, text, *extra, expect):
 
 
 def test_yaml_syntax_error_has_line_number(tmp_path):
-    _fails(tmp_path, "backend: trl\nmodel:\n  path: [unclosed\nreward: []\n", expect=["YAML syntax error", "cfg.yaml:4"])
+    _fails(
+        tmp_path, "backend: trl\nmodel:\n  path: [unclosed\nreward: []\n", expect=["YAML syntax error", "cfg.yaml:4"]
+    )
 
 
 def test_unknown_key_did_you_mean(tmp_path):
@@ -44,11 +46,23 @@ def test_out_of_range(tmp_path):
 
 
 def test_unknown_backend_lists_available(tmp_path):
-    _fails(tmp_path, MINIMAL, "--set", "backend=trll", expect=["unknown backend 'trll'", "did you mean 'trl'", "available: openrlhf, trl, verl"])
+    _fails(
+        tmp_path,
+        MINIMAL,
+        "--set",
+        "backend=trll",
+        expect=["unknown backend 'trll'", "did you mean 'trl'", "available: openrlhf, trl, verl"],
+    )
 
 
 def test_unknown_reward_plugin_lists_available(tmp_path):
-    _fails(tmp_path, MINIMAL, "--set", "reward=[{name: digit_mach}]", expect=["reward[0].name", "digit_mach", "available:", "digit_match"])
+    _fails(
+        tmp_path,
+        MINIMAL,
+        "--set",
+        "reward=[{name: digit_mach}]",
+        expect=["reward[0].name", "digit_mach", "available:", "digit_match"],
+    )
 
 
 def test_missing_model_path(tmp_path):
@@ -56,15 +70,33 @@ def test_missing_model_path(tmp_path):
 
 
 def test_group_size_below_two_for_grpo(tmp_path):
-    _fails(tmp_path, MINIMAL, "--set", "algorithm.group_size=1", expect=["group_size is 1", "set algorithm.group_size to 2 or more"])
+    _fails(
+        tmp_path,
+        MINIMAL,
+        "--set",
+        "algorithm.group_size=1",
+        expect=["group_size is 1", "set algorithm.group_size to 2 or more"],
+    )
 
 
 def test_batch_not_divisible_by_group_size(tmp_path):
-    _fails(tmp_path, MINIMAL, "--set", "training.mini_batch_size=6", expect=["mini_batch_size (6) is not divisible by algorithm.group_size (4)"])
+    _fails(
+        tmp_path,
+        MINIMAL,
+        "--set",
+        "training.mini_batch_size=6",
+        expect=["mini_batch_size (6) is not divisible by algorithm.group_size (4)"],
+    )
 
 
 def test_rejected_knob_names_knob_backend_and_alternative(tmp_path):
-    _fails(tmp_path, MINIMAL, "--set", "algorithm.name=ppo", expect=["backend 'trl' cannot honour algorithm.name=ppo", "backend: verl"])
+    _fails(
+        tmp_path,
+        MINIMAL,
+        "--set",
+        "algorithm.name=ppo",
+        expect=["backend 'trl' cannot honour algorithm.name=ppo", "backend: verl"],
+    )
 
 
 def test_rejected_knob_nodes(tmp_path):
@@ -72,7 +104,13 @@ def test_rejected_knob_nodes(tmp_path):
 
 
 def test_backend_options_cannot_shadow_a_canonical_knob(tmp_path):
-    _fails(tmp_path, MINIMAL, "--set", "backend_options.trl.learning_rate=0.1", expect=["backend_options.trl.learning_rate", "training.lr"])
+    _fails(
+        tmp_path,
+        MINIMAL,
+        "--set",
+        "backend_options.trl.learning_rate=0.1",
+        expect=["backend_options.trl.learning_rate", "training.lr"],
+    )
 
 
 def test_debug_shows_traceback(tmp_path):
@@ -87,8 +125,13 @@ def test_steps_and_epochs_together_refused_where_one_stop_condition(tmp_path):
     total_epochs); TRL and OpenRLHF have one stop condition, so the pair is refused, not half-honoured."""
     text = MINIMAL.replace("training: {steps: 2, batch_size: 2, lr: 5.0e-3}", "training:\n  steps: 3\n  epochs: 2\n")
     for backend in ("trl", "openrlhf"):
-        _fails(tmp_path, text, "--set", f"backend={backend}",
-               expect=["training.steps (3) and training.epochs (2)", "whichever comes first", "set one of them to null"])
+        _fails(
+            tmp_path,
+            text,
+            "--set",
+            f"backend={backend}",
+            expect=["training.steps (3) and training.epochs (2)", "whichever comes first", "set one of them to null"],
+        )
 
 
 def test_steps_and_epochs_together_on_verl_set_both_stop_conditions(tmp_path):
@@ -99,8 +142,16 @@ def test_steps_and_epochs_together_on_verl_set_both_stop_conditions(tmp_path):
     assert "trainer.total_training_steps=3" in res.stdout and "trainer.total_epochs=2" in res.stdout, res.stdout
 
 
-@pytest.mark.parametrize("extra", [[], ["algorithm.name=dr_grpo"], ["training.epochs=2", "training.steps=null"],
-                                   ["algorithm.rollout_correction=token_truncate"], ["backend=verl"]])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["algorithm.name=dr_grpo"],
+        ["training.epochs=2", "training.steps=null"],
+        ["algorithm.rollout_correction=token_truncate"],
+        ["backend=verl"],
+    ],
+)
 def test_a_dumped_resolved_config_loads_again(extra):
     """config.yaml of a run (and what rlbridge submit and the engine child receive) is the whole
     resolved config, defaults included: it must validate again exactly as written."""

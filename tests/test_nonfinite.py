@@ -18,7 +18,13 @@ from conftest import MINIMAL, write_config
 
 
 def test_clean_keeps_non_finite_canonical_values():
-    metrics = {"loss/policy": float("nan"), "grad_norm": float("inf"), "lr": 1e-3, "not_canonical": float("nan"), "x": "text"}
+    metrics = {
+        "loss/policy": float("nan"),
+        "grad_norm": float("inf"),
+        "lr": 1e-3,
+        "not_canonical": float("nan"),
+        "x": "text",
+    }
     kept = clean(metrics)
     assert set(kept) == {"loss/policy", "grad_norm", "lr"}
     assert math.isnan(kept["loss/policy"]) and kept["grad_norm"] == math.inf
@@ -53,8 +59,13 @@ def test_metrics_jsonl_records_null_and_names_and_hooks_see_the_value(tmp_path, 
     text = (run_dir / "metrics.jsonl").read_text()
     assert "NaN" not in text and "Infinity" not in text  # strict JSON, readable by any tool
     rows = [json.loads(line) for line in text.splitlines()]
-    assert rows[1] == {"step": 2, "loss/policy": None, "reward/mean": 0.25, "grad_norm": None,
-                       "nonfinite": ["grad_norm", "loss/policy"]}
+    assert rows[1] == {
+        "step": 2,
+        "loss/policy": None,
+        "reward/mean": 0.25,
+        "grad_norm": None,
+        "nonfinite": ["grad_norm", "loss/policy"],
+    }
     assert "nonfinite" not in rows[0] and "nonfinite" not in rows[2]
     step, seen = hook.seen[1]
     assert step == 2 and math.isnan(seen["loss/policy"]) and seen["grad_norm"] == -math.inf
@@ -103,7 +114,12 @@ def _nan_run(tmp_path, *overrides):
     pm.register(hook, "hook")
     cfg = load_config(
         write_config(tmp_path, MINIMAL),
-        [f"output_dir={tmp_path}/run", "training.steps=5", "reward=[{name: digit_match}, {name: nan_third}]", *overrides],
+        [
+            f"output_dir={tmp_path}/run",
+            "training.steps=5",
+            "reward=[{name: digit_match}, {name: nan_third}]",
+            *overrides,
+        ],
     )
     return cfg, pm, hook
 
@@ -124,7 +140,9 @@ def test_a_nan_reward_on_trl_fails_the_run_by_default(tmp_path):
     assert summary["nonfinite_steps"] == [3]
     failure = summary["failure"]  # the cause (rlbridge.run.failures): a reward's NaN, not the learning rate
     assert failure["kind"] == "nonfinite" and not failure["retryable"], failure
-    assert failure["hint"].startswith("a reward plugin returned NaN/inf (") and "reward/nan_third/mean" in failure["hint"], failure
+    assert (
+        failure["hint"].startswith("a reward plugin returned NaN/inf (") and "reward/nan_third/mean" in failure["hint"]
+    ), failure
 
 
 @pytest.mark.engine

@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.engine
 def test_openenv_server_drives_two_trl_steps_and_is_stopped(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)  # the example's server path is relative to the repository root
-    config = load_config(REPO / "examples" / "openenv.yaml", [f"output_dir={tmp_path}/run", "training.steps=2", "training.batch_size=2"])
+    config = load_config(
+        REPO / "examples" / "openenv.yaml", [f"output_dir={tmp_path}/run", "training.steps=2", "training.batch_size=2"]
+    )
     summary = train(config, progress=False)
     assert summary["status"] == "completed"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

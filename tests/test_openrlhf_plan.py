@@ -10,7 +10,10 @@ from conftest import MINIMAL, write_config
 
 
 def _argv(tmp_path, version, *overrides):
-    cfg = load_config(write_config(tmp_path, MINIMAL), ["backend=openrlhf", "engine_env=auto", f"engine_version={version}", *overrides])
+    cfg = load_config(
+        write_config(tmp_path, MINIMAL),
+        ["backend=openrlhf", "engine_env=auto", f"engine_version={version}", *overrides],
+    )
     return prepare(cfg).plan.native["args"]
 
 
@@ -28,8 +31,14 @@ def test_dotted_flags_from_0_10_2_flat_before(tmp_path):
 
 
 def test_batch_semantics_and_steps(tmp_path):
-    argv = _argv(tmp_path, "0.11.2", "training.batch_size=4", "training.mini_batch_size=8", "training.micro_batch_size=2",
-                 "training.steps=3")
+    argv = _argv(
+        tmp_path,
+        "0.11.2",
+        "training.batch_size=4",
+        "training.mini_batch_size=8",
+        "training.micro_batch_size=2",
+        "training.steps=3",
+    )
     assert _flag(argv, "--rollout.batch_size") == "4" and _flag(argv, "--rollout.n_samples_per_prompt") == "4"
     assert _flag(argv, "--train.batch_size") == "8" and _flag(argv, "--train.micro_batch_size") == "2"
     assert _flag(argv, "--data.max_samples") == "12"  # steps x prompts: OpenRLHF runs exactly 3 steps
@@ -59,14 +68,36 @@ def test_environment_with_tools_runs_through_the_agent_with_its_tools_in_the_pro
     parses the calls, and with a chat template rlbridge renders the prompts with the tools' schemas."""
     argv = _argv(tmp_path, "0.11.2", "reward=[]", "environment={name: digit_hint}")
     assert argv[argv.index("--train.agent_func_path") + 1].endswith("rlbridge_agent.py")
-    cfg = load_config(write_config(tmp_path, MINIMAL), ["backend=openrlhf", "engine_env=auto", "engine_version=0.11.2", "reward=[]",
-                                                        "environment={name: digit_hint}", "model.use_chat_template=true"])
+    cfg = load_config(
+        write_config(tmp_path, MINIMAL),
+        [
+            "backend=openrlhf",
+            "engine_env=auto",
+            "engine_version=0.11.2",
+            "reward=[]",
+            "environment={name: digit_hint}",
+            "model.use_chat_template=true",
+        ],
+    )
     native = prepare(cfg).plan.native
     assert [t["function"]["name"] for t in native["data"]["tools"]] == ["hint"]
-    assert "--data.apply_chat_template" not in native["args"] and native["args"][native["args"].index("--data.input_template") + 1] == "{}"
-    no_tools = prepare(load_config(write_config(tmp_path, MINIMAL), [
-        "backend=openrlhf", "engine_env=auto", "engine_version=0.11.2", "reward=[]", "environment={name: digit_turns}",
-        "model.use_chat_template=true"])).plan.native
+    assert (
+        "--data.apply_chat_template" not in native["args"]
+        and native["args"][native["args"].index("--data.input_template") + 1] == "{}"
+    )
+    no_tools = prepare(
+        load_config(
+            write_config(tmp_path, MINIMAL),
+            [
+                "backend=openrlhf",
+                "engine_env=auto",
+                "engine_version=0.11.2",
+                "reward=[]",
+                "environment={name: digit_turns}",
+                "model.use_chat_template=true",
+            ],
+        )
+    ).plan.native
     assert no_tools["data"]["tools"] is None and "--data.apply_chat_template" in no_tools["args"]
 
 

@@ -14,7 +14,7 @@ from rlbridge.engine import patch_report
 from rlbridge.engine.patch_report import PATCH_DIR_ENV, Target, drift, fingerprint, merge
 from rlbridge.engine.patches import Patch, PatchKind, apply_patches
 
-TARGET_SOURCE = textwrap.dedent('''
+TARGET_SOURCE = textwrap.dedent("""
     def compute(x):
         return x + 1
 
@@ -22,7 +22,7 @@ TARGET_SOURCE = textwrap.dedent('''
     class Engine:
         def step(self):
             return "upstream"
-''')
+""")
 
 
 @pytest.fixture
@@ -52,12 +52,24 @@ def _patch(name, module, **kw):
 
         when_imported(module, change)
 
-    return Patch(name=name, engine="pytest", versions=">=0", kind=PatchKind.CPU_ENABLEMENT, fixes="f", why="w",
-                 probe=lambda: True, apply=apply, **kw)
+    return Patch(
+        name=name,
+        engine="pytest",
+        versions=">=0",
+        kind=PatchKind.CPU_ENABLEMENT,
+        fixes="f",
+        why="w",
+        probe=lambda: True,
+        apply=apply,
+        **kw,
+    )
 
 
 def test_applied_only_once_the_target_module_is_imported_in_this_process(upstream, tmp_path):
-    patches = [_patch("waits-for-engine", "rlb_upstream_pkg.engine"), _patch("never-imported", "rlb_upstream_pkg.never")]
+    patches = [
+        _patch("waits-for-engine", "rlb_upstream_pkg.engine"),
+        _patch("never-imported", "rlb_upstream_pkg.never"),
+    ]
     report = apply_patches(patches, {})
     assert report[0]["status"].startswith("registered: target never imported")  # nothing ran yet
     reports = tmp_path / "run" / "patches"
@@ -92,7 +104,7 @@ def test_every_process_reports_and_the_run_report_merges_them(upstream, tmp_path
     assert len(merged["processes"]) == 2
     entry = merged["by_patch"]["waits-for-engine"]
     assert [p["pid"] for p in entry["applied_in"]] == [os.getpid()]
-    (other_status, pids), = entry["other"].items()
+    ((other_status, pids),) = entry["other"].items()
     assert other_status.startswith("registered: target never imported") and pids != [os.getpid()]
     assert json.loads((tmp_path / "run" / "patches.json").read_text()) == merged
 
@@ -100,11 +112,15 @@ def test_every_process_reports_and_the_run_report_merges_them(upstream, tmp_path
 def test_a_changed_upstream_target_is_reported_drifted(upstream):
     here = fingerprint("rlb_upstream_pkg.engine", "Engine.step")
     assert here and "rlb_upstream_pkg.engine" not in sys.modules  # read without importing it
-    patch = _patch("p", "rlb_upstream_pkg.engine", targets=(
-        Target("rlb_upstream_pkg.engine", "Engine.step", (here,)),
-        Target("rlb_upstream_pkg.engine", "compute", ("000000000000",)),
-        Target("rlb_upstream_pkg.engine", "Engine.gone", ("000000000000",)),
-    ))
+    patch = _patch(
+        "p",
+        "rlb_upstream_pkg.engine",
+        targets=(
+            Target("rlb_upstream_pkg.engine", "Engine.step", (here,)),
+            Target("rlb_upstream_pkg.engine", "compute", ("000000000000",)),
+            Target("rlb_upstream_pkg.engine", "Engine.gone", ("000000000000",)),
+        ),
+    )
     assert [d["status"] for d in drift([patch])] == ["ok", "drifted", "missing"]
     # comments and formatting are not a change; code is
     (upstream / "engine.py").write_text(TARGET_SOURCE.replace('return "upstream"', 'return "upstream"  # note'))
@@ -115,7 +131,9 @@ def test_a_changed_upstream_target_is_reported_drifted(upstream):
 
 def test_a_target_scoped_to_other_versions_is_not_checked(upstream, monkeypatch):
     monkeypatch.setattr(patch_report, "_installed", lambda dist: "0.9.1")
-    patch = _patch("p", "rlb_upstream_pkg.engine", targets=(
-        Target("rlb_upstream_pkg.engine", "compute", ("000000000000",), versions="<0.6"),
-    ))
+    patch = _patch(
+        "p",
+        "rlb_upstream_pkg.engine",
+        targets=(Target("rlb_upstream_pkg.engine", "compute", ("000000000000",), versions="<0.6"),),
+    )
     assert drift([patch]) == []

@@ -14,7 +14,9 @@ from rlbridge.errors import ConfigError  # noqa: E402
 
 def plugins():
     pm = PluginManager()
-    return pm.get("data_source", "reasoning_gym", "data.train.name"), pm.get("reward", "reasoning_gym", "reward[0].name")
+    return pm.get("data_source", "reasoning_gym", "data.train.name"), pm.get(
+        "reward", "reasoning_gym", "reward[0].name"
+    )
 
 
 def test_rows_carry_the_entry_and_the_scorer_is_reasoning_gyms():

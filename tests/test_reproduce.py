@@ -10,8 +10,15 @@ import pytest
 from conftest import QUICKSTART, run_cli
 
 # non-default values: a seed, a group size, a row count and a learning rate of their own
-OVERRIDES = ["training.steps=3", "training.batch_size=4", "algorithm.group_size=4", "training.seed=7",
-             "training.lr=0.01", "data.train.args.num_rows=300", "rollout.max_new_tokens=8"]
+OVERRIDES = [
+    "training.steps=3",
+    "training.batch_size=4",
+    "algorithm.group_size=4",
+    "training.seed=7",
+    "training.lr=0.01",
+    "data.train.args.num_rows=300",
+    "rollout.max_new_tokens=8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +92,9 @@ def test_reproduce_refuses_an_environment_it_cannot_match_and_names_the_packages
     assert not (tmp_path / "never").exists()  # nothing ran
 
 
-def test_reproduce_rebuilds_a_missing_environment_from_its_recipe_and_pins_the_manifest_versions(finished_run, tmp_path, monkeypatch):
+def test_reproduce_rebuilds_a_missing_environment_from_its_recipe_and_pins_the_manifest_versions(
+    finished_run, tmp_path, monkeypatch
+):
     """No environment matches: reproduce builds one through the recipes (rlbridge.envs.create, here a
     recipe of small wheels from the local index, and tomli 2.4.1 standing in for rlbridge's own install),
     beside the existing environments, then pins the manifest's versions (tomli down to 2.4.0, setuptools
@@ -99,8 +108,18 @@ def test_reproduce_rebuilds_a_missing_environment_from_its_recipe_and_pins_the_m
     from rlbridge.run.reproduce import ReproduceError, rebuild_environment
 
     recipes = tmp_path / "engines.yaml"
-    recipes.write_text(yaml.safe_dump({"trl": {"default": "1.16.0", "distribution": "trl", "torch": "six==1.17.0",
-                                               "versions": {"1.16.0": {"requirement": "iniconfig==2.3.0"}}}}))
+    recipes.write_text(
+        yaml.safe_dump(
+            {
+                "trl": {
+                    "default": "1.16.0",
+                    "distribution": "trl",
+                    "torch": "six==1.17.0",
+                    "versions": {"1.16.0": {"requirement": "iniconfig==2.3.0"}},
+                }
+            }
+        )
+    )
     monkeypatch.setenv("RLBRIDGE_RECIPES", str(recipes))
     monkeypatch.setenv("RLBRIDGE_INSTALLER", "pip")
     monkeypatch.setattr(envs, "_rlbridge_source", lambda extras=(): ["tomli==2.4.1"])
@@ -109,14 +128,19 @@ def test_reproduce_rebuilds_a_missing_environment_from_its_recipe_and_pins_the_m
     (existing / "keep").write_text("an environment of the user's")
     manifest = json.loads((finished_run / "manifest.json").read_text())
     wanted = {"pip": ensurepip.version(), "six": "1.17.0", "iniconfig": "2.3.0", "tomli": "2.4.0"}
-    manifest["engine_env"].update(packages=wanted, packages_sha256="ab" * 32,
-                                  python=str(envs.envs_dir() / "trl-1.16.0" / "bin" / "python"))
+    manifest["engine_env"].update(
+        packages=wanted, packages_sha256="ab" * 32, python=str(envs.envs_dir() / "trl-1.16.0" / "bin" / "python")
+    )
     lines = []
     python = rebuild_environment(manifest, echo=lines.append)
     assert python == envs.envs_dir() / f"trl-1.16.0-reproduce-{'ab' * 6}" / "bin" / "python"
     assert package_set(site_dirs(python)) == wanted
-    assert any(line.startswith("pinning 1 distribution(s) to the manifest's versions: tomli==2.4.0") for line in lines), lines
-    assert any(line.startswith("removing 1 distribution(s) the manifest does not have: setuptools") for line in lines), lines
+    assert any(
+        line.startswith("pinning 1 distribution(s) to the manifest's versions: tomli==2.4.0") for line in lines
+    ), lines
+    assert any(
+        line.startswith("removing 1 distribution(s) the manifest does not have: setuptools") for line in lines
+    ), lines
     assert (existing / "keep").read_text() == "an environment of the user's"  # built beside it
     manifest["engine_env"]["packages"] = {**wanted, "six": "0.0.1"}  # no index has it
     with pytest.raises(ReproduceError) as err:
@@ -136,7 +160,9 @@ def test_reproduce_refuses_to_rebuild_for_another_python_or_an_engine_version_wi
     (changed / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ReproduceError) as err:
         reproduce(changed, tmp_path / "never")
-    assert f"it ran Python 3.9.18, and an environment built here runs this one's, {sys.version.split()[0]}" in str(err.value)
+    assert f"it ran Python 3.9.18, and an environment built here runs this one's, {sys.version.split()[0]}" in str(
+        err.value
+    )
     assert "before rebuilding: no engine environment here matches" in str(err.value)
     assert "python 3.9.18 -> " in str(err.value)
     assert not (tmp_path / "never").exists()
@@ -147,7 +173,9 @@ def test_reproduce_refuses_to_rebuild_for_another_python_or_an_engine_version_wi
     assert rebuild_spec(manifest) == "trl==0.0.7"
     manifest["engine_env"]["python_version"] = sys.version.split()[0]
     (changed / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ReproduceError, match=r"cannot rebuild the run's environment \(trl==0.0.7\).*no recipe for trl==0.0.7"):
+    with pytest.raises(
+        ReproduceError, match=r"cannot rebuild the run's environment \(trl==0.0.7\).*no recipe for trl==0.0.7"
+    ):
         reproduce(changed, tmp_path / "never")
 
 
@@ -186,7 +214,10 @@ def test_compare_verdicts():
     assert compare(base, timing_only)["verdict"] == "identical"  # timings are measured, not computed
     idle = [{**r, "async/rollout_idle_s": 0.1 * r["step"], "async/staleness_max": 0} for r in base]
     assert compare([{**r, "async/staleness_max": 0} for r in base], idle)["verdict"] == "identical"  # so are durations
-    assert compare(idle, [{**r, "async/staleness_max": 1} for r in idle])["first_difference"]["metric"] == "async/staleness_max"
+    assert (
+        compare(idle, [{**r, "async/staleness_max": 1} for r in idle])["first_difference"]["metric"]
+        == "async/staleness_max"
+    )
     noisy = [{**r, "reward/mean": r["reward/mean"] + (0.01 if r["step"] % 2 else -0.01)} for r in base]
     out = compare(base, noisy)
     assert out["verdict"] == "same within noise" and out["first_difference"]["step"] == 1
@@ -239,8 +270,9 @@ def test_per_request_seeds_differ_within_a_group_and_repeat_across_runs():
     from rlbridge_adapters.verl.patches import v09_determinism as verl
 
     group = [verl.request_seed(5, {"step": 3, "sample_index": 11, "rollout_n": n, "validate": False}) for n in range(8)]
-    assert len(set(group)) == 8 and group == [verl.request_seed(5, {"step": 3, "sample_index": 11, "rollout_n": n,
-                                                                       "validate": False}) for n in range(8)]
+    assert len(set(group)) == 8 and group == [
+        verl.request_seed(5, {"step": 3, "sample_index": 11, "rollout_n": n, "validate": False}) for n in range(8)
+    ]
     assert verl.request_seed(6, {"step": 3, "sample_index": 11, "rollout_n": 0, "validate": False}) != group[0]
     requests = [openrlhf.request_seed("5", "1111", 3, n) for n in range(8)]
     assert len(set(requests)) == 8 and openrlhf.request_seed("6", "1111", 3, 0) != requests[0]
@@ -289,7 +321,9 @@ def test_openrlhf_prompts_are_numbered_in_dispatch_order_and_samples_seeded_from
             await asyncio.sleep(0)
             self.seen.append((prompt, sampling_params.seed, sampling_params.extra_args))
 
-    agent = type("agent", (), {"SingleTurnAgentExecutor": Executor, "MultiTurnAgentExecutor": type("M", (Executor,), {})})
+    agent = type(
+        "agent", (), {"SingleTurnAgentExecutor": Executor, "MultiTurnAgentExecutor": type("M", (Executor,), {})}
+    )
     hooks = []
     original = determinism.when_imported
     determinism.when_imported = lambda name, hook: hooks.append((name, hook))

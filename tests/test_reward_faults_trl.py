@@ -55,7 +55,10 @@ def always_raises():
 class Plugins:
     @hookimpl
     def rlbridge_register_rewards(self):
-        return [RewardPlugin("chaos", chaos, "misbehaves on purpose"), RewardPlugin("always_raises", always_raises, "raises")]
+        return [
+            RewardPlugin("chaos", chaos, "misbehaves on purpose"),
+            RewardPlugin("always_raises", always_raises, "raises"),
+        ]
 
 
 def _run(tmp_path, *overrides):
@@ -68,8 +71,12 @@ def _run(tmp_path, *overrides):
 
 def test_trl_run_survives_each_fault_and_counts_it_per_step(tmp_path):
     cfg, pm = _run(
-        tmp_path, "training.steps=6", f"reward=[{{name: digit_match}}, {{name: chaos, args: {{state_dir: '{tmp_path}'}}}}]",
-        "rollout_workers.timeout_s=3", "rollout_workers.batch_size=64", "rollout_workers.error_threshold=1.0",
+        tmp_path,
+        "training.steps=6",
+        f"reward=[{{name: digit_match}}, {{name: chaos, args: {{state_dir: '{tmp_path}'}}}}]",
+        "rollout_workers.timeout_s=3",
+        "rollout_workers.batch_size=64",
+        "rollout_workers.error_threshold=1.0",
     )
     started = time.monotonic()
     summary = train(cfg, pm, progress=False)
@@ -78,7 +85,14 @@ def test_trl_run_survives_each_fault_and_counts_it_per_step(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     samples = 2 * 4  # batch_size x group_size: one call of each plugin per step
     # None next to digit_match's score is "not applicable", not a fault (None for every plugin would be)
-    expected = [("timeouts", samples), ("crashes", samples), ("errors", samples), ("invalid", samples), (None, 0), (None, 0)]
+    expected = [
+        ("timeouts", samples),
+        ("crashes", samples),
+        ("errors", samples),
+        ("invalid", samples),
+        (None, 0),
+        (None, 0),
+    ]
     for row, (kind, n) in zip(rows, expected):
         faults = {k: row[f"reward/{k}"] for k in ("errors", "timeouts", "crashes", "nonfinite", "invalid")}
         assert faults == {k: (n if k == kind else 0) for k in faults}, (row["step"], faults)
@@ -103,7 +117,9 @@ def test_trl_on_error_fail_stops_the_run_naming_plugin_error_and_row(tmp_path):
 def test_trl_reward_faults_over_the_threshold_fail_the_run_with_their_cause(tmp_path):
     """on_error: zero (the default) scores faults 0 until more than error_threshold of the samples
     scored so far (at least 16) faulted; then the run fails, its cause the plugin and the fraction."""
-    cfg, pm = _run(tmp_path, "reward=[{name: digit_match}, {name: always_raises}]", "rollout_workers.error_threshold=0.25")
+    cfg, pm = _run(
+        tmp_path, "reward=[{name: digit_match}, {name: always_raises}]", "rollout_workers.error_threshold=0.25"
+    )
     with pytest.raises(Exception, match="error_threshold"):
         train(cfg, pm, progress=False)
     failure = json.loads((tmp_path / "run" / "summary.json").read_text())["failure"]

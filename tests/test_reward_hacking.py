@@ -27,10 +27,18 @@ pytestmark = needs_sandbox
 
 XS = (2, 7)  # two tests per format: enough to see a partial pass, cheap when an attack hangs
 FORMATS = {
-    "assert": [f"assert f({XS[0]}) == {3 * XS[0] + 1}", f"assert abs(f({XS[1]}) - {3 * XS[1] + 1}) < 1e-9 and len(str(f({XS[1]}))) == 2"],
+    "assert": [
+        f"assert f({XS[0]}) == {3 * XS[0] + 1}",
+        f"assert abs(f({XS[1]}) - {3 * XS[1] + 1}) < 1e-9 and len(str(f({XS[1]}))) == 2",
+    ],
     "call": [{"call": "f", "args": [x], "expected": 3 * x + 1} for x in XS],
-    "check": [{"check": "def check(candidate):\n" + "".join(f"    assert candidate({x}) == {3 * x + 1}\n" for x in XS),
-               "entry_point": "f", "prelude": "def f(x):\n    '''3x + 1'''\n"}],
+    "check": [
+        {
+            "check": "def check(candidate):\n" + "".join(f"    assert candidate({x}) == {3 * x + 1}\n" for x in XS),
+            "entry_point": "f",
+            "prelude": "def f(x):\n    '''3x + 1'''\n",
+        }
+    ],
     "program": [{"stdin": f"{x}\n", "stdout": f"{3 * x + 1}\n"} for x in XS],
 }
 # every solution also runs as a program: read x, print f(x) (skipped when called as a function)
@@ -212,15 +220,24 @@ def scorer():
     args = {"extract": "code", "wall_s": 1.5, "cpu_s": 1, "memory_mb": 256, "total_wall_s": 20.0}
     specs = specs_with_factories([{"name": "code_tests", "weight": 1.0, "args": args}], get_plugin_manager())
     assert specs[0]["factory"] == "rlbridge_plugins.code:code_tests" and not specs[0]["inline"]  # pooled, as in a run
-    with RewardScorer(specs, Settings(num_workers=2, timeout_s=120, batch_size=1)) as pool:  # a row per task: both workers busy
+    with RewardScorer(
+        specs, Settings(num_workers=2, timeout_s=120, batch_size=1)
+    ) as pool:  # a row per task: both workers busy
         yield pool
 
 
 def scores(scorer, solution: str) -> dict[str, float]:
     """The solution scored in every format through the pool (one call, as an engine batches)."""
     code = textwrap.dedent(solution).strip() + "\n" + AS_PROGRAM
-    inputs = [RewardInput(prompt="f(x) = 3x + 1", completion=f"```python\n{code}```", completion_ids=[1],
-                          metadata={"tests": json.dumps(tests)}) for tests in FORMATS.values()]
+    inputs = [
+        RewardInput(
+            prompt="f(x) = 3x + 1",
+            completion=f"```python\n{code}```",
+            completion_ids=[1],
+            metadata={"tests": json.dumps(tests)},
+        )
+        for tests in FORMATS.values()
+    ]
     result = scorer.score(inputs)
     assert not result.counts, result.counts  # judged, not a reward fault turned into 0 by on_error
     return dict(zip(FORMATS, result.per_plugin["code_tests"]))
@@ -251,9 +268,15 @@ def test_limit_outcomes_fail_the_test_they_happen_in():
     solution = textwrap.dedent(ATTACKS["flood_after_pass"])
     score, judged = run_tests(solution, FORMATS["call"])
     assert score == 0.0 and {v.outcome for v in judged.verdicts} == {"output_limit"}
-    score, judged = run_tests(textwrap.dedent(ATTACKS["hang_after_pass"]), FORMATS["assert"], limits=_limits(wall_s=3.0, cpu_s=1))
+    score, judged = run_tests(
+        textwrap.dedent(ATTACKS["hang_after_pass"]), FORMATS["assert"], limits=_limits(wall_s=3.0, cpu_s=1)
+    )
     # the spin is cpu_limit on a quiet machine, timeout where 1 CPU second takes over 3 s of wall
-    assert score == 0.0 and judged.verdicts[0].outcome in ("cpu_limit", "timeout") and judged.verdicts[1].outcome == "timeout"
+    assert (
+        score == 0.0
+        and judged.verdicts[0].outcome in ("cpu_limit", "timeout")
+        and judged.verdicts[1].outcome == "timeout"
+    )
 
 
 def _limits(**kw):

@@ -86,13 +86,24 @@ def spec(fn, weight=1.0, name=None):
 
 
 def rows(n, text="abc"):
-    return [RewardInput(prompt=f"p{i}", completion=f"{text}{i}", completion_ids=[1, 2], answer=str(i)) for i in range(n)]
+    return [
+        RewardInput(prompt=f"p{i}", completion=f"{text}{i}", completion_ids=[1, 2], answer=str(i)) for i in range(n)
+    ]
 
 
 def scorer(*fns, tmp_path=None, **settings):
-    base = {"mode": "process", "num_workers": 2, "timeout_s": 2.0, "batch_size": 4, "on_error": "zero", "error_threshold": 1.0}
+    base = {
+        "mode": "process",
+        "num_workers": 2,
+        "timeout_s": 2.0,
+        "batch_size": 4,
+        "on_error": "zero",
+        "error_threshold": 1.0,
+    }
     return RewardScorer(
-        [spec(f) for f in fns], Settings(**{**base, **settings}), fault_log=(tmp_path / "faults.jsonl") if tmp_path else None
+        [spec(f) for f in fns],
+        Settings(**{**base, **settings}),
+        fault_log=(tmp_path / "faults.jsonl") if tmp_path else None,
     )
 
 
@@ -101,8 +112,15 @@ def scorer(*fns, tmp_path=None, **settings):
 
 @pytest.mark.parametrize(
     "fn,outcome",
-    [(raises, "errors"), (hangs, "timeouts"), (exits, "crashes"), (segfaults, "crashes"),
-     (nan_inf, "nonfinite"), (wrong_length, "invalid"), (not_numbers, "invalid")],
+    [
+        (raises, "errors"),
+        (hangs, "timeouts"),
+        (exits, "crashes"),
+        (segfaults, "crashes"),
+        (nan_inf, "nonfinite"),
+        (wrong_length, "invalid"),
+        (not_numbers, "invalid"),
+    ],
 )
 def test_each_fault_is_contained_counted_and_zeroed(fn, outcome, tmp_path):
     with scorer(good, fn, tmp_path=tmp_path) as s:
@@ -235,7 +253,9 @@ def test_builtin_string_rewards_are_scored_in_process_without_a_pool():
         assert time.monotonic() - started < 1.0  # no batch to collect for a pool: no batch_wait_ms wait
         assert s._pool is None
     # a fault is still a fault: digit_key names a metadata field the row lacks (KeyError)
-    specs = specs_with_factories([{"name": "digit_match", "weight": 1.0, "args": {"digit_key": "d"}}], get_plugin_manager())
+    specs = specs_with_factories(
+        [{"name": "digit_match", "weight": 1.0, "args": {"digit_key": "d"}}], get_plugin_manager()
+    )
     with RewardScorer(specs, Settings(num_workers=1, on_error="zero")) as s:
         scored = s.score([x])
         assert scored.totals == [0.0] and scored.counts == {"errors": 1} and s._pool is None, scored
@@ -304,8 +324,12 @@ def test_small_concurrent_calls_are_scored_as_one_batch():
         s._get_pool()
         with ThreadPoolExecutor(6) as threads:
             results = list(threads.map(lambda i: s.score(rows(1, text="x" * i)), range(6)))
-        assert [r.per_plugin["good"] for r in results] == [[float(i + 1)] for i in range(6)]  # each caller gets its own row back
-        assert max(r.per_plugin["call_size"][0] for r in results) > 1  # several one-sample calls went to a worker together
+        assert [r.per_plugin["good"] for r in results] == [
+            [float(i + 1)] for i in range(6)
+        ]  # each caller gets its own row back
+        assert (
+            max(r.per_plugin["call_size"][0] for r in results) > 1
+        )  # several one-sample calls went to a worker together
     with scorer(call_size, batch_size=8, batch_wait_ms=0) as s:
         with ThreadPoolExecutor(6) as threads:
             results = list(threads.map(lambda i: s.score(rows(1)), range(6)))
@@ -413,9 +437,12 @@ def test_extra_metrics_travel_with_each_call_and_become_step_metrics(tmp_path, m
             self.steps.append(canonical)
 
     events = tmp_path / "events.jsonl"
-    lines = [{"kind": "reward_metrics", "n": 3, "metrics": {"f": {"chars": 4.0}}},
-             {"kind": "reward_metrics", "n": 1, "metrics": {"f": {"chars": 0.0}}},
-             {"kind": "metrics", "step": 1, "data": {}}, {"kind": "metrics", "step": 2, "data": {}}]
+    lines = [
+        {"kind": "reward_metrics", "n": 3, "metrics": {"f": {"chars": 4.0}}},
+        {"kind": "reward_metrics", "n": 1, "metrics": {"f": {"chars": 0.0}}},
+        {"kind": "metrics", "step": 1, "data": {}},
+        {"kind": "metrics", "step": 2, "data": {}},
+    ]
     events.write_text("".join(json.dumps(e) + "\n" for e in lines))
     follower = EventFollower(events, Ctx(), to_canonical=lambda native, rewards: dict(rewards), is_step=lambda n: True)
     follower.stop.set()
@@ -429,8 +456,11 @@ def test_background_start_and_first_call_share_one_pool():
     import psutil
 
     def spawned():  # multiprocessing's spawned workers, not its resource tracker
-        return {p.pid for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE
-                and "spawn_main" in " ".join(p.cmdline())}
+        return {
+            p.pid
+            for p in psutil.Process().children()
+            if p.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(p.cmdline())
+        }
 
     before = spawned()  # workers of other tests' pools still shutting down in this process
     with scorer(pid) as s:

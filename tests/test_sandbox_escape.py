@@ -160,7 +160,8 @@ def test_host_secrets_and_environment_are_out_of_reach(tmp_path, monkeypatch):
 
 
 def test_fork_bomb_is_contained():
-    result, took = run("""
+    result, took = run(
+        """
         import os
         n = 0
         while True:
@@ -171,16 +172,24 @@ def test_fork_bomb_is_contained():
                 n += 1
             except OSError:
                 pass
-    """, wall_s=3, cpu_s=2, nproc=16)
+    """,
+        wall_s=3,
+        cpu_s=2,
+        nproc=16,
+    )
     assert result.outcome in ("timeout", "cpu_limit") and took < 3 + MARGIN, (result, took)
 
 
 def test_memory_bomb_is_contained():
-    result, took = run("""
+    result, took = run(
+        """
         chunks = []
         while True:
             chunks.append(bytearray(50 * 2**20))
-    """, memory_mb=256, wall_s=5)
+    """,
+        memory_mb=256,
+        wall_s=5,
+    )
     assert result.outcome == "memory_limit" and took < 5 + MARGIN, result
 
 
@@ -196,26 +205,35 @@ def test_sleeping_program_hits_the_wall_clock():
 
 def test_huge_output_is_capped():
     result, took = run("while True: print('x' * 10000)", output_bytes=100_000, wall_s=10)
-    assert result.outcome == "output_limit" and len(result.stdout) <= 100_000 and took < 2 + MARGIN, (result.outcome, took)
+    assert result.outcome == "output_limit" and len(result.stdout) <= 100_000 and took < 2 + MARGIN, (
+        result.outcome,
+        took,
+    )
 
 
 def test_huge_file_is_capped():
-    result, _ = run("""
+    result, _ = run(
+        """
         with open("big", "wb") as fh:
             fh.write(b"x" * (64 * 2**20))
-    """, fsize_mb=4)
+    """,
+        fsize_mb=4,
+    )
     assert result.outcome in ("failed", "killed") and "File too large" in result.stderr or result.returncode != 0
 
 
 def test_a_process_left_running_is_killed():
-    result, took = run("""
+    result, took = run(
+        """
         import os, subprocess, time
         subprocess.Popen(["sleep", "1000"], start_new_session=True)
         if os.fork() == 0:
             os.setsid()
             time.sleep(1000)
         print("parent leaves")
-    """, wall_s=5)
+    """,
+        wall_s=5,
+    )
     assert result.outcome == "ok" and "parent leaves" in result.stdout and took < 2 + MARGIN
     # run() asserted that no process of the sandbox's uid is left
 

@@ -38,8 +38,14 @@ def _args(text, **env):
 
 def _bash(script: Path, home: Path, env: dict) -> list[str]:
     out = home / "argv.bin"
-    res = subprocess.run(["bash", str(REAL / "bash_oracle.sh"), str(script), str(out)], capture_output=True, text=True,
-                         timeout=30, env={"PATH": os.environ["PATH"], "HOME": str(home), **env}, cwd=home)
+    res = subprocess.run(
+        ["bash", str(REAL / "bash_oracle.sh"), str(script), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": os.environ["PATH"], "HOME": str(home), **env},
+        cwd=home,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     argv = out.read_bytes().split(b"\0")[:-1]
     return [a.decode() for a in argv]
@@ -50,10 +56,15 @@ def test_real_script_reads_as_bash_reads_it(script, tmp_path):
     env = {"DEVICE": "gpu"}  # verl's grpo script asks `$(python3 -c 'import torch_npu')`, which the reader does not run
     bash = _bash(script, tmp_path, env)
     marker = next(i for i, a in enumerate(bash) if a.endswith(MARKERS))
-    found = read_launch(script.read_text(), str(script), lambda w: w.endswith(MARKERS), "launch",
-                        environ={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PWD": str(tmp_path), **env})
+    found = read_launch(
+        script.read_text(),
+        str(script),
+        lambda w: w.endswith(MARKERS),
+        "launch",
+        environ={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PWD": str(tmp_path), **env},
+    )
     ours = [a.text for a in found.args]
-    theirs = bash[marker + 1:]
+    theirs = bash[marker + 1 :]
     assert len(ours) == len(theirs), (ours, theirs)
     for mine, real in zip(ours, theirs):
         if "$(" in mine:  # a command substitution, kept literally: bash ran it
@@ -67,17 +78,25 @@ def test_real_script_reads_as_bash_reads_it(script, tmp_path):
 def test_nested_and_alternative_expansions():
     script = (
         'RAY_DATA_HOME=${RAY_DATA_HOME:-"${HOME}/verl"}\n'
-        'TRAIN=${TRAIN_FILE:-${RAY_DATA_HOME:-/root/verl}/data/x.parquet}\n'
-        ': ${SET_ME:=/assigned}\n'
-        'Q=${QUANT:-}\n'
-        'NAME=run${Q:+_${Q}}${PLUS:+_never}\n'
-        'N=$(( (2 + 3) * 4 / 3 ))\n'
-        'python3 -m verl.trainer.main_ppo data.train_files=$TRAIN a.b=$SET_ME trainer.experiment_name=$NAME x.n=$N \\\n'
-        '   x.q=${Q:+set}${Q:-unset} x.len=${#NAME} x.trim=${TRAIN%.parquet} x.base=${TRAIN##*/} x.sub=${TRAIN/data/d}\n'
+        "TRAIN=${TRAIN_FILE:-${RAY_DATA_HOME:-/root/verl}/data/x.parquet}\n"
+        ": ${SET_ME:=/assigned}\n"
+        "Q=${QUANT:-}\n"
+        "NAME=run${Q:+_${Q}}${PLUS:+_never}\n"
+        "N=$(( (2 + 3) * 4 / 3 ))\n"
+        "python3 -m verl.trainer.main_ppo data.train_files=$TRAIN a.b=$SET_ME trainer.experiment_name=$NAME x.n=$N \\\n"
+        "   x.q=${Q:+set}${Q:-unset} x.len=${#NAME} x.trim=${TRAIN%.parquet} x.base=${TRAIN##*/} x.sub=${TRAIN/data/d}\n"
     )
     assert _args(script, QUANT="fp8") == [
-        "data.train_files=/home/u/verl/data/x.parquet", "a.b=/assigned", "trainer.experiment_name=run_fp8", "x.n=6",
-        "x.q=setfp8", "x.len=7", "x.trim=/home/u/verl/data/x", "x.base=x.parquet", "x.sub=/home/u/verl/d/x.parquet"]
+        "data.train_files=/home/u/verl/data/x.parquet",
+        "a.b=/assigned",
+        "trainer.experiment_name=run_fp8",
+        "x.n=6",
+        "x.q=setfp8",
+        "x.len=7",
+        "x.trim=/home/u/verl/data/x",
+        "x.base=x.parquet",
+        "x.sub=/home/u/verl/d/x.parquet",
+    ]
     assert _args(script)[2] == "trainer.experiment_name=run"
 
 
@@ -88,22 +107,30 @@ def test_arrays_splice_one_word_per_element_with_its_line():
         '    "data.val_files=[a, b]"\n'
         ")\n"
         "EXTRA=()\n"
-        "if [ \"${MODE:-gpu}\" = gpu ]; then\n"
+        'if [ "${MODE:-gpu}" = gpu ]; then\n'
         "    EXTRA+=(x.gpu=True)\n"
         "fi\n"
-        "for k in 1 2; do EXTRA+=(\"x.k$k=$k\"); done\n"
+        'for k in 1 2; do EXTRA+=("x.k$k=$k"); done\n'
         "export LR=${LR:-1e-6}\n"
         'python3 -m verl.trainer.main_ppo "${DATA[@]}" "${EXTRA[@]}" "${EMPTY[@]}" a.lr=$LR "$@" ${#DATA[@]}\n'
     )
     found = read_launch(script, "recipe.sh", lambda w: w.endswith(MARKERS), "launch", environ={})
     assert [(a.text, a.line) for a in found.args] == [
-        ("data.train_batch_size=8", 2), ("data.val_files=[a, b]", 3), ("x.gpu=True", 7), ("x.k1=1", 9), ("x.k2=2", 9),
-        ("a.lr=1e-6", 11), ("2", 11)]
+        ("data.train_batch_size=8", 2),
+        ("data.val_files=[a, b]", 3),
+        ("x.gpu=True", 7),
+        ("x.k1=1", 9),
+        ("x.k2=2", 9),
+        ("a.lr=1e-6", 11),
+        ("2", 11),
+    ]
     assert _args(script, MODE="npu")[2] == "x.k1=1"
 
 
 def test_command_substitution_is_kept_with_a_note_and_not_split_at_its_and():
-    script = 'WORK_DIR=$(cd "$(dirname "$0")/../.." && pwd)\npython3 -m verl.trainer.main_ppo a.dir=$WORK_DIR/x b=`date`\n'
+    script = (
+        'WORK_DIR=$(cd "$(dirname "$0")/../.." && pwd)\npython3 -m verl.trainer.main_ppo a.dir=$WORK_DIR/x b=`date`\n'
+    )
     found = read_launch(script, "recipe.sh", lambda w: w.endswith(MARKERS), "launch", environ={})
     assert [a.text for a in found.args] == ['a.dir=$(cd "$(dirname "$0")/../.." && pwd)/x', "b=`date`"]
     assert any("command substitution" in note and line == 1 for line, note in found.notes)
@@ -122,20 +149,42 @@ def test_a_branch_on_an_unknown_value_names_the_line_and_what_to_set():
     assert "\n" not in message and "$(python3 -c" in message and "environment" in message
     assert _args(script, DEVICE="npu") == ["data.train_batch_size=16"]
     # a test bash decides from numbers: `[ x -gt 1 ] && a || b`
-    assert _args("PP=2\n[ \"$PP\" -gt 1 ] && V=4 || V=null\npython3 -m verl.trainer.main_ppo v=$V\n") == ["v=4"]
-    assert _args("PP=1\n[ \"$PP\" -gt 1 ] && V=4 || V=null\npython3 -m verl.trainer.main_ppo v=$V\n") == ["v=null"]
+    assert _args('PP=2\n[ "$PP" -gt 1 ] && V=4 || V=null\npython3 -m verl.trainer.main_ppo v=$V\n') == ["v=4"]
+    assert _args('PP=1\n[ "$PP" -gt 1 ] && V=4 || V=null\npython3 -m verl.trainer.main_ppo v=$V\n') == ["v=null"]
 
 
 def test_exit_before_the_launch_is_reported():
     with pytest.raises(ConfigError, match=r"recipe.sh:2: the script exits here"):
         _args('if [ -z "$MODEL" ]; then\n  echo "set MODEL" >&2; exit 1\nfi\npython3 -m verl.trainer.main_ppo a=1\n')
-    assert _args('if [ -z "$MODEL" ]; then\n  echo "set MODEL" >&2; exit 1\nfi\npython3 -m verl.trainer.main_ppo a=$MODEL\n',
-                 MODEL="m") == ["a=m"]
+    assert _args(
+        'if [ -z "$MODEL" ]; then\n  echo "set MODEL" >&2; exit 1\nfi\npython3 -m verl.trainer.main_ppo a=$MODEL\n',
+        MODEL="m",
+    ) == ["a=m"]
 
 
 # every redirection and job-control form, each around and after the launch command
-FORMS = ["2>&1", ">&2", "&>>log", "&>log", "&", ">log 2>&1 &", "| tee log", "|& tee log", "2>/dev/null", ">|log",
-         "<in", "<<<'x'", "1>&-", "> log", "; wait", "& wait $!", "&& echo done", "|| exit 1", "& disown", "<>f"]
+FORMS = [
+    "2>&1",
+    ">&2",
+    "&>>log",
+    "&>log",
+    "&",
+    ">log 2>&1 &",
+    "| tee log",
+    "|& tee log",
+    "2>/dev/null",
+    ">|log",
+    "<in",
+    "<<<'x'",
+    "1>&-",
+    "> log",
+    "; wait",
+    "& wait $!",
+    "&& echo done",
+    "|| exit 1",
+    "& disown",
+    "<>f",
+]
 
 
 def _hang_script() -> str:
@@ -145,9 +194,34 @@ def _hang_script() -> str:
         cases.append(f"python3 -m verl.trainer.main_ppo a=1 \\\n  b=2 {form}\n")
         cases.append(f"X=1 {form}\n{form}\n")  # a bare form: an error, never a loop
         cases.append(f"python3 -m verl.trainer.main_ppo a=1 {form}")  # no final newline
-    cases += ["&", "&&", "& &", "2>&", ">&", "&>", "<<EOF\nbody\n", "cat <<EOF\nno end", "A=(x y", "'", '"', "$(", "${",
-              "`", "x=$((1+", "if true; then", "for x in a; do", "case x in", "(", ")", "{", "}", ";;", "\\", "\x00\x01",
-              "python3 -m verl.trainer.main_ppo a=1 \\"]
+    cases += [
+        "&",
+        "&&",
+        "& &",
+        "2>&",
+        ">&",
+        "&>",
+        "<<EOF\nbody\n",
+        "cat <<EOF\nno end",
+        "A=(x y",
+        "'",
+        '"',
+        "$(",
+        "${",
+        "`",
+        "x=$((1+",
+        "if true; then",
+        "for x in a; do",
+        "case x in",
+        "(",
+        ")",
+        "{",
+        "}",
+        ";;",
+        "\\",
+        "\x00\x01",
+        "python3 -m verl.trainer.main_ppo a=1 \\",
+    ]
     return cases
 
 
@@ -169,7 +243,9 @@ def test_no_input_makes_the_reader_hang():
     import json
 
     cases = _hang_script()
-    res = subprocess.run([sys.executable, "-c", code], input=json.dumps(cases), capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", code], input=json.dumps(cases), capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     results = json.loads(res.stdout)
     assert len(results) == len(cases)
@@ -196,7 +272,13 @@ def test_every_truncation_of_a_real_script_reads_or_fails_in_one_line():
     )
     import json
 
-    res = subprocess.run([sys.executable, "-c", code], input=json.dumps([text, cuts]), capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "DEVICE": "gpu"})
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps([text, cuts]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DEVICE": "gpu"},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads(res.stdout) == []

@@ -22,8 +22,13 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
 SLURM_DIR = Path(os.environ.get("RLBRIDGE_SLURM_DIR", "/tmp/rlbridge-slurm"))
 # small, and each step slow enough (a sleeping reward of weight 0) for the test to act mid-run
-QUICK = ["resources.gpus_per_node=0", "resources.cpus_per_node=2", "training.batch_size=2", "algorithm.group_size=4",
-         "rollout.max_new_tokens=8"]
+QUICK = [
+    "resources.gpus_per_node=0",
+    "resources.cpus_per_node=2",
+    "training.batch_size=2",
+    "algorithm.group_size=4",
+    "rollout.max_new_tokens=8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +56,22 @@ def slurm():
 
 def _submit(out: Path, *overrides: str, follow: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
     args = [a for o in [*QUICK, *overrides, f"output_dir={out}"] for a in ("--set", o)]
-    return subprocess.run([sys.executable, "-m", "rlbridge", "submit", str(QUICKSTART), "--to", "slurm",
-                           *([] if follow else ["--no-follow"]), *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlbridge",
+            "submit",
+            str(QUICKSTART),
+            "--to",
+            "slurm",
+            *([] if follow else ["--no-follow"]),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _job_id(out: Path) -> str:
@@ -65,7 +84,17 @@ def _state(job_id: str) -> str | None:
     return fields.get("JobState")
 
 
-_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+_ENDED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+}
 
 
 def _job_log(out: Path, job_id: str) -> str:
@@ -110,29 +139,72 @@ def _job_processes(job_id: str) -> list[int]:
 
 def test_dry_run_prints_the_batch_script_with_the_allocation_and_the_launcher_settings(tmp_path):
     res = subprocess.run(
-        [sys.executable, "-m", "rlbridge", "submit", str(QUICKSTART), "--to", "slurm", "--dry-run",
-         *(a for o in ["backend=verl", "resources.nodes=2", "resources.gpus_per_node=4", "resources.cpus_per_node=32",
-                       "training.batch_size=8", "checkpoint.interval=10",
-                       "launcher.slurm.partition=gpu-long", "launcher.slurm.account=rl-team", "launcher.slurm.qos=high",
-                       "launcher.slurm.time=08:00:00", "launcher.slurm.container_image=nvcr.io#nvidia/pytorch:25.01-py3",
-                       "launcher.slurm.container_mounts=[/lustre:/lustre]", "launcher.slurm.sbatch_lines=[--constraint=h100]",
-                       "launcher.slurm.setup=[module load cuda/12.4]", "launcher.slurm.max_requeues=3",
-                       "launcher.slurm.requeue_signal_s=300", "launcher.slurm.ray_port=6390", f"output_dir={tmp_path}/run"]
-           for a in ("--set", o))],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "rlbridge",
+            "submit",
+            str(QUICKSTART),
+            "--to",
+            "slurm",
+            "--dry-run",
+            *(
+                a
+                for o in [
+                    "backend=verl",
+                    "resources.nodes=2",
+                    "resources.gpus_per_node=4",
+                    "resources.cpus_per_node=32",
+                    "training.batch_size=8",
+                    "checkpoint.interval=10",
+                    "launcher.slurm.partition=gpu-long",
+                    "launcher.slurm.account=rl-team",
+                    "launcher.slurm.qos=high",
+                    "launcher.slurm.time=08:00:00",
+                    "launcher.slurm.container_image=nvcr.io#nvidia/pytorch:25.01-py3",
+                    "launcher.slurm.container_mounts=[/lustre:/lustre]",
+                    "launcher.slurm.sbatch_lines=[--constraint=h100]",
+                    "launcher.slurm.setup=[module load cuda/12.4]",
+                    "launcher.slurm.max_requeues=3",
+                    "launcher.slurm.requeue_signal_s=300",
+                    "launcher.slurm.ray_port=6390",
+                    f"output_dir={tmp_path}/run",
+                ]
+                for a in ("--set", o)
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     script = res.stdout
-    for directive in ("--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=32", "--gpus-per-node=4", "--partition=gpu-long",
-                      "--account=rl-team", "--qos=high", "--time=08:00:00", "--requeue", "--signal=B:USR1@300",
-                      "--constraint=h100"):
+    for directive in (
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=32",
+        "--gpus-per-node=4",
+        "--partition=gpu-long",
+        "--account=rl-team",
+        "--qos=high",
+        "--time=08:00:00",
+        "--requeue",
+        "--signal=B:USR1@300",
+        "--constraint=h100",
+    ):
         assert f"#SBATCH {directive}\n" in script, directive
     assert "module load cuda/12.4\n" in script and "MAX_REQUEUES=3\n" in script
     assert "--container-image='nvcr.io#nvidia/pytorch:25.01-py3' --container-mounts=/lustre:/lustre" in script
-    assert "ray start --head --block" in script and "--port=6390" in script and 'ray start --block --address="$RAY_ADDRESS"' in script
+    assert (
+        "ray start --head --block" in script
+        and "--port=6390" in script
+        and 'ray start --block --address="$RAY_ADDRESS"' in script
+    )
     assert "python -m rlbridge train" in script and "trap on_term TERM INT" in script
     assert (tmp_path / "run" / "submit" / "job.sbatch").read_text() == script
-    assert subprocess.run(["bash", "-n", str(tmp_path / "run" / "submit" / "job.sbatch")]).returncode == 0  # valid shell
+    assert (
+        subprocess.run(["bash", "-n", str(tmp_path / "run" / "submit" / "job.sbatch")]).returncode == 0
+    )  # valid shell
     job = yaml.safe_load((tmp_path / "run" / "submit" / "config.yaml").read_text())
     assert job["checkpoint"]["resume"] == "auto" and job["resources"]["ray_address"] == "auto"
 
@@ -174,10 +246,15 @@ def test_scancel_of_a_running_job_leaves_no_process_behind(slurm, tmp_path):
 
 def test_a_requeued_job_resumes_from_its_checkpoint_with_no_step_twice(slurm, tmp_path):
     out = tmp_path / "run"
-    res = _submit(out, "training.steps=8", "checkpoint.interval=2", "launcher.slurm.max_requeues=1",
-                  # a step of over a second (a sleeping reward of weight 0): the requeue lands mid-run
-                  "reward=[{name: digit_match}, {native: trl, function: 'rlbridge.testing.slow_reward:pause', weight: 0.0, args: {seconds: 1.0}}]",
-                  follow=False)
+    res = _submit(
+        out,
+        "training.steps=8",
+        "checkpoint.interval=2",
+        "launcher.slurm.max_requeues=1",
+        # a step of over a second (a sleeping reward of weight 0): the requeue lands mid-run
+        "reward=[{name: digit_match}, {native: trl, function: 'rlbridge.testing.slow_reward:pause', weight: 0.0, args: {seconds: 1.0}}]",
+        follow=False,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     job_id = _job_id(out)
     _wait(lambda: len(_steps(out)) >= 3, 300, "step 3 (after the checkpoint of step 2)")
@@ -207,8 +284,15 @@ def test_the_verl_quickstart_runs_as_a_slurm_job_on_a_ray_head_the_job_starts(sl
 
     port = free_port()  # for the job's Ray head: other Ray clusters may run on this machine
     # the whole node (--exclusive): Ray declares the 8 logical CPUs of verl's plan, as a local run's cluster does
-    res = _submit(out, "backend=verl", "engine_env=current", "training.steps=2", "resources.cpus_per_node=null",
-                  f"launcher.slurm.ray_port={port}", timeout=900)
+    res = _submit(
+        out,
+        "backend=verl",
+        "engine_env=current",
+        "training.steps=2",
+        "resources.cpus_per_node=null",
+        f"launcher.slurm.ray_port={port}",
+        timeout=900,
+    )
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     assert _steps(out) == [1, 2]
     events = _events(out)

@@ -29,9 +29,18 @@ def _eval(run_dir) -> list[dict]:
 
 # ---- plans ----
 
+
 def test_stage_plans_use_the_stage_trainer_and_todays_batch_semantics():
-    native = _plan("dpo.yaml", "training.batch_size=16", "training.mini_batch_size=8", "training.micro_batch_size=4",
-                   "training.steps=5", "offline.dpo_loss=ipo", "offline.dpo_beta=0.3", "offline.max_length=48").plan.native
+    native = _plan(
+        "dpo.yaml",
+        "training.batch_size=16",
+        "training.mini_batch_size=8",
+        "training.micro_batch_size=4",
+        "training.steps=5",
+        "offline.dpo_loss=ipo",
+        "offline.dpo_beta=0.3",
+        "offline.max_length=48",
+    ).plan.native
     args = native["args"]
     assert (native["trainer"], native["config_class"]) == ("DPOTrainer", "DPOConfig")
     # 16 pairs per step in updates of 8 pairs, 4 per forward/backward: 2 updates per step of 2 accumulations
@@ -44,11 +53,14 @@ def test_stage_plans_use_the_stage_trainer_and_todays_batch_semantics():
     assert rm["trainer"] == "RewardTrainer" and rm["lora"]["task_type"] == "SEQ_CLS"  # the score head is trained too
 
 
-@pytest.mark.parametrize("override, knob", [
-    ("rollout.temperature=0.5", "rollout.temperature"),
-    ("reward=[{name: digit_match}]", "reward"),
-    ("algorithm.group_size=4", "algorithm.group_size"),
-])
+@pytest.mark.parametrize(
+    "override, knob",
+    [
+        ("rollout.temperature=0.5", "rollout.temperature"),
+        ("reward=[{name: digit_match}]", "reward"),
+        ("algorithm.group_size=4", "algorithm.group_size"),
+    ],
+)
 def test_rl_knobs_in_an_offline_stage_are_errors_naming_the_knob(override, knob):
     with pytest.raises(ConfigError, match=knob.replace(".", r"\.")):
         _plan("sft.yaml", override)
@@ -61,21 +73,30 @@ def test_offline_knobs_outside_their_stage_are_refused():
         _plan("quickstart.yaml", "offline.max_length=64")
 
 
-@pytest.mark.parametrize("backend, stage, why", [
-    ("verl", "dpo", "no offline DPO trainer"),
-    ("verl", "reward_model", "no reward-model trainer"),
-    ("verl", "sft", "from verl 0.9.0"),  # with engine_version 0.5.0 (below)
-    ("openrlhf", "dpo", "chat template"),  # with model.use_chat_template (below)
-])
+@pytest.mark.parametrize(
+    "backend, stage, why",
+    [
+        ("verl", "dpo", "no offline DPO trainer"),
+        ("verl", "reward_model", "no reward-model trainer"),
+        ("verl", "sft", "from verl 0.9.0"),  # with engine_version 0.5.0 (below)
+        ("openrlhf", "dpo", "chat template"),  # with model.use_chat_template (below)
+    ],
+)
 def test_engines_without_the_stage_refuse_it_naming_why(backend, stage, why):
     config = {"sft": "sft.yaml", "dpo": "dpo.yaml", "reward_model": "reward_model.yaml"}[stage]
     with pytest.raises(CapabilityError, match=f"algorithm.name={stage}.*{why}"):
-        _plan(config, f"backend={backend}", *(["model.use_chat_template=true"] if backend == "openrlhf" else []),
-              *(["engine_version=0.5.0"] if (backend, stage) == ("verl", "sft") else []))
+        _plan(
+            config,
+            f"backend={backend}",
+            *(["model.use_chat_template=true"] if backend == "openrlhf" else []),
+            *(["engine_version=0.5.0"] if (backend, stage) == ("verl", "sft") else []),
+        )
 
 
 def test_openrlhf_plans_its_own_stage_scripts():
-    sft = _plan("sft.yaml", "backend=openrlhf", "training.batch_size=16", "training.mini_batch_size=8", "training.steps=5")
+    sft = _plan(
+        "sft.yaml", "backend=openrlhf", "training.batch_size=16", "training.mini_batch_size=8", "training.steps=5"
+    )
     settings = sft.backend.native_settings(sft.plan)
     assert sft.plan.native["module"] == "openrlhf.cli.train_sft"
     # 16 rows per step in updates of 8: --train.batch_size is the mini batch, 5 x 16 rows in one epoch
@@ -87,30 +108,69 @@ def test_openrlhf_plans_its_own_stage_scripts():
 
 
 def test_verl_plans_its_sft_trainer_with_todays_batch_semantics():
-    sft = _plan("sft.yaml", "backend=verl", "training.batch_size=16", "training.mini_batch_size=8", "training.micro_batch_size=2",
-                "training.steps=5", "training.warmup_steps=1", "data.eval_interval=2", "checkpoint.interval=3", "offline.max_length=48")
+    sft = _plan(
+        "sft.yaml",
+        "backend=verl",
+        "training.batch_size=16",
+        "training.mini_batch_size=8",
+        "training.micro_batch_size=2",
+        "training.steps=5",
+        "training.warmup_steps=1",
+        "data.eval_interval=2",
+        "checkpoint.interval=3",
+        "offline.max_length=48",
+    )
     native = sft.plan.native
     o = native["overrides"]
-    assert (native["module"], native["config_name"], native["rows"]) == ("verl.trainer.sft_trainer", "sft_trainer_engine", "chat")
+    assert (native["module"], native["config_name"], native["rows"]) == (
+        "verl.trainer.sft_trainer",
+        "sft_trainer_engine",
+        "chat",
+    )
     # 16 rows per step in updates of 8 (verl's SFT step is one update): 2 verl steps per canonical step
-    assert (o["data.train_batch_size"], o["data.micro_batch_size_per_gpu"], o["trainer.total_training_steps"]) == (8, 2, 10)
-    assert (o["optim.lr_warmup_steps"], o["trainer.test_freq"], o["trainer.save_freq"], native["updates_per_step"]) == (2, 4, 6, 2)
-    assert (o["data.max_length"], o["data.truncation"], o["+engine.mixed_precision"]["param_dtype"]) == (48, "right", "fp32")
-    assert "hf_model" in o["checkpoint.save_contents"] and o["engine.strategy"] == "fsdp2"  # FSDP2 on CPU, as verl's RL plan
+    assert (o["data.train_batch_size"], o["data.micro_batch_size_per_gpu"], o["trainer.total_training_steps"]) == (
+        8,
+        2,
+        10,
+    )
+    assert (o["optim.lr_warmup_steps"], o["trainer.test_freq"], o["trainer.save_freq"], native["updates_per_step"]) == (
+        2,
+        4,
+        6,
+        2,
+    )
+    assert (o["data.max_length"], o["data.truncation"], o["+engine.mixed_precision"]["param_dtype"]) == (
+        48,
+        "right",
+        "fp32",
+    )
+    assert (
+        "hf_model" in o["checkpoint.save_contents"] and o["engine.strategy"] == "fsdp2"
+    )  # FSDP2 on CPU, as verl's RL plan
     assert "eos_token" in native["model"]["chat_template"]  # no chat template: the texts, the completion ended with EOS
     assert _plan("sft.yaml", "backend=verl", "offline.completion_only_loss=false").plan.native["rows"] == "whole"
-    assert _plan("sft.yaml", "backend=verl", "model.use_chat_template=true").plan.native["model"]["chat_template"] is None
+    assert (
+        _plan("sft.yaml", "backend=verl", "model.use_chat_template=true").plan.native["model"]["chat_template"] is None
+    )
 
 
-@pytest.mark.parametrize("override, knob, why", [
-    ("model.lora={rank: 4}", "model.lora", "LoRA adapter"),
-    ("data.shuffle=false", "data.shuffle", "always shuffles"),
-    ("offline.packing=true", "offline.packing", "flash attention"),
-    ("resources.gpus_per_node=2", "resources.gpus_per_node", "one process"),
-])
+@pytest.mark.parametrize(
+    "override, knob, why",
+    [
+        ("model.lora={rank: 4}", "model.lora", "LoRA adapter"),
+        ("data.shuffle=false", "data.shuffle", "always shuffles"),
+        ("offline.packing=true", "offline.packing", "flash attention"),
+        ("resources.gpus_per_node=2", "resources.gpus_per_node", "one process"),
+    ],
+)
 def test_verl_sft_refuses_what_its_sft_trainer_cannot_do_naming_the_knob(override, knob, why):
     with pytest.raises(CapabilityError, match=f"{knob.replace('.', chr(92) + '.')}.*{why}"):
-        prepare(load_config(CONFIGS / "sft.yaml", ["backend=verl", *([] if "gpus" in override else ["resources.gpus_per_node=0"]), override]))
+        prepare(
+            load_config(
+                CONFIGS / "sft.yaml",
+                ["backend=verl", *([] if "gpus" in override else ["resources.gpus_per_node=0"]), override],
+            )
+        )
     with pytest.raises(CapabilityError, match=r"offline\.completion_only_loss.*assistant messages only"):
         _plan("sft.yaml", "backend=verl", "offline.completion_only_loss=false", "model.use_chat_template=true")
 
@@ -123,7 +183,9 @@ def test_rows_are_checked_for_the_stage(tmp_path):
     config = load_config(CONFIGS / "dpo.yaml", [f"data.train={{type: jsonl, path: {rows}}}"])
     with pytest.raises(ConfigError, match="'chosen', 'rejected'"):
         load_rows(config.data.train, config, "data.train")
-    rows.write_text(json.dumps({"messages": [{"role": "user", "content": "1"}, {"role": "assistant", "content": "1"}]}) + "\n")
+    rows.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "1"}, {"role": "assistant", "content": "1"}]}) + "\n"
+    )
     config = load_config(CONFIGS / "sft.yaml", [f"data.train={{type: jsonl, path: {rows}}}"])
     with pytest.raises(ConfigError, match="use_chat_template: true"):
         load_rows(config.data.train, config, "data.train")
@@ -133,8 +195,10 @@ def test_pipeline_files_are_checked_before_anything_runs(tmp_path):
     from rlbridge.run.pipeline import load_pipeline, run_pipeline
 
     path = tmp_path / "p.yaml"
-    path.write_text(f"stages:\n  - {{name: a, config: {CONFIGS / 'sft.yaml'}, set: {{model.path: '{{b.model}}'}}}}\n"
-                    f"  - {{name: b, config: {CONFIGS / 'sft.yaml'}}}\n")
+    path.write_text(
+        f"stages:\n  - {{name: a, config: {CONFIGS / 'sft.yaml'}, set: {{model.path: '{{b.model}}'}}}}\n"
+        f"  - {{name: b, config: {CONFIGS / 'sft.yaml'}}}\n"
+    )
     with pytest.raises(ConfigError, match="no earlier stage is named 'b'"):
         load_pipeline(path)
     path.write_text(f"stages:\n  - {{name: a, config: {CONFIGS / 'sft.yaml'}}}\n")
@@ -144,13 +208,24 @@ def test_pipeline_files_are_checked_before_anything_runs(tmp_path):
 
 # ---- real TRL runs ----
 
+
 def test_sft_held_out_loss_falls_on_chat_rows_with_a_bpe_tokenizer(tmp_path):
     chat = "{type: generator, name: digit_sft, args: {num_rows: %d, format: messages, seed: %d}}"
-    summary = train(load_config(CONFIGS / "sft.yaml", [
-        f"output_dir={tmp_path}", "model.path=builtin:tiny-bpe", "model.use_chat_template=true",
-        f"data.train={chat % (512, 0)}", f"data.eval={chat % (32, 1)}", "data.eval_interval=10",
-        "training.steps=20",
-    ]), progress=False)
+    summary = train(
+        load_config(
+            CONFIGS / "sft.yaml",
+            [
+                f"output_dir={tmp_path}",
+                "model.path=builtin:tiny-bpe",
+                "model.use_chat_template=true",
+                f"data.train={chat % (512, 0)}",
+                f"data.eval={chat % (32, 1)}",
+                "data.eval_interval=10",
+                "training.steps=20",
+            ],
+        ),
+        progress=False,
+    )
     evals = _eval(tmp_path)
     assert [e["step"] for e in evals] == [0, 10, 20]
     first, last = evals[0]["eval/loss/sft"], evals[-1]["eval/loss/sft"]
@@ -159,8 +234,10 @@ def test_sft_held_out_loss_falls_on_chat_rows_with_a_bpe_tokenizer(tmp_path):
 
 
 def test_dpo_held_out_preference_accuracy_rises_to_0_8(tmp_path):
-    train(load_config(CONFIGS / "dpo.yaml", [f"output_dir={tmp_path}", "offline.dpo_loss=ipo", "offline.dpo_beta=0.2"]),
-          progress=False)
+    train(
+        load_config(CONFIGS / "dpo.yaml", [f"output_dir={tmp_path}", "offline.dpo_loss=ipo", "offline.dpo_beta=0.2"]),
+        progress=False,
+    )
     evals = _eval(tmp_path)
     assert evals[0]["step"] == 0 and evals[0]["eval/dpo/accuracy"] <= 0.6, evals  # policy == reference: ties
     assert evals[-1]["eval/dpo/accuracy"] >= 0.8, evals
@@ -171,7 +248,9 @@ def test_dpo_held_out_preference_accuracy_rises_to_0_8(tmp_path):
 
 def test_pipeline_sft_rm_grpo_learns_skips_finished_stages_and_reports(tmp_path):
     """configs/pipeline.yaml as shipped (outputs under tmp_path): ~1 min on 2 CPU cores."""
-    res = run_cli("train", str(CONFIGS / "pipeline.yaml"), "--no-progress", "--set", "grpo.training.steps=30", cwd=tmp_path)
+    res = run_cli(
+        "train", str(CONFIGS / "pipeline.yaml"), "--no-progress", "--set", "grpo.training.steps=30", cwd=tmp_path
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = tmp_path / "runs" / "pipeline"
     record = json.loads((out / "pipeline.json").read_text())
@@ -186,7 +265,9 @@ def test_pipeline_sft_rm_grpo_learns_skips_finished_stages_and_reports(tmp_path)
     config = (out / "grpo" / "config.yaml").read_text()
     assert rm["model_out"] in config  # the GRPO stage's reward is the trained RM
 
-    again = run_cli("train", str(CONFIGS / "pipeline.yaml"), "--no-progress", "--set", "grpo.training.steps=30", cwd=tmp_path)
+    again = run_cli(
+        "train", str(CONFIGS / "pipeline.yaml"), "--no-progress", "--set", "grpo.training.steps=30", cwd=tmp_path
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("skipped (finished before)") == 3, again.stdout
 
@@ -196,7 +277,7 @@ def test_pipeline_sft_rm_grpo_learns_skips_finished_stages_and_reports(tmp_path)
     assert "Pipeline pipeline: completed" in page and "reward_model" in page and "loss/sft" in page
 
 
-FLAKY = '''
+FLAKY = """
 from pathlib import Path
 
 from rlbridge import hookimpl
@@ -218,7 +299,7 @@ def flaky(flag: str):
 @hookimpl
 def rlbridge_register_rewards():
     return [RewardPlugin("flaky", flaky, "digit share; raises after 6 calls while FLAG exists")]
-'''
+"""
 
 
 def test_a_failed_pipeline_stage_resumes_from_its_checkpoint_and_finished_ones_are_not_rerun(tmp_path):
@@ -282,14 +363,31 @@ def test_the_pipeline_with_its_rl_stage_on_another_engine(engine, version, tmp_p
         find_env(engine, version)
     except Exception as exc:
         pytest.skip(f"no {engine}=={version} environment here ({exc})")
-    res = run_cli("train", str(CONFIGS / "pipeline.yaml"), "--no-progress", "--set", f"grpo.backend={engine}",
-                  "--set", f"grpo.engine_version={version}", "--set", "grpo.training.steps=2", "--set", "grpo.training.batch_size=2",
-                  "--set", "grpo.algorithm.group_size=4", cwd=tmp_path,
-                  env={"RLBRIDGE_CACHE_DIR": os.environ["RLBRIDGE_CACHE_DIR"]})
+    res = run_cli(
+        "train",
+        str(CONFIGS / "pipeline.yaml"),
+        "--no-progress",
+        "--set",
+        f"grpo.backend={engine}",
+        "--set",
+        f"grpo.engine_version={version}",
+        "--set",
+        "grpo.training.steps=2",
+        "--set",
+        "grpo.training.batch_size=2",
+        "--set",
+        "grpo.algorithm.group_size=4",
+        cwd=tmp_path,
+        env={"RLBRIDGE_CACHE_DIR": os.environ["RLBRIDGE_CACHE_DIR"]},
+    )
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     record = json.loads((tmp_path / "runs" / "pipeline" / "pipeline.json").read_text())
     grpo = record["stages"][-1]
-    assert grpo["backend"] == engine and grpo["summary"]["steps"] == 2 and grpo["model_in"] == record["stages"][0]["model_out"]
+    assert (
+        grpo["backend"] == engine
+        and grpo["summary"]["steps"] == 2
+        and grpo["model_in"] == record["stages"][0]["model_out"]
+    )
 
 
 def test_a_trained_reward_model_served_by_verl_fits_its_own_context(tmp_path):
@@ -299,8 +397,13 @@ def test_a_trained_reward_model_served_by_verl_fits_its_own_context(tmp_path):
     rm = tmp_path / "rm"
     rm.mkdir()
     (rm / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
-    plan = _plan("quickstart.yaml", "backend=verl", "engine_version=0.9.1", f"reward=[{{model: {rm}}}]",
-                 "rollout.max_new_tokens=8").plan.native["overrides"]
+    plan = _plan(
+        "quickstart.yaml",
+        "backend=verl",
+        "engine_version=0.9.1",
+        f"reward=[{{model: {rm}}}]",
+        "rollout.max_new_tokens=8",
+    ).plan.native["overrides"]
     assert plan["reward.reward_model.model_path"] == str(rm)
     assert plan["reward.reward_model.rollout.max_model_len"] == 512
     assert plan["reward.reward_model.rollout.max_num_batched_tokens"] == 512

@@ -10,16 +10,27 @@ from conftest import QUICKSTART, REPO, run_cli
 
 def _modules_after(*argv: str) -> set[str]:
     """The modules loaded once `rlbridge ARGV` has run, in a fresh interpreter."""
-    code = ("import sys, json\nfrom rlbridge.cli import main\nsys.argv = ['rlbridge', *json.loads(sys.argv[1])]\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write('MODULES' + json.dumps(sorted(sys.modules)))\n")
-    res = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, cwd=REPO, timeout=120)
+    code = (
+        "import sys, json\nfrom rlbridge.cli import main\nsys.argv = ['rlbridge', *json.loads(sys.argv[1])]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write('MODULES' + json.dumps(sorted(sys.modules)))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert "MODULES" in res.stderr, res.stderr[-2000:]
     return set(json.loads(res.stderr.rsplit("MODULES", 1)[1]))
 
 
 def test_help_imports_neither_the_config_nor_the_plugin_machinery():
     loaded = _modules_after("--help")
-    for module in ("pydantic", "yaml", "pluggy", "rlbridge.contract.config", "rlbridge.contract.registry", "rlbridge.run"):
+    for module in (
+        "pydantic",
+        "yaml",
+        "pluggy",
+        "rlbridge.contract.config",
+        "rlbridge.contract.registry",
+        "rlbridge.run",
+    ):
         assert module not in loaded, f"`rlbridge --help` imports {module}"
 
 
@@ -31,8 +42,13 @@ def test_plan_prints_without_rich():
 
 def test_the_core_run_path_imports_no_asyncio():
     """asyncio (a tenth of plan's start-up) only where an async reward function is awaited."""
-    res = subprocess.run([sys.executable, "-c", "import sys, rlbridge.run.runner; print('asyncio' in sys.modules)"],
-                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", "import sys, rlbridge.run.runner; print('asyncio' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert res.stdout.strip() == "False", res.stdout + res.stderr
 
 

@@ -39,11 +39,19 @@ def read_wandb(run_root: Path) -> tuple[list[dict], dict]:
     """History records and the summary of the offline run, through W&B's own reader of its .wandb log."""
     wandb_bin = Path(sys.executable).parent / "wandb"
     (log,) = run_root.glob("wandb/offline-run-*/run-*.wandb")
-    records = subprocess.run([str(wandb_bin), "leet", "inspect", "--json", str(log)], capture_output=True, text=True,
-                             check=True, timeout=120).stdout
+    records = subprocess.run(
+        [str(wandb_bin), "leet", "inspect", "--json", str(log)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
     history = [json.loads(line)["history"]["item"] for line in records.splitlines() if '"type":"history"' in line]
-    summary = json.loads(subprocess.run([str(wandb_bin), "leet", "inspect", "--summary", "--json", str(log)],
-                                        capture_output=True, text=True, check=True, timeout=120).stdout)
+    summary = json.loads(
+        subprocess.run(
+            [str(wandb_bin), "leet", "inspect", "--summary", "--json", str(log)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+    )
     return history, summary
 
 
@@ -108,7 +116,8 @@ def assert_sinks_equal_metrics_jsonl(run: Path, summary: dict, steps: int, per_s
     artifacts = {a.path for a in client.list_artifacts(mrun.info.run_id)}
     assert {"config.yaml", "plan.yaml", "summary.json", "samples.jsonl"} <= artifacts
     assert {a.path for a in client.list_artifacts(mrun.info.run_id, "samples")} == {
-        f"samples/step_{i:06d}.json" for i in range(1, steps + 1)}
+        f"samples/step_{i:06d}.json" for i in range(1, steps + 1)
+    }
 
     # W&B offline: history records step for step, the config, the run state
     history, wsum = read_wandb(run)
@@ -130,8 +139,17 @@ def test_trl_run_with_tensorboard_mlflow_wandb_reads_back_equal_to_metrics_jsonl
     pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
     run = tmp_path / "run"
-    cfg = load_config(write_config(tmp_path, MINIMAL), [f"output_dir={run}", "run_name=tele", "training.steps=3",
-                                                       "checkpoint.interval=2", "telemetry.samples_per_step=3", SINKS])
+    cfg = load_config(
+        write_config(tmp_path, MINIMAL),
+        [
+            f"output_dir={run}",
+            "run_name=tele",
+            "training.steps=3",
+            "checkpoint.interval=2",
+            "telemetry.samples_per_step=3",
+            SINKS,
+        ],
+    )
     summary = train(cfg, PluginManager(), progress=False)
     assert_sinks_equal_metrics_jsonl(run, summary, steps=3, per_step=3)
     for s in _rows(run / "samples.jsonl"):
@@ -167,10 +185,20 @@ def test_engine_in_its_environment_reads_back_equal_to_metrics_jsonl(engine, ver
     except Exception as exc:
         pytest.skip(f"no {engine}=={version} environment here ({exc})")
     run = tmp_path / "run"
-    cfg = load_config(write_config(tmp_path, MINIMAL), [
-        f"backend={engine}", f"engine_version={version}", "engine_env=auto", f"output_dir={run}", "run_name=tele",
-        "training.steps=2", "resources.gpus_per_node=auto", "telemetry.samples_per_step=2", SINKS,
-    ])
+    cfg = load_config(
+        write_config(tmp_path, MINIMAL),
+        [
+            f"backend={engine}",
+            f"engine_version={version}",
+            "engine_env=auto",
+            f"output_dir={run}",
+            "run_name=tele",
+            "training.steps=2",
+            "resources.gpus_per_node=auto",
+            "telemetry.samples_per_step=2",
+            SINKS,
+        ],
+    )
     summary = train(cfg, PluginManager(), progress=False)
     assert summary["engine_version"] == version
     assert_sinks_equal_metrics_jsonl(run, summary, steps=2, per_step=2)
@@ -181,9 +209,14 @@ def test_failing_run_ends_mlflow_failed_and_wandb_failed_with_the_error(tmp_path
     pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
     run = tmp_path / "run"
-    cfg = load_config(write_config(tmp_path, MINIMAL), [
-        f"output_dir={run}", "training.steps=4", "telemetry.sinks=[{name: mlflow}, {name: wandb}]",
-    ])
+    cfg = load_config(
+        write_config(tmp_path, MINIMAL),
+        [
+            f"output_dir={run}",
+            "training.steps=4",
+            "telemetry.sinks=[{name: mlflow}, {name: wandb}]",
+        ],
+    )
     pm = PluginManager()
     pm.register(FailAtStep(2), "fail_at_2")
     with pytest.raises(RuntimeError, match="boom at step 2"):
@@ -195,7 +228,9 @@ def test_failing_run_ends_mlflow_failed_and_wandb_failed_with_the_error(tmp_path
     assert "boom at step 2" in mrun.data.tags["rlbridge.error"]
     assert {"error.txt", "summary.json"} <= {a.path for a in client.list_artifacts(mrun.info.run_id)}
     # every step written to metrics.jsonl reached the sinks, the failing one (2) included
-    assert [m.step for m in client.get_metric_history(mrun.info.run_id, "reward/mean")] == [r["step"] for r in _rows(run / "metrics.jsonl")]
+    assert [m.step for m in client.get_metric_history(mrun.info.run_id, "reward/mean")] == [
+        r["step"] for r in _rows(run / "metrics.jsonl")
+    ]
     _, wsum = read_wandb(run)
     assert wsum["state"] == "failed" and wsum["exit_code"] == 1
     assert "boom at step 2" in wsum["summary"]["error"]
@@ -277,7 +312,9 @@ def test_samples_are_capped_and_step_end_gets_them(tmp_path):
     pm = PluginManager()
     pm.register(Recorder(), "recorder")
     ctx, _, run = _ctx(tmp_path, "telemetry.samples_per_step=2", pm)
-    rows = [{"prompt": "p", "completion": f"c{i}", "reward": i / 4, "rewards": {"digit_match": i / 4}} for i in range(5)]
+    rows = [
+        {"prompt": "p", "completion": f"c{i}", "reward": i / 4, "rewards": {"digit_match": i / 4}} for i in range(5)
+    ]
     ctx.emit_step(1, {"reward/mean": 0.5}, samples=rows, rewards=[r["reward"] for r in rows] + [float("nan")])
     ctx.close()
     written = _rows(run / "samples.jsonl")
@@ -305,11 +342,20 @@ def test_wandb_online_without_a_key_is_a_config_error_not_a_prompt(tmp_path, mon
 def fake_run(root: Path, name: str, backend: str, rewards: list[float], lr: float) -> Path:
     run = root / name
     run.mkdir(parents=True)
-    (run / "config.yaml").write_text(f"backend: {backend}\nrun_name: {name}\ntraining: {{lr: {lr}, steps: {len(rewards)}}}\n")
-    (run / "metrics.jsonl").write_text("".join(
-        json.dumps({"step": i + 1, "reward/mean": r, "loss/policy": -r / 2}) + "\n" for i, r in enumerate(rewards)))
-    (run / "summary.json").write_text(json.dumps({"status": "completed", "steps": len(rewards), "reward_last": rewards[-1]}))
-    (run / "samples.jsonl").write_text(json.dumps({"step": len(rewards), "prompt": "1111", "completion": "<b>1111</b>", "reward": 1.0}) + "\n")
+    (run / "config.yaml").write_text(
+        f"backend: {backend}\nrun_name: {name}\ntraining: {{lr: {lr}, steps: {len(rewards)}}}\n"
+    )
+    (run / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"step": i + 1, "reward/mean": r, "loss/policy": -r / 2}) + "\n" for i, r in enumerate(rewards)
+        )
+    )
+    (run / "summary.json").write_text(
+        json.dumps({"status": "completed", "steps": len(rewards), "reward_last": rewards[-1]})
+    )
+    (run / "samples.jsonl").write_text(
+        json.dumps({"step": len(rewards), "prompt": "1111", "completion": "<b>1111</b>", "reward": 1.0}) + "\n"
+    )
     return run
 
 
@@ -347,7 +393,9 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-@pytest.mark.skipif(_chromium() is None, reason="no chromium on PATH (apt-get install chromium; the Makefile's `make browser` does it)")
+@pytest.mark.skipif(
+    _chromium() is None, reason="no chromium on PATH (apt-get install chromium; the Makefile's `make browser` does it)"
+)
 def test_report_renders_in_headless_chromium_with_the_runs_values(tmp_path):
     """The page, opened by a real browser: the DOM it builds holds every plotted value, and the
     screenshot shows each run's line colour."""
@@ -358,19 +406,30 @@ def test_report_renders_in_headless_chromium_with_the_runs_values(tmp_path):
     a = fake_run(tmp_path, "a", "trl", [0.1, 0.4, 0.9], 0.005)
     b = fake_run(tmp_path, "b", "verl", [0.2, 0.3, 0.5, 0.7, 0.8], 0.001)
     page = write_report([a, b], tmp_path / "r.html")
-    base = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}"]
+    base = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
     for value in (0.1, 0.4, 0.9, 0.2, 0.3, 0.5, 0.7, 0.8):
         assert f'data-value="{value!r}"' in dom
     shot = tmp_path / "shot.png"
-    subprocess.run([*base, f"--screenshot={shot}", "--window-size=1000,700", page.as_uri()], capture_output=True, timeout=120)
+    subprocess.run(
+        [*base, f"--screenshot={shot}", "--window-size=1000,700", page.as_uri()], capture_output=True, timeout=120
+    )
     image = Image.open(shot).convert("RGB")
     pixels = {c: n for n, c in image.getcolors(maxcolors=1 << 20)}
     for hex_colour in COLORS[:2]:
-        rgb = tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+        rgb = tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
         # the legend swatch is 14 x 4 = 56 pixels; the lines and points of two plots are hundreds more
         # (measured 419 and 618; 56 each when the lines are not drawn)
-        assert pixels.get(rgb, 0) > 200, f"run colour {hex_colour}: {pixels.get(rgb, 0)} pixels, the plots did not render"
+        assert pixels.get(rgb, 0) > 200, (
+            f"run colour {hex_colour}: {pixels.get(rgb, 0)} pixels, the plots did not render"
+        )
 
 
 # --- the metric-name table in docs/telemetry.md -------------------------------------------------
@@ -380,7 +439,9 @@ def test_metric_table_in_docs_is_generated_from_the_adapters_maps(monkeypatch):
     import importlib.util
 
     repo = Path(__file__).resolve().parents[1]
-    res = subprocess.run([sys.executable, str(repo / "scripts" / "metric_table.py"), "--check"], capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, str(repo / "scripts" / "metric_table.py"), "--check"], capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stderr
     spec = importlib.util.spec_from_file_location("metric_table", repo / "scripts" / "metric_table.py")
     gen = importlib.util.module_from_spec(spec)
@@ -394,7 +455,8 @@ def test_metric_table_in_docs_is_generated_from_the_adapters_maps(monkeypatch):
 
     monkeypatch.setitem(verl.DIRECT, "critic/score/mean", "reward/mean")
     assert gen.render(doc) != doc and "| `critic/score/mean` |" in next(
-        line for line in gen.render(doc).splitlines() if line.startswith("| `reward/mean` |"))
+        line for line in gen.render(doc).splitlines() if line.startswith("| `reward/mean` |")
+    )
 
 
 # --- samples from engine processes (verl, OpenRLHF): reward events -> follower -> child relay ------

@@ -14,7 +14,7 @@ import sys
 import textwrap
 from xml.etree import ElementTree
 
-TOY_BACKEND = '''
+TOY_BACKEND = """
 import random
 
 from rlbridge import hookimpl
@@ -109,9 +109,9 @@ class ToyBackend(Backend):
 @hookimpl
 def rlbridge_register_backends():
     return [ToyBackend]
-'''
+"""
 
-SUITE_USER = '''
+SUITE_USER = """
 import pytest
 from rlbridge.testing.suite import *  # noqa: F401,F403
 from rlbridge_toy_backend import ToyBackend
@@ -120,7 +120,7 @@ from rlbridge_toy_backend import ToyBackend
 @pytest.fixture
 def backend():
     return ToyBackend()
-'''
+"""
 
 
 def _install_toy(tmp_path, source: str = TOY_BACKEND):
@@ -139,15 +139,35 @@ def _install_toy(tmp_path, source: str = TOY_BACKEND):
 
 def _run_suite(tmp_path, site, tests, *args):
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--rootdir", str(tests),
-         f"--junitxml={tmp_path / 'report.xml'}", *args, str(tests)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
-             "RLBRIDGE_CACHE_DIR": str(tmp_path / "cache")},
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            "--rootdir",
+            str(tests),
+            f"--junitxml={tmp_path / 'report.xml'}",
+            *args,
+            str(tests),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
+            "RLBRIDGE_CACHE_DIR": str(tmp_path / "cache"),
+        },
     )
     cases = ElementTree.parse(tmp_path / "report.xml").getroot().iter("testcase")
-    outcome = {c.get("name"): next((child.tag for child in c if child.tag in ("failure", "error", "skipped")), "passed")
-               for c in cases}
+    outcome = {
+        c.get("name"): next((child.tag for child in c if child.tag in ("failure", "error", "skipped")), "passed")
+        for c in cases
+    }
     return res, outcome
 
 

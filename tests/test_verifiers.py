@@ -30,8 +30,11 @@ def _plugins():
     from rlbridge.contract.registry import get_plugin_manager
 
     pm = get_plugin_manager()
-    return (pm.get("data_source", "verifiers", "data").generate, pm.get("reward", "verifiers", "reward").factory,
-            pm.get("environment", "verifiers", "environment").factory)
+    return (
+        pm.get("data_source", "verifiers", "data").generate,
+        pm.get("reward", "verifiers", "reward").factory,
+        pm.get("environment", "verifiers", "environment").factory,
+    )
 
 
 def test_registered_through_the_entry_point_group():
@@ -49,8 +52,10 @@ def test_taskset_rows_carry_the_task_and_its_own_reward_scores_them():
     d = rows[0]["answer"]
     other = "1" if d != "1" else "2"
     reward = reward_factory()
-    inputs = [RewardInput(prompt=rows[0]["prompt"], completion=c, completion_ids=[], answer=d, metadata=rows[0])
-              for c in (d * 4, d + other, other * 3)]
+    inputs = [
+        RewardInput(prompt=rows[0]["prompt"], completion=c, completion_ids=[], answer=d, metadata=rows[0])
+        for c in (d * 4, d + other, other * 3)
+    ]
     assert reward(inputs) == [1.0, 0.5, 0.0]  # DigitTask.digit_share: the task's code, not rlbridge's
     assert reward([RewardInput(prompt="x", completion="x", completion_ids=[], metadata={})]) == [None]
 
@@ -101,8 +106,10 @@ def test_two_trl_steps_with_rewards_from_the_environment(tmp_path, example):
     from rlbridge.run.loading import load_config
     from rlbridge.run.runner import train
 
-    config = load_config(REPO / "examples" / example, [f"output_dir={tmp_path}/run", "training.steps=2", "training.batch_size=2",
-                                                        "rollout_workers.timeout_s=300"])
+    config = load_config(
+        REPO / "examples" / example,
+        [f"output_dir={tmp_path}/run", "training.steps=2", "training.batch_size=2", "rollout_workers.timeout_s=300"],
+    )
     assert train(config, progress=False)["status"] == "completed"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all("reward/verifiers/mean" in r for r in rows)

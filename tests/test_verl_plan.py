@@ -10,27 +10,42 @@ from conftest import MINIMAL, write_config
 
 
 def _plan(tmp_path, version, *overrides):
-    cfg = load_config(write_config(tmp_path, MINIMAL), ["backend=verl", "engine_env=auto", f"engine_version={version}", *overrides])
+    cfg = load_config(
+        write_config(tmp_path, MINIMAL), ["backend=verl", "engine_env=auto", f"engine_version={version}", *overrides]
+    )
     return prepare(cfg).plan.native
 
 
 @pytest.mark.parametrize(
     "version,key",
-    [("0.5.0", "reward_model.reward_manager"), ("0.7.0", "reward_model.reward_manager"),
-     ("0.7.1", "reward.reward_manager.name"), ("0.9.1", "reward.reward_manager.name")],
+    [
+        ("0.5.0", "reward_model.reward_manager"),
+        ("0.7.0", "reward_model.reward_manager"),
+        ("0.7.1", "reward.reward_manager.name"),
+        ("0.9.1", "reward.reward_manager.name"),
+    ],
 )
 def test_reward_keys_follow_the_version(tmp_path, version, key):
-    overrides = _plan(tmp_path, version, *(["rollout.engine=vllm"] if version == "0.9.1" else []),
-                      *(["resources.gpus_per_node=1", "rollout.engine=vllm"] if version in ("0.7.0", "0.7.1") else [])
-                      )["overrides"]
+    overrides = _plan(
+        tmp_path,
+        version,
+        *(["rollout.engine=vllm"] if version == "0.9.1" else []),
+        *(["resources.gpus_per_node=1", "rollout.engine=vllm"] if version in ("0.7.0", "0.7.1") else []),
+    )["overrides"]
     assert overrides[key] == "rlbridge"
     other = "reward.reward_manager.name" if key.startswith("reward_model") else "reward_model.reward_manager"
     assert other not in overrides  # from 0.9.0 the old key is silently ignored: never emit it
 
 
 def test_batch_semantics(tmp_path):
-    o = _plan(tmp_path, "0.5.0", "training.batch_size=4", "training.mini_batch_size=8", "training.micro_batch_size=2",
-              "algorithm.epochs_per_rollout=2")["overrides"]
+    o = _plan(
+        tmp_path,
+        "0.5.0",
+        "training.batch_size=4",
+        "training.mini_batch_size=8",
+        "training.micro_batch_size=2",
+        "algorithm.epochs_per_rollout=2",
+    )["overrides"]
     assert o["data.train_batch_size"] == 4 and o["actor_rollout_ref.rollout.n"] == 4
     assert o["actor_rollout_ref.actor.ppo_mini_batch_size"] == 2  # 8 samples / group of 4 = 2 prompts
     assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 2
@@ -40,11 +55,16 @@ def test_batch_semantics(tmp_path):
 def test_kl_placement_and_algorithms(tmp_path):
     loss = _plan(tmp_path, "0.5.0", "algorithm.kl_coef=0.05")["overrides"]
     assert loss["actor_rollout_ref.actor.use_kl_loss"] is True and loss["actor_rollout_ref.actor.kl_loss_coef"] == 0.05
-    reward = _plan(tmp_path, "0.5.0", "algorithm.name=rloo", "algorithm.kl_coef=0.05", "algorithm.kl_placement=reward")["overrides"]
+    reward = _plan(tmp_path, "0.5.0", "algorithm.name=rloo", "algorithm.kl_coef=0.05", "algorithm.kl_placement=reward")[
+        "overrides"
+    ]
     assert reward["algorithm.use_kl_in_reward"] is True and reward["algorithm.kl_ctrl.kl_coef"] == 0.05
     assert reward["algorithm.adv_estimator"] == "rloo"
     dr = _plan(tmp_path, "0.5.0", "algorithm.name=dr_grpo")["overrides"]
-    assert dr["algorithm.norm_adv_by_std_in_grpo"] is False and dr["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-sum-norm"
+    assert (
+        dr["algorithm.norm_adv_by_std_in_grpo"] is False
+        and dr["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-sum-norm"
+    )
     ppo = _plan(tmp_path, "0.5.0", "algorithm.name=ppo", "algorithm.group_size=1")["overrides"]
     assert ppo["algorithm.adv_estimator"] == "gae" and ppo["critic.model.path"] == "<model_dir>"
 
@@ -96,7 +116,9 @@ def test_environment_becomes_an_agent_loop_and_its_tools_verl_tools(tmp_path):
     assert o["actor_rollout_ref.rollout.multi_turn.tool_config_path"] == "<run_dir>/rlbridge_tools.yaml"
     assert [t["function"]["name"] for t in native["tools"]] == ["hint"]
     no_tools = _plan(tmp_path, "0.9.1", "reward=[]", "environment={name: digit_turns}")
-    assert "actor_rollout_ref.rollout.multi_turn.tool_config_path" not in no_tools["overrides"] and no_tools["tools"] == []
+    assert (
+        "actor_rollout_ref.rollout.multi_turn.tool_config_path" not in no_tools["overrides"] and no_tools["tools"] == []
+    )
     assert "actor_rollout_ref.rollout.agent.agent_loop_config_path" not in _plan(tmp_path, "0.9.1")["overrides"]
 
 

@@ -15,6 +15,8 @@ def require_openrlhf_runtime() -> None:
         import openrlhf.utils.agent  # noqa: F401
     except ImportError as exc:
         if importlib.util.find_spec("deepspeed") is None:
-            pytest.skip(f"OpenRLHF is installed without its dependencies here (an argument-parsing cell): {exc}",
-                        allow_module_level=True)
+            pytest.skip(
+                f"OpenRLHF is installed without its dependencies here (an argument-parsing cell): {exc}",
+                allow_module_level=True,
+            )
         raise

@@ -17,7 +17,6 @@ from rlbridge.run.runner import train
 from rlbridge.testing import QUICKSTART
 
 
-
 def _installed(distribution: str) -> Version | None:
     try:
         return Version(importlib.metadata.version(distribution))
@@ -26,15 +25,25 @@ def _installed(distribution: str) -> Version | None:
 
 
 VERL, OPENRLHF = _installed("verl"), _installed("openrlhf")
-SMALL = ["engine_env=current", "training.steps=3", "training.batch_size=2", "algorithm.group_size=4",
-         "rollout.max_new_tokens=8", "training.seed=5", "training.deterministic=true", "telemetry.samples_per_step=8"]
+SMALL = [
+    "engine_env=current",
+    "training.steps=3",
+    "training.batch_size=2",
+    "algorithm.group_size=4",
+    "rollout.max_new_tokens=8",
+    "training.seed=5",
+    "training.deterministic=true",
+    "telemetry.samples_per_step=8",
+]
 
 
 def _two_runs(backend: str, tmp_path, *overrides: str) -> tuple[list, list, list]:
     runs = []
     for i in (1, 2):
-        summary = train(load_config(QUICKSTART, [f"backend={backend}", *SMALL, *overrides, f"output_dir={tmp_path}/run{i}"]),
-                        progress=False)
+        summary = train(
+            load_config(QUICKSTART, [f"backend={backend}", *SMALL, *overrides, f"output_dir={tmp_path}/run{i}"]),
+            progress=False,
+        )
         assert summary["status"] == "completed", summary
         runs.append(read_metrics(tmp_path / f"run{i}"))
     samples = [json.loads(line) for line in (tmp_path / "run1" / "samples.jsonl").read_text().splitlines()]
@@ -52,7 +61,9 @@ def _groups_not_collapsed(samples: list[dict]) -> None:
 
 @pytest.mark.engine
 @pytest.mark.matrix_only
-@pytest.mark.skipif(VERL is None or VERL < Version("0.9.0"), reason="training.deterministic needs verl 0.9 (refused before)")
+@pytest.mark.skipif(
+    VERL is None or VERL < Version("0.9.0"), reason="training.deterministic needs verl 0.9 (refused before)"
+)
 def test_verl_deterministic_runs_are_identical_step_for_step(tmp_path):
     a, b, samples = _two_runs("verl", tmp_path)
     plan = (tmp_path / "run1" / "plan.yaml").read_text()
@@ -66,13 +77,21 @@ def test_verl_deterministic_runs_are_identical_step_for_step(tmp_path):
 
 @pytest.mark.engine
 @pytest.mark.matrix_only
-@pytest.mark.skipif(OPENRLHF is None or OPENRLHF < Version("0.11.0") or importlib.util.find_spec("deepspeed") is None,
-                    reason="training.deterministic needs OpenRLHF 0.11 with its dependencies (refused before)")
+@pytest.mark.skipif(
+    OPENRLHF is None or OPENRLHF < Version("0.11.0") or importlib.util.find_spec("deepspeed") is None,
+    reason="training.deterministic needs OpenRLHF 0.11 with its dependencies (refused before)",
+)
 def test_openrlhf_deterministic_runs_are_identical_step_for_step(tmp_path):
     # more samples than verl's test: OpenRLHF's step-1 prompts of seed 5 drew no digit in 8 samples of 16 tokens
     # (reward 0, no update), and the test is of the update too
-    a, b, samples = _two_runs("openrlhf", tmp_path, "rollout.max_new_tokens=16", "training.batch_size=4",
-                              "algorithm.group_size=8", "telemetry.samples_per_step=32")
+    a, b, samples = _two_runs(
+        "openrlhf",
+        tmp_path,
+        "rollout.max_new_tokens=16",
+        "training.batch_size=4",
+        "algorithm.group_size=8",
+        "telemetry.samples_per_step=32",
+    )
     assert "--train.full_determinism_enable" in (tmp_path / "run1" / "plan.yaml").read_text()
     patches = json.loads((tmp_path / "run1" / "patches.json").read_text())["by_patch"]
     for name in ("openrlhf-seeded-prompt-order", "openrlhf-per-request-seeds", "openrlhf-ordered-rollout-collection"):

@@ -20,10 +20,19 @@ require_openrlhf_runtime()
 
 @pytest.mark.engine
 def test_async_run_keeps_staleness_within_the_bound(tmp_path):
-    overrides = ["backend=openrlhf", "engine_env=current", f"output_dir={tmp_path}/run", "training.steps=3",
-                 "training.batch_size=2", "algorithm.group_size=4", "rollout.max_new_tokens=8", "rollout.max_staleness=1",
-                 # the rollout on a (logical) device of its own: what async overlap needs
-                 "placement.policy=split", "placement.args={rollout_gpus: 1}"]
+    overrides = [
+        "backend=openrlhf",
+        "engine_env=current",
+        f"output_dir={tmp_path}/run",
+        "training.steps=3",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+        "rollout.max_staleness=1",
+        # the rollout on a (logical) device of its own: what async overlap needs
+        "placement.policy=split",
+        "placement.args={rollout_gpus: 1}",
+    ]
     summary = train(load_config(QUICKSTART, overrides), progress=False)
     assert summary["status"] == "completed", summary
     plan = (tmp_path / "run" / "plan.yaml").read_text()
@@ -35,8 +44,14 @@ def test_async_run_keeps_staleness_within_the_bound(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     for row in rows:
-        for name in ("async/staleness_mean", "async/staleness_max", "async/trainer_idle_s", "async/rollout_idle_s",
-                     "async/partial_rollouts", "timing/weight_sync_s"):
+        for name in (
+            "async/staleness_mean",
+            "async/staleness_max",
+            "async/trainer_idle_s",
+            "async/rollout_idle_s",
+            "async/partial_rollouts",
+            "timing/weight_sync_s",
+        ):
             assert name in row, (name, row)
         assert 0 <= row["async/staleness_mean"] <= row["async/staleness_max"] <= 1, row
         assert row["async/partial_rollouts"] == 0  # no --train.partial_rollout_enable

@@ -28,13 +28,17 @@ from rlbridge.engine.workers import reset_engine_scorer  # noqa: E402
 
 pytestmark = needs_sandbox
 
-ROW = {"prompt": "f(x) = x * 7\nreturn ", "answer": "x * 7", "code_template": "def f(x):\n    return {code}\n",
-       "tests": json.dumps(["assert isinstance(f(1), int)", "assert f(0) == 0", "assert f(3) == 21", "assert f(4) == 28"])}
+ROW = {
+    "prompt": "f(x) = x * 7\nreturn ",
+    "answer": "x * 7",
+    "code_template": "def f(x):\n    return {code}\n",
+    "tests": json.dumps(["assert isinstance(f(1), int)", "assert f(0) == 0", "assert f(3) == 21", "assert f(4) == 28"]),
+}
 SPEC = {"name": "code_interpreter", "args": {"extract": "expression", "wall_s": 3, "cpu_s": 1}, "max_turns": 3}
 
 
 def tool_call(code: str) -> str:
-    return '<tool_call>' + json.dumps({"name": "python", "arguments": {"code": code}}) + '</tool_call>'
+    return "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": code}}) + "</tool_call>"
 
 
 class ScriptedVLLM:
@@ -63,7 +67,9 @@ def episodes(tmp_path, monkeypatch):
     from rlbridge_adapters.openrlhf.reward import MODEL_ENV
     from transformers import AutoTokenizer
 
-    model = get_plugin_manager().get("model_builder", "tiny-digits", "model.path").build(builtin_model_dir("tiny-digits"))
+    model = (
+        get_plugin_manager().get("model_builder", "tiny-digits", "model.path").build(builtin_model_dir("tiny-digits"))
+    )
     tok = AutoTokenizer.from_pretrained(model)
     monkeypatch.setenv(MODEL_ENV, str(model))
     monkeypatch.setenv(ENVIRONMENT_ENV, json.dumps(SPEC))
@@ -78,11 +84,20 @@ def episodes(tmp_path, monkeypatch):
         engine, executor = ScriptedVLLM(tok, turns_by_prompt), AgentExecutor()
 
         async def all_at_once():
-            return await asyncio.gather(*[
-                executor.execute(prompt, json.dumps({"prompt": prompt, "answer": ROW["answer"], "row": {**ROW, "prompt": prompt}}),
-                                 # max_tokens as a run sets it (OpenRLHF 0.9.10's executor subtracts it from max_length)
-                                 SimpleNamespace(max_tokens=256, logprobs=None), 1024, tok, engine)
-                for prompt in turns_by_prompt])
+            return await asyncio.gather(
+                *[
+                    executor.execute(
+                        prompt,
+                        json.dumps({"prompt": prompt, "answer": ROW["answer"], "row": {**ROW, "prompt": prompt}}),
+                        # max_tokens as a run sets it (OpenRLHF 0.9.10's executor subtracts it from max_length)
+                        SimpleNamespace(max_tokens=256, logprobs=None),
+                        1024,
+                        tok,
+                        engine,
+                    )
+                    for prompt in turns_by_prompt
+                ]
+            )
 
         outs = asyncio.run(all_at_once())
         events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
@@ -109,10 +124,12 @@ def test_the_tool_runs_in_the_sandbox_and_the_answer_is_judged(episodes):
 
 
 def test_the_tool_sees_no_tests_and_printed_pass_marks_score_zero(episodes):
-    probe = ("import gc, os\ndef seen():\n    needle = ' '.join(['assert', 'f('])\n"
-             "    files = [open(os.path.join(r, n)).read() for r, d, f in os.walk('/tmp') for n in f]\n"
-             "    return sum(needle in repr(o) for o in gc.get_objects()), sum(needle in t for t in files)\n"
-             "print('asserts seen:', *seen())")
+    probe = (
+        "import gc, os\ndef seen():\n    needle = ' '.join(['assert', 'f('])\n"
+        "    files = [open(os.path.join(r, n)).read() for r, d, f in os.walk('/tmp') for n in f]\n"
+        "    return sum(needle in repr(o) for o in gc.get_objects()), sum(needle in t for t in files)\n"
+        "print('asserts seen:', *seen())"
+    )
     outs, tok, _ = episodes({ROW["prompt"]: [tool_call(probe), "print('RLBRIDGE-TEST-PASSED 0')"]})
     assert "asserts seen: 0 0" in fed_back(outs[0], tok)
     assert outs[0]["reward"] == 0.0
@@ -133,8 +150,15 @@ def test_code_interpreter_runs_two_steps_on_openrlhf(tmp_path):
     from rlbridge.run.loading import load_config
     from rlbridge.run.runner import train
 
-    overrides = ["backend=openrlhf", "engine_env=current", f"output_dir={tmp_path}/run", "training.steps=2",
-                 "training.batch_size=2", "algorithm.group_size=4", "rollout.max_new_tokens=8"]
+    overrides = [
+        "backend=openrlhf",
+        "engine_env=current",
+        f"output_dir={tmp_path}/run",
+        "training.steps=2",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+    ]
     summary = train(load_config(REPO / "configs" / "code_interpreter.yaml", overrides), progress=False)
     assert summary["status"] == "completed", summary
     assert "--train.agent_func_path" in (tmp_path / "run" / "plan.yaml").read_text()

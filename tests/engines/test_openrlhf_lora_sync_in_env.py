@@ -19,8 +19,10 @@ from rlbridge_adapters.openrlhf.patches import _lora, merged_lora_broadcast
 
 def _peft_model():
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(materialize_path("builtin:tiny-digits", "model.path")),
-                           LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(materialize_path("builtin:tiny-digits", "model.path")),
+        LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]),
+    )
     for name, param in model.named_parameters():
         if "lora_B" in name:  # as after training (peft starts B at zero)
             param.data.normal_(0, 0.05)

@@ -47,7 +47,9 @@ def test_reward_executor_zeroes_and_counts_a_faulty_plugin(tmp_path, monkeypatch
     from rlbridge_plugins.models import build_tokenizer
 
     events = tmp_path / "events.jsonl"
-    specs = [{"name": f.__name__, "weight": 1.0, "args": {}, "factory": f"{__name__}:{f.__name__}"} for f in (length, fn)]
+    specs = [
+        {"name": f.__name__, "weight": 1.0, "args": {}, "factory": f"{__name__}:{f.__name__}"} for f in (length, fn)
+    ]
     monkeypatch.setenv(REWARDS_ENV, json.dumps(specs))
     monkeypatch.setenv(EVENTS_ENV, str(events))
     monkeypatch.setenv(workers.WORKERS_ENV, json.dumps({"timeout_s": 5, "error_threshold": 1.0}))

@@ -23,7 +23,9 @@ def _evals(run_dir: Path) -> list[dict]:
 
 @pytest.mark.engine
 def test_sft_held_out_loss_falls(tmp_path):
-    summary = train(load_config(CONFIGS / "sft.yaml", [*BASE, f"output_dir={tmp_path}", "training.steps=20"]), progress=False)
+    summary = train(
+        load_config(CONFIGS / "sft.yaml", [*BASE, f"output_dir={tmp_path}", "training.steps=20"]), progress=False
+    )
     evals = _evals(tmp_path)
     assert len(evals) == 2 and evals[-1]["eval/loss/sft"] < 0.7 * evals[0]["eval/loss/sft"], evals
     assert summary["loss"] == "loss/sft" and (tmp_path / "model" / "config.json").is_file()

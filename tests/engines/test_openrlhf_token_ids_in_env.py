@@ -46,7 +46,9 @@ def test_reward_plugin_gets_the_generated_ids(tmp_path, monkeypatch):
     one, eleven = tok.convert_tokens_to_ids("1"), tok.convert_tokens_to_ids("11")
     action = [one, one, tok.eos_token_id]  # decodes to '11', which the tokenizer writes as one token
     assert tok(tok.decode(action[:2]), add_special_tokens=False)["input_ids"] == [eleven]
-    monkeypatch.setenv(REWARDS_ENV, json.dumps([{"name": "record", "weight": 1.0, "args": {}, "factory": f"{__name__}:record"}]))
+    monkeypatch.setenv(
+        REWARDS_ENV, json.dumps([{"name": "record", "weight": 1.0, "args": {}, "factory": f"{__name__}:record"}])
+    )
     monkeypatch.setenv(EVENTS_ENV, str(tmp_path / "events.jsonl"))
     monkeypatch.setenv("RLBRIDGE_ROLLOUT_WORKERS", json.dumps({"mode": "inline"}))
     reset_engine_scorer()

@@ -29,8 +29,15 @@ def _installed(dist):
         return None
 
 
-SMALL = ["engine_env=current", "resources.gpus_per_node=0", "training.steps=2", "training.batch_size=2",
-         "algorithm.group_size=2", "rollout.max_new_tokens=8", "telemetry.progress=false"]
+SMALL = [
+    "engine_env=current",
+    "resources.gpus_per_node=0",
+    "training.steps=2",
+    "training.batch_size=2",
+    "algorithm.group_size=2",
+    "rollout.max_new_tokens=8",
+    "telemetry.progress=false",
+]
 
 
 def test_ray_actors_report_their_node_and_logical_gpus(tmp_path):
@@ -40,8 +47,11 @@ def test_ray_actors_report_their_node_and_logical_gpus(tmp_path):
 
     events = tmp_path / "events.jsonl"
     # every worker boots like a verl run's processes (rlbridge.engine.ray_engine): that starts the reporter
-    env = {EVENTS_ENV: str(events), "RLBRIDGE_BOOT": "rlbridge_adapters.verl.boot:install",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "rlbridge" / "engine" / "boot"), *sys.path])}
+    env = {
+        EVENTS_ENV: str(events),
+        "RLBRIDGE_BOOT": "rlbridge_adapters.verl.boot:install",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "rlbridge" / "engine" / "boot"), *sys.path]),
+    }
 
     @ray.remote(num_gpus=1, num_cpus=0)
     class Trainer:

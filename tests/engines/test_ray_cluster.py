@@ -23,8 +23,6 @@ from rlbridge.helpers import free_port
 from rlbridge.testing import QUICKSTART
 
 
-
-
 def _two_node_cluster(monkeypatch, gpus_per_node: int, second_node: dict | None = None):
     """Two raylets on loopback, each with 8 CPUs and `gpus_per_node` logical GPUs (placement only), the
     head with a dashboard (Ray's job and state APIs); `second_node` overrides the second raylet's
@@ -42,11 +40,18 @@ def _two_node_cluster(monkeypatch, gpus_per_node: int, second_node: dict | None 
     port = free_port()
 
     def node() -> dict:  # two raylets on one machine: their dashboard agents need their own ports
-        return {"node_ip_address": "127.0.0.1", "num_cpus": 8, "num_gpus": gpus_per_node,
-                "dashboard_agent_listen_port": free_port(), "metrics_export_port": free_port()}
+        return {
+            "node_ip_address": "127.0.0.1",
+            "num_cpus": 8,
+            "num_gpus": gpus_per_node,
+            "dashboard_agent_listen_port": free_port(),
+            "metrics_export_port": free_port(),
+        }
 
-    cluster = Cluster(initialize_head=True, head_node_args={**node(), "include_dashboard": True, "dashboard_host": "127.0.0.1",
-                                                            "dashboard_port": port})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={**node(), "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": port},
+    )
     try:
         second = cluster.add_node(**{**node(), **(second_node or {})})
         cluster.wait_for_nodes()
@@ -73,11 +78,34 @@ def test_submit_runs_verl_on_a_two_node_cluster_with_workers_on_both_nodes(tmp_p
     try:
         out = tmp_path / "run"
         res = subprocess.run(
-            [sys.executable, "-m", "rlbridge", "submit", str(QUICKSTART), "--address", f"http://127.0.0.1:{port}",
-             "--set", "backend=verl", "--set", "resources.nodes=2", "--set", "resources.gpus_per_node=0",
-             "--set", "training.steps=2", "--set", "training.batch_size=2", "--set", "algorithm.group_size=4",
-             "--set", "rollout.max_new_tokens=8", "--set", f"output_dir={out}"],
-            capture_output=True, text=True, timeout=1500,
+            [
+                sys.executable,
+                "-m",
+                "rlbridge",
+                "submit",
+                str(QUICKSTART),
+                "--address",
+                f"http://127.0.0.1:{port}",
+                "--set",
+                "backend=verl",
+                "--set",
+                "resources.nodes=2",
+                "--set",
+                "resources.gpus_per_node=0",
+                "--set",
+                "training.steps=2",
+                "--set",
+                "training.batch_size=2",
+                "--set",
+                "algorithm.group_size=4",
+                "--set",
+                "rollout.max_new_tokens=8",
+                "--set",
+                f"output_dir={out}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1500,
         )
         log = res.stdout + res.stderr
         assert res.returncode == 0, log[-4000:]
@@ -101,7 +129,9 @@ def test_submit_runs_verl_on_a_two_node_cluster_with_workers_on_both_nodes(tmp_p
 @pytest.mark.engine
 @pytest.mark.matrix_only  # make compat only: several minutes on two simulated nodes
 def test_openrlhf_joins_a_two_node_cluster_and_trains_with_actors_on_both_nodes(tmp_path, monkeypatch):
-    pytest.importorskip("openrlhf", reason="runs in the OpenRLHF engine environment (rlbridge compat run --engine openrlhf)")
+    pytest.importorskip(
+        "openrlhf", reason="runs in the OpenRLHF engine environment (rlbridge compat run --engine openrlhf)"
+    )
     from rlbridge.run.loading import load_config
     from rlbridge.run.runner import train
 
@@ -109,10 +139,22 @@ def test_openrlhf_joins_a_two_node_cluster_and_trains_with_actors_on_both_nodes(
     cluster, second, port = _two_node_cluster(monkeypatch, gpus_per_node=2)
     try:
         out = tmp_path / "run"
-        cfg = load_config(QUICKSTART, [
-            "backend=openrlhf", "engine_env=current", "resources.nodes=2", "resources.gpus_per_node=0",
-            f"resources.ray_address={cluster.address}", "training.steps=2", "training.batch_size=2",
-            "algorithm.group_size=2", "rollout.max_new_tokens=8", "telemetry.progress=false", f"output_dir={out}"])
+        cfg = load_config(
+            QUICKSTART,
+            [
+                "backend=openrlhf",
+                "engine_env=current",
+                "resources.nodes=2",
+                "resources.gpus_per_node=0",
+                f"resources.ray_address={cluster.address}",
+                "training.steps=2",
+                "training.batch_size=2",
+                "algorithm.group_size=2",
+                "rollout.max_new_tokens=8",
+                "telemetry.progress=false",
+                f"output_dir={out}",
+            ],
+        )
         summary = train(cfg, progress=False)
         assert summary["status"] == "completed"
         assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
@@ -191,28 +233,50 @@ def test_ray_reward_pool_runs_on_the_cpu_only_node_with_the_process_pools_fault_
 
     from rlbridge.engine.workers import RewardScorer, Settings
 
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parents[1]), str(Path(__file__).parents[2]),
-                                                      os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv(
+        "PYTHONPATH",
+        os.pathsep.join(
+            [str(Path(__file__).parents[1]), str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]
+        ),
+    )
     cluster, cpu_node, port = _two_node_cluster(
-        monkeypatch, gpus_per_node=1, second_node={"num_cpus": 4, "num_gpus": 0, "resources": {"cpu_pool": 4}})
+        monkeypatch, gpus_per_node=1, second_node={"num_cpus": 4, "num_gpus": 0, "resources": {"cpu_pool": 4}}
+    )
     try:
         ray.init(address=cluster.address)
-        settings = dict(mode="ray", ray_resource="cpu_pool", ray_num_cpus=1, batch_size=4, timeout_s=3.0, on_error="zero",
-                        error_threshold=1.0)
+        settings = dict(
+            mode="ray",
+            ray_resource="cpu_pool",
+            ray_num_cpus=1,
+            batch_size=4,
+            timeout_s=3.0,
+            on_error="zero",
+            error_threshold=1.0,
+        )
         with RewardScorer([_spec("node_reward")], Settings(num_workers=2, **settings)) as scorer:
             scored = scorer.score(_inputs(16))
             assert scored.totals == [1.0] * 16 and scorer.take_counts()["reward/errors"] == 0
             pool = scorer._pool
             assert {a["node_id"] for a in pool.where()} == {cpu_node.node_id}
             # read back from Ray: the actors and each of the 4 calls ran on the CPU-only node
-            actors = [a for a in list_actors(address=f"http://127.0.0.1:{port}", limit=1000, raise_on_missing_output=False)
-                      if a.class_name == "RewardActor" and a.state == "ALIVE"]
+            actors = [
+                a
+                for a in list_actors(address=f"http://127.0.0.1:{port}", limit=1000, raise_on_missing_output=False)
+                if a.class_name == "RewardActor" and a.state == "ALIVE"
+            ]
             assert len(actors) == 2 and {a.node_id for a in actors} == {cpu_node.node_id}, actors
             deadline, calls = time.time() + 60, []
             while time.time() < deadline and len(calls) < 4:  # task events reach the GCS a moment later
-                calls = [t for t in list_tasks(address=f"http://127.0.0.1:{port}", limit=10000, raise_on_missing_output=False,
-                                               filters=[("func_or_class_name", "=", "RewardActor.run")])
-                         if t.state == "FINISHED"]
+                calls = [
+                    t
+                    for t in list_tasks(
+                        address=f"http://127.0.0.1:{port}",
+                        limit=10000,
+                        raise_on_missing_output=False,
+                        filters=[("func_or_class_name", "=", "RewardActor.run")],
+                    )
+                    if t.state == "FINISHED"
+                ]
                 time.sleep(1)
             assert len(calls) == 4 and {t.node_id for t in calls} == {cpu_node.node_id}, calls
 
@@ -259,27 +323,49 @@ def test_verl_scores_its_rewards_on_ray_actors_on_the_cpu_only_node(tmp_path, mo
 
     # the head: the logical GPU verl trains on; the second node: CPUs and the rollout resource only
     cluster, cpu_node, port = _two_node_cluster(
-        monkeypatch, gpus_per_node=1, second_node={"num_cpus": 4, "num_gpus": 0, "resources": {"rollout_cpu": 4}})
+        monkeypatch, gpus_per_node=1, second_node={"num_cpus": 4, "num_gpus": 0, "resources": {"rollout_cpu": 4}}
+    )
     try:
         out = tmp_path / "run"
         share = Path(__file__).parents[2] / "examples" / "native_rewards" / "trl_reward.py"
-        cfg = load_config(QUICKSTART, [
-            "backend=verl", "engine_env=current", "resources.gpus_per_node=0", f"resources.ray_address={cluster.address}",
-            "training.steps=2", "training.batch_size=2", "algorithm.group_size=4", "rollout.max_new_tokens=8",
-            # a native reward goes to the pool (the built-in digit_match is scored in process)
-            f"reward=[{{native: trl, function: '{share}:digit_share'}}]",
-            "rollout_workers.mode=ray", "rollout_workers.num_workers=1", "telemetry.progress=false", f"output_dir={out}"])
+        cfg = load_config(
+            QUICKSTART,
+            [
+                "backend=verl",
+                "engine_env=current",
+                "resources.gpus_per_node=0",
+                f"resources.ray_address={cluster.address}",
+                "training.steps=2",
+                "training.batch_size=2",
+                "algorithm.group_size=4",
+                "rollout.max_new_tokens=8",
+                # a native reward goes to the pool (the built-in digit_match is scored in process)
+                f"reward=[{{native: trl, function: '{share}:digit_share'}}]",
+                "rollout_workers.mode=ray",
+                "rollout_workers.num_workers=1",
+                "telemetry.progress=false",
+                f"output_dir={out}",
+            ],
+        )
         summary = train(cfg, progress=False)
         assert summary["status"] == "completed"
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [1, 2] and all("reward/mean" in r for r in rows), rows
         address = f"http://127.0.0.1:{port}"
-        actors = [a for a in list_actors(address=address, limit=10000, raise_on_missing_output=False) if a.class_name == "RewardActor"]
+        actors = [
+            a
+            for a in list_actors(address=address, limit=10000, raise_on_missing_output=False)
+            if a.class_name == "RewardActor"
+        ]
         assert actors and {a.node_id for a in actors} == {cpu_node.node_id}, actors
         deadline, calls = time.time() + 60, []
         while time.time() < deadline and not calls:  # task events reach the GCS a moment after the calls
-            calls = list_tasks(address=address, limit=10000, raise_on_missing_output=False,
-                               filters=[("func_or_class_name", "=", "RewardActor.run")])
+            calls = list_tasks(
+                address=address,
+                limit=10000,
+                raise_on_missing_output=False,
+                filters=[("func_or_class_name", "=", "RewardActor.run")],
+            )
             time.sleep(1)
         assert calls and {t.node_id for t in calls} == {cpu_node.node_id}, calls
     finally:

@@ -24,10 +24,22 @@ def _verl():
 
 pytestmark = pytest.mark.skipif(_verl() != "0.9.1", reason="runs in the verl 0.9.1 engine environment")
 
-CPU = ["resources.gpus_per_node=0", "rollout.tensor_parallel_size=1", "training.steps=2", "training.batch_size=2",
-       "training.mini_batch_size=null", "training.micro_batch_size=null", "training.forward_micro_batch_size=null",
-       "critic.micro_batch_size=null", "training.epochs=null", "data.eval=null", "data.eval_interval=10", "rollout.max_new_tokens=8",
-       "rollout.max_prompt_tokens=32", "backend_options={}"]
+CPU = [
+    "resources.gpus_per_node=0",
+    "rollout.tensor_parallel_size=1",
+    "training.steps=2",
+    "training.batch_size=2",
+    "training.mini_batch_size=null",
+    "training.micro_batch_size=null",
+    "training.forward_micro_batch_size=null",
+    "critic.micro_batch_size=null",
+    "training.epochs=null",
+    "data.eval=null",
+    "data.eval_interval=10",
+    "rollout.max_new_tokens=8",
+    "rollout.max_prompt_tokens=32",
+    "backend_options={}",
+]
 
 
 def _gsm8k_rows(n):
@@ -35,13 +47,20 @@ def _gsm8k_rows(n):
     for i in range(n):
         a, b = i % 7 + 1, i % 5 + 2
         question = f"What is {a} plus {b}?"
-        rows.append({
-            "data_source": "openai/gsm8k",
-            "prompt": [{"role": "user", "content": question + " Let's think step by step and output the final answer after \"####\"."}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-            "extra_info": {"split": "train", "index": i, "answer": f"#### {a + b}", "question": question},
-        })
+        rows.append(
+            {
+                "data_source": "openai/gsm8k",
+                "prompt": [
+                    {
+                        "role": "user",
+                        "content": question + ' Let\'s think step by step and output the final answer after "####".',
+                    }
+                ],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+                "extra_info": {"split": "train", "index": i, "answer": f"#### {a + b}", "question": question},
+            }
+        )
     return rows
 
 
@@ -62,8 +81,13 @@ def test_gsm8k_example_trains_with_verls_default_scorer(tmp_path, monkeypatch):
     assert result.config["reward"] == [{"native": "verl", "function": "verl.utils.reward_score:default_compute_score"}]
     data = dict(result.config)
     data["model"] = {"path": "builtin:tiny-digits"}  # built here on first use
-    for item in CPU + ["engine_env=current", "checkpoint.dir=null", "checkpoint.resume=false",
-                       f"output_dir={tmp_path / 'run'}", "telemetry.progress=false"]:
+    for item in CPU + [
+        "engine_env=current",
+        "checkpoint.dir=null",
+        "checkpoint.resume=false",
+        f"output_dir={tmp_path / 'run'}",
+        "telemetry.progress=false",
+    ]:
         apply_override(data, item)
     summary = train(validate_config(data))
     assert summary["status"] == "completed"

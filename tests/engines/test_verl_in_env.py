@@ -104,10 +104,17 @@ def _episode(tmp_path, turns, *extra):
     from rlbridge_adapters.verl.train import write_agent_loop_files
     from rlbridge_adapters.verl.validate import compose, overrides_for
 
-    prepared = _prepare("reward=[]", "environment={name: digit_hint, args: {turns: 2}, max_turns: 3}", "rollout.max_new_tokens=256",
-                        "model.use_chat_template=true", *extra)
+    prepared = _prepare(
+        "reward=[]",
+        "environment={name: digit_hint, args: {turns: 2}, max_turns: 3}",
+        "rollout.max_new_tokens=256",
+        "model.use_chat_template=true",
+        *extra,
+    )
     native = prepared.plan.native
-    model_dir = model_dir_with_template(materialize_model(prepared.config, None), native["model"]["chat_template"], tmp_path)
+    model_dir = model_dir_with_template(
+        materialize_model(prepared.config, None), native["model"]["chat_template"], tmp_path
+    )
     write_agent_loop_files(native, tmp_path)
     cfg = compose(overrides_for(native, str(tmp_path), model_dir, max_prompt_length=64))
     rollout = cfg.actor_rollout_ref.rollout
@@ -117,30 +124,47 @@ def _episode(tmp_path, turns, *extra):
     async def episode():
         # exactly how verl's AgentLoopWorker builds a loop from the agent-loop config and the tool config
         tools = load_all_tools(tool_config_path=rollout.multi_turn.tool_config_path, function_tool_path=None)
-        entry = next(e for e in OmegaConf.load(rollout.agent.agent_loop_config_path) if e.name == rollout.agent.default_agent_loop)
+        entry = next(
+            e
+            for e in OmegaConf.load(rollout.agent.agent_loop_config_path)
+            if e.name == rollout.agent.default_agent_loop
+        )
         loop = hydra.utils.instantiate(
-            config=entry, trainer_config=DictConfigWrap(config=cfg), server_manager=server, tokenizer=tokenizer,
-            processor=None, hf_model_type="qwen2", dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data),
+            config=entry,
+            trainer_config=DictConfigWrap(config=cfg),
+            server_manager=server,
+            tokenizer=tokenizer,
+            processor=None,
+            hf_model_type="qwen2",
+            dataset_cls=RLHFDataset,
+            data_config=DictConfigWrap(cfg.data),
             tools=ToolListWrap(tools),
         )
         return await loop.run(
-            {"temperature": 1.0}, raw_prompt=[{"role": "user", "content": "7777"}],
+            {"temperature": 1.0},
+            raw_prompt=[{"role": "user", "content": "7777"}],
             extra_info={"rlbridge_row": json.dumps({"prompt": "7777", "answer": "7"})},
         )
 
     return asyncio.run(episode()), server, tokenizer
 
 
-@pytest.mark.skipif(VERL < Version("0.9.1"), reason="rlbridge's verl agent loop needs verl >= 0.9.1 (ct_merge_context_msg)")
+@pytest.mark.skipif(
+    VERL < Version("0.9.1"), reason="rlbridge's verl agent loop needs verl >= 0.9.1 (ct_merge_context_msg)"
+)
 def test_environment_agent_loop_runs_tools_and_steps_with_verl_own_machinery(tmp_path):
     out, server, tokenizer = _episode(tmp_path, TURNS)
     assert out.reward_score == pytest.approx(0.5 + 0.25)
-    assert out.extra_fields["turn_scores"] == pytest.approx([0.5, 0.25]) and out.extra_fields["rlbridge_tool_calls"] == 1
+    assert (
+        out.extra_fields["turn_scores"] == pytest.approx([0.5, 0.25]) and out.extra_fields["rlbridge_tool_calls"] == 1
+    )
     # the tool ran on the episode's environment and its answer reached the policy as a tool message
     second_prompt = tokenizer.decode(server.prompts[1])
     assert second_prompt.endswith("</tool_call><|im_end|>\n<|im_start|>tool\n77<|im_end|>\n<|im_start|>assistant\n")
     # the environment's feedback went back as a user message before the third turn
-    assert tokenizer.decode(server.prompts[2]).endswith("7777<|im_end|>\n<|im_start|>user\n\n<|im_end|>\n<|im_start|>assistant\n")
+    assert tokenizer.decode(server.prompts[2]).endswith(
+        "7777<|im_end|>\n<|im_start|>user\n\n<|im_end|>\n<|im_start|>assistant\n"
+    )
     # only the policy's tokens are trained on; each turn got the remaining response budget
     generated = [tokenizer.encode(t, add_special_tokens=False) for t in TURNS]
     assert sum(out.response_mask) == sum(map(len, generated))
@@ -149,7 +173,9 @@ def test_environment_agent_loop_runs_tools_and_steps_with_verl_own_machinery(tmp
     assert server.max_tokens[0] == 256 and server.max_tokens[1] == 256 - (len(server.prompts[1]) - len(out.prompt_ids))
 
 
-@pytest.mark.skipif(VERL < Version("0.9.1"), reason="rlbridge's verl agent loop needs verl >= 0.9.1 (ct_merge_context_msg)")
+@pytest.mark.skipif(
+    VERL < Version("0.9.1"), reason="rlbridge's verl agent loop needs verl >= 0.9.1 (ct_merge_context_msg)"
+)
 def test_environment_tool_output_follows_verl_truncation_settings(tmp_path):
     options = "backend_options.verl={actor_rollout_ref.rollout.multi_turn: {max_tool_response_length: 4, tool_response_truncate_side: right}}"
     out, server, tokenizer = _episode(tmp_path, [TURNS[0].replace('"repeat": 2', '"repeat": 6'), *TURNS[1:]], options)

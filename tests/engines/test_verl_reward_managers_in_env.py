@@ -78,8 +78,10 @@ def _batch(tok, n=4):
     mask = torch.cat([torch.ones(n, 4), torch.ones(n, 4), torch.zeros(n, 2)], dim=1).long()
     return DataProto.from_dict(
         tensors={"prompts": prompt, "responses": responses, "attention_mask": mask},
-        non_tensors={"reward_model": np.array([{"ground_truth": "1"}] * n, dtype=object),
-                     "extra_info": np.array([{"rlbridge_row": json.dumps({"prompt": "1111"})}] * n, dtype=object)},
+        non_tensors={
+            "reward_model": np.array([{"ground_truth": "1"}] * n, dtype=object),
+            "extra_info": np.array([{"rlbridge_row": json.dumps({"prompt": "1111"})}] * n, dtype=object),
+        },
     )
 
 
@@ -105,7 +107,9 @@ def test_legacy_manager_zeroes_and_counts_a_faulty_plugin(env, fn, outcome):
     assert tensor[:, 3].tolist() == [4.0] * 4 and tensor.sum().item() == 16.0  # only the healthy plugin's 4 tokens
     assert out["reward_extra_info"][f"rlbridge/{fn.__name__}"] == [0.0] * 4
     assert _fault_counts(events) == {outcome: 4}
-    faults = [json.loads(line) for line in events.read_text().splitlines() if json.loads(line)["kind"] == "reward_fault"]
+    faults = [
+        json.loads(line) for line in events.read_text().splitlines() if json.loads(line)["kind"] == "reward_fault"
+    ]
     assert faults and faults[0]["plugin"] == fn.__name__ and '"prompt": "1111"' in faults[0]["row"]
 
 
@@ -120,7 +124,7 @@ def test_reward_loop_manager_counts_faults_per_sample(env):
     batch = _batch(tok, 3)
 
     async def all_samples():
-        return await asyncio.gather(*(manager.run_single(batch[i:i + 1]) for i in range(3)))
+        return await asyncio.gather(*(manager.run_single(batch[i : i + 1]) for i in range(3)))
 
     results = asyncio.run(all_samples())
     assert [r["reward_score"] for r in results] == [4.0] * 3
@@ -128,7 +132,9 @@ def test_reward_loop_manager_counts_faults_per_sample(env):
 
 
 def test_a_hanging_plugin_costs_one_timeout_in_verl_reward_manager(env):
-    pytest.importorskip("pebble", reason="this engine environment predates rlbridge's pebble dependency: rlbridge env create verl")
+    pytest.importorskip(
+        "pebble", reason="this engine environment predates rlbridge's pebble dependency: rlbridge env create verl"
+    )
     from rlbridge_adapters.verl.reward_manager import make_legacy_manager
 
     events = env(length, hangs, batch_size=4)

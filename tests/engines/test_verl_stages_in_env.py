@@ -13,7 +13,9 @@ verl = pytest.importorskip("verl")
 if Version(verl.__version__) < Version("0.9"):
     # rlbridge drives verl's sft_trainer from 0.9 (the adapter refuses older ones); 0.7.1's does not even import
     # with the transformers of its environment (ImportError, Qwen2VLCausalLMOutputWithPast)
-    pytest.skip(f"rlbridge drives verl's sft_trainer from verl 0.9 (this is {verl.__version__})", allow_module_level=True)
+    pytest.skip(
+        f"rlbridge drives verl's sft_trainer from verl 0.9 (this is {verl.__version__})", allow_module_level=True
+    )
 pytest.importorskip("verl.trainer.sft_trainer")
 
 from rlbridge.run.loading import load_config
@@ -30,10 +32,22 @@ def _rows(path: Path) -> list[dict]:
 @pytest.mark.engine
 def test_sft_held_out_loss_falls_and_the_model_is_saved(tmp_path):
     # non-default inputs: mini batches (2 verl updates per canonical step), a seed, a warmup
-    summary = train(load_config(CONFIGS / "sft.yaml", [*BASE, f"output_dir={tmp_path}", "training.steps=12",
-                                                       "training.mini_batch_size=8", "training.micro_batch_size=4",
-                                                       "training.seed=3", "training.warmup_steps=2", "data.eval_interval=6"]),
-                    progress=False)
+    summary = train(
+        load_config(
+            CONFIGS / "sft.yaml",
+            [
+                *BASE,
+                f"output_dir={tmp_path}",
+                "training.steps=12",
+                "training.mini_batch_size=8",
+                "training.micro_batch_size=4",
+                "training.seed=3",
+                "training.warmup_steps=2",
+                "data.eval_interval=6",
+            ],
+        ),
+        progress=False,
+    )
     evals = _rows(tmp_path / "eval_metrics.jsonl")
     assert [e["step"] for e in evals] == [6, 12], evals
     assert evals[-1]["eval/loss/sft"] < 0.7 * evals[0]["eval/loss/sft"], evals
@@ -54,7 +68,7 @@ def test_sft_held_out_loss_falls_and_the_model_is_saved(tmp_path):
         ids = tok(prompt + completion, return_tensors="pt").input_ids
         n = len(tok(prompt).input_ids)
         with torch.no_grad():
-            logits = model(ids).logits[0, n - 1:-1]
+            logits = model(ids).logits[0, n - 1 : -1]
         return float(torch.nn.functional.cross_entropy(logits, ids[0, n:]))
 
     assert nll("7777", "77777777") < nll("7777", "12345678")

@@ -36,8 +36,15 @@ def test_a_plugin_replaces_what_verl_sends_to_vllm(tmp_path, monkeypatch):
     log = tmp_path / "syncs.jsonl"
     monkeypatch.setenv("RLBRIDGE_SYNC_LOG", str(log))
     reset_plugin_manager()
-    overrides = ["backend=verl", f"output_dir={tmp_path}/run", "training.steps=2", "training.batch_size=2",
-                 "algorithm.group_size=4", "rollout.max_new_tokens=8", "resources.gpus_per_node=auto"]
+    overrides = [
+        "backend=verl",
+        f"output_dir={tmp_path}/run",
+        "training.steps=2",
+        "training.batch_size=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=8",
+        "resources.gpus_per_node=auto",
+    ]
     summary = train(load_config(QUICKSTART, overrides), progress=False)
     assert summary["status"] == "completed"
     syncs = [json.loads(line) for line in log.read_text().splitlines()]
