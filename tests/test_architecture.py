@@ -191,53 +191,132 @@ def test_ruff_finds_nothing():
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
 
 
-# Formatted by `ruff format` (line-length 120 from [tool.ruff]) and within 120 characters a line (E501).
-# The tree is shared by many hands, so it is formatted file by file, not at once: a file joins this
-# list when it is formatted and stays formatted; the list only grows, until it is the whole tree.
-FORMATTED = [
-    "adapters/openrlhf/boot.py",
-    "adapters/openrlhf/effects.py",
-    "adapters/openrlhf/native_reward.py",
-    "adapters/trl/native_reward.py",
-    "adapters/verl/boot.py",
-    "adapters/verl/effects.py",
-    "adapters/verl/native_reward.py",
-    "rlbridge/contract/backend.py",
-    "rlbridge/contract/descriptors.py",
-    "rlbridge/contract/effects.py",
-    "rlbridge/contract/hookspecs.py",
-    "rlbridge/contract/local_plugins.py",
-    "rlbridge/contract/native_rewards.py",
-    "rlbridge/contract/registry.py",
-    "rlbridge/contract/rewards.py",
-    "rlbridge/engine/checkpoints.py",
-    "rlbridge/engine/environment_steps.py",
-    "rlbridge/engine/events.py",
-    "rlbridge/engine/follower.py",
-    "rlbridge/engine/importhooks.py",
-    "rlbridge/engine/model_dir.py",
-    "rlbridge/engine/ray_cluster.py",
-    "rlbridge/engine/ray_engine.py",
-    "rlbridge/engine/ray_failures.py",
-    "rlbridge/engine/scoring.py",
-    "rlbridge/engine/vllm_cpu.py",
-    "rlbridge/engine/weight_sync.py",
-    "rlbridge/helpers.py",
-    "rlbridge/run/knobdoc.py",
-    "tests/test_docs_tree.py",
-    "tests/test_engine_names.py",
-    "tests/test_native_rewards.py",
-    "tests/test_sync_changed.py",
+# `ruff format` (line-length 120 from [tool.ruff]) holds the whole tree of code (FORMATTED_TREES) but
+# the files below: they were being edited for other issues when the tree was formatted (one directory
+# per commit, issue 31). The list only shrinks: `ruff format FILE` and remove it here.
+FORMATTED_TREES = ("rlbridge", "adapters", "plugins", "tests", "benchmarks", "scripts")
+NOT_YET_FORMATTED = [
+    "adapters/openrlhf/importer.py",
+    "adapters/trl/async_run.py",
+    "adapters/trl/asynchrony.py",
+    "adapters/trl/backend.py",
+    "adapters/trl/effects.py",
+    "adapters/trl/environment.py",
+    "adapters/trl/importer.py",
+    "adapters/trl/knobs.py",
+    "adapters/trl/metrics.py",
+    "adapters/trl/native.py",
+    "adapters/trl/patch.py",
+    "adapters/trl/patches/async_grpo_cpu.py",
+    "adapters/trl/patches/async_grpo_scoring.py",
+    "adapters/trl/stages.py",
+    "adapters/trl/train.py",
+    "adapters/trl/vllm_server.py",
+    "adapters/verl/asynchrony.py",
+    "adapters/verl/importer.py",
+    "rlbridge/run/importer.py",
+    "rlbridge/run/recipe.py",
+    "tests/engines/test_import_defaults_in_env.py",
+    "tests/engines/test_import_own_engine.py",
+    "tests/engines/test_trl_async_in_env.py",
+    "tests/test_async.py",
+    "tests/test_import.py",
+    "tests/test_import_async.py",
+    "tests/test_import_real.py",
+    "tests/test_import_stages.py",
+    "tests/test_importhooks.py",
+    "tests/test_trl_adapter.py",
+    "tests/test_trl_async.py",
+    "tests/test_trl_async_scoring.py",
+    "tests/test_trl_environment.py",
+    "tests/test_trl_vllm.py",
+]
+# Within 120 characters a line (E501) as well, but these formatted files, whose long lines are strings
+# and comments the formatter leaves as they are. The list only shrinks: wrap them and remove it here.
+LONG_LINES = [
+    "adapters/openrlhf/backend.py",
+    "adapters/openrlhf/knobs.py",
+    "adapters/openrlhf/native.py",
+    "adapters/openrlhf/patches/__init__.py",
+    "adapters/openrlhf/stage_import.py",
+    "adapters/openrlhf/stages.py",
+    "adapters/openrlhf/train.py",
+    "adapters/verl/backend.py",
+    "adapters/verl/knobs.py",
+    "adapters/verl/patches/v05_cpu.py",
+    "adapters/verl/patches/v09_cpu.py",
+    "adapters/verl/patches/v09_determinism.py",
+    "adapters/verl/stage_import.py",
+    "adapters/verl/stages.py",
+    "adapters/verl/tools.py",
+    "adapters/verl/validate.py",
+    "benchmarks/gpu_trl_async.py",
+    "benchmarks/gpu_weight_sync.py",
+    "benchmarks/overhead.py",
+    "plugins/models.py",
+    "plugins/telemetry.py",
+    "rlbridge/cli.py",
+    "rlbridge/contract/config.py",
+    "rlbridge/contract/data.py",
+    "rlbridge/contract/metrics.py",
+    "rlbridge/engine/patches.py",
+    "rlbridge/engine/sandbox.py",
+    "rlbridge/engine/workers.py",
+    "rlbridge/envs/compat.py",
+    "rlbridge/run/bench.py",
+    "rlbridge/run/bench_report.py",
+    "rlbridge/run/dashboard.py",
+    "rlbridge/run/failures.py",
+    "rlbridge/run/pipeline.py",
+    "rlbridge/run/placement.py",
+    "rlbridge/run/reproduce.py",
+    "rlbridge/run/runner.py",
+    "rlbridge/run/runstate.py",
+    "rlbridge/run/shell.py",
+    "rlbridge/run/sinks.py",
+    "rlbridge/run/slurm.py",
+    "rlbridge/run/submit.py",
+    "rlbridge/testing/suite.py",
+    "scripts/ci_test.py",
+    "scripts/metric_table.py",
+    "scripts/recipe_coverage.py",
+    "tests/engines/test_verl_in_env.py",
+    "tests/test_architecture.py",
+    "tests/test_core_contract.py",
+    "tests/test_engine_failure.py",
+    "tests/test_faults.py",
+    "tests/test_knobs_plan.py",
+    "tests/test_lifeline.py",
+    "tests/test_local_plugins.py",
+    "tests/test_reward_hacking.py",
+    "tests/test_shell_reader.py",
+    "tests/test_slurm.py",
+    "tests/test_startup.py",
+    "tests/test_third_party_backend.py",
 ]
 
 
+def _python_files() -> list[str]:
+    """Every Python file git tracks in FORMATTED_TREES (outside a checkout: every one there; a file being
+    written, not yet committed, is its author's to format), but ruff's excluded real recipes (tests/fixtures)."""
+    res = subprocess.run(["git", "ls-files", *FORMATTED_TREES], cwd=REPO, capture_output=True, text=True)
+    if res.returncode == 0:
+        paths = [p for p in res.stdout.split() if p.endswith(".py")]
+    else:
+        paths = [str(p.relative_to(REPO)) for tree in FORMATTED_TREES for p in (REPO / tree).rglob("*.py")]
+    return sorted(p for p in paths if "__pycache__" not in p and not p.startswith("tests/fixtures/"))
+
+
 def test_formatted_files_stay_formatted_and_within_120_characters():
-    def ruff(*args):
+    def ruff(files, *args):
         return subprocess.run(
-            [sys.executable, "-m", "ruff", *args, "--no-cache", *FORMATTED], cwd=REPO, capture_output=True, text=True
+            [sys.executable, "-m", "ruff", *args, "--no-cache", *files], cwd=REPO, capture_output=True, text=True
         )
 
-    fmt = ruff("format", "--check")
+    files = _python_files()
+    assert not sorted(set(NOT_YET_FORMATTED + LONG_LINES) - set(files)), "a listed file no longer exists: remove it"
+    formatted = [f for f in files if f not in NOT_YET_FORMATTED]
+    fmt = ruff(formatted, "format", "--check")
     assert fmt.returncode == 0, f"run `ruff format` on these files:\n{fmt.stdout[-3000:]}{fmt.stderr[-1000:]}"
-    long = ruff("check", "--select", "E501")
+    long = ruff([f for f in formatted if f not in LONG_LINES], "check", "--select", "E501")
     assert long.returncode == 0, long.stdout[-3000:] + long.stderr[-1000:]
