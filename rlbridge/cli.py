@@ -59,7 +59,8 @@ PluginOption = typer.Option(
     None,
     "--plugin",
     "-p",
-    help="Load a plugin module without packaging: a .py file or a module name (repeatable; adds to the config's plugins).",
+    help="Load a plugin module without packaging: a .py file or a module name (repeatable; adds to the config's "
+    "plugins).",
 )
 
 
@@ -107,10 +108,12 @@ def train(
         for stage in record["stages"]:
             how = "skipped (finished before)" if stage.get("skipped") else stage["status"]
             out.print(
-                f"[green]{stage['name']}[/green] ({stage['algorithm']} on {stage['backend']}): {how}; {stage['run_dir']}"
+                f"[green]{stage['name']}[/green] ({stage['algorithm']} on {stage['backend']}): {how}; "
+                f"{stage['run_dir']}"
             )
         out.print(
-            f"[green]pipeline done[/green]: {len(record['stages'])} stages; rlbridge report {Path(record['stages'][0]['run_dir']).parent}"
+            f"[green]pipeline done[/green]: {len(record['stages'])} stages; rlbridge report "
+            f"{Path(record['stages'][0]['run_dir']).parent}"
         )
         return
 
@@ -122,7 +125,8 @@ def train(
         else f"reward {summary.get('reward_first', float('nan')):.3f} -> {summary.get('reward_last', float('nan')):.3f}"
     )
     out.print(
-        f"[green]done[/green]: {summary['steps']} steps, {learned}, {summary['wall_s']:.1f} s; files in {summary['output_dir']}"
+        f"[green]done[/green]: {summary['steps']} steps, {learned}, {summary['wall_s']:.1f} s; files in "
+        f"{summary['output_dir']}"
     )
 
 
@@ -136,7 +140,8 @@ def reproduce(
     rebuild: bool = typer.Option(
         True,
         "--rebuild/--no-rebuild",
-        help="When no engine environment matches the manifest, build one from its engine's recipe and pin the manifest's versions (--no-rebuild: refuse, naming the differences).",
+        help="When no engine environment matches the manifest, build one from its engine's recipe and pin the "
+        "manifest's versions (--no-rebuild: refuse, naming the differences).",
     ),
 ) -> None:
     """Rerun RUN_DIR in an engine environment matching its manifest, into a new directory, and compare the
@@ -162,7 +167,8 @@ def submit(
     to: str = typer.Option(
         "ray",
         "--to",
-        help="Where to run: ray (an existing Ray cluster, --address), slurm (an sbatch job that starts Ray on its nodes) or kuberay (a RayJob for the KubeRay operator).",
+        help="Where to run: ray (an existing Ray cluster, --address), slurm (an sbatch job that starts Ray on its "
+        "nodes) or kuberay (a RayJob for the KubeRay operator).",
     ),
     address: Optional[str] = typer.Option(
         None,
@@ -184,7 +190,8 @@ def submit(
     job_python: Optional[str] = typer.Option(
         None,
         "--job-python",
-        help="Python on the cluster's nodes that has rlbridge and the engine (default: this engine environment's, for clusters that share it).",
+        help="Python on the cluster's nodes that has rlbridge and the engine (default: this engine environment's, "
+        "for clusters that share it).",
     ),
 ) -> None:
     """Run CONFIG as a job on a cluster: an existing Ray cluster, a Slurm allocation or Kubernetes (KubeRay)."""
@@ -226,7 +233,8 @@ def plan(
     explain: bool = typer.Option(
         False,
         "--explain",
-        help="For each knob set in CONFIG: the native key(s) and value(s) it becomes on this backend, or how it is approximated.",
+        help="For each knob set in CONFIG: the native key(s) and value(s) it becomes on this backend, or how it is "
+        "approximated.",
     ),
 ) -> None:
     """Print the engine-native configuration a run of CONFIG would use (nothing is started)."""
@@ -534,7 +542,8 @@ def _patches_check(engines: list[str]) -> None:
                 "-",
                 "-",
                 "-",
-                f"[red]checker failed[/red]: {escape(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else str(res.returncode))}",
+                "[red]checker failed[/red]: "
+                f"{escape(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else str(res.returncode))}",
             )
             continue
         for entry in json.loads(res.stdout.strip().splitlines()[-1]):
@@ -619,7 +628,8 @@ def import_(
     reward: Optional[list[str]] = typer.Option(
         None,
         "--reward",
-        help="Reward plugin for the config, NAME or NAME:WEIGHT (repeatable); replaces the recipe's own rewards (its reward model or reward-function file, imported by default).",
+        help="Reward plugin for the config, NAME or NAME:WEIGHT (repeatable); replaces the recipe's own rewards "
+        "(its reward model or reward-function file, imported by default).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
@@ -662,7 +672,8 @@ def compat_run(
     failed = [r for r in results if r["status"] == "fail"]
     not_run = [r for r in results if r["status"] == "not run"]
     out.print(
-        f"{len(results)} results, {len(failed)} failed, {len(not_run)} not run (no GPU); table in {results_dir() / 'RESULTS.md'}"
+        f"{len(results)} results, {len(failed)} failed, {len(not_run)} not run (no GPU); table in "
+        f"{results_dir() / 'RESULTS.md'}"
     )
     if failed:
         raise typer.Exit(1)

@@ -157,7 +157,8 @@ class AlgorithmConfig(StrictModel):
                 )
             if self.advantage_normalization not in (None, "none"):
                 raise ValueError(
-                    f"advantage_normalization: dr_grpo does not scale advantages by std ({self.advantage_normalization}); "
+                    "advantage_normalization: dr_grpo does not scale advantages by std "
+                    f"({self.advantage_normalization}); "
                     "leave it unset (none) or use name: grpo"
                 )
         return self
@@ -364,7 +365,8 @@ class RewardSpec(StrictModel):
             )
         elif not self.name:
             raise ValueError(
-                "a reward entry needs 'name' (a reward plugin, see `rlbridge plugins`), 'native' + 'function', or 'model'"
+                "a reward entry needs 'name' (a reward plugin, see `rlbridge plugins`), 'native' + 'function', or "
+                "'model'"
             )
         return self
 
@@ -870,7 +872,8 @@ class RunConfig(StrictModel):
             )
         if self.rollout.drop_overlong_prompts and self.rollout.max_prompt_tokens is None:
             raise ValueError(
-                "rollout.drop_overlong_prompts needs rollout.max_prompt_tokens (the length above which prompts are dropped)"
+                "rollout.drop_overlong_prompts needs rollout.max_prompt_tokens (the length above which prompts are "
+                "dropped)"
             )
         if self.model.chat_template_kwargs and not self.model.use_chat_template:
             raise ValueError(
@@ -881,7 +884,8 @@ class RunConfig(StrictModel):
         if self.training.max_restarts and not self.checkpoint.interval:
             raise ValueError(
                 f"training.max_restarts ({self.training.max_restarts}) restarts from the last complete checkpoint, and "
-                "checkpoint.interval is 0 (none are saved): set checkpoint.interval (steps between checkpoints, e.g. 10) "
+                "checkpoint.interval is 0 (none are saved): set checkpoint.interval (steps between checkpoints, "
+                "e.g. 10) "
                 "or training.max_restarts=0"
             )
         return self
@@ -933,12 +937,14 @@ def check_devices(config: RunConfig, actor_devices: int) -> None:
     if micro is None:
         if mini % devices:
             raise ConfigError(
-                f"training.mini_batch_size: the mini batch ({mini} samples) does not split evenly over {devices} training "
+                f"training.mini_batch_size: the mini batch ({mini} samples) does not split evenly over {devices} "
+                "training "
                 f"devices; use a multiple of {devices}, or set training.micro_batch_size"
             )
     elif mini % (micro * devices):
         raise ConfigError(
-            f"training.micro_batch_size ({micro}) x {devices} training devices does not divide the mini batch ({mini} samples); "
+            f"training.micro_batch_size ({micro}) x {devices} training devices does not divide the mini batch "
+            f"({mini} samples); "
             f"use a micro batch that divides {mini // devices if mini % devices == 0 else mini}"
             + ("" if mini % devices == 0 else f" and a mini batch that is a multiple of {devices}")
         )

@@ -73,7 +73,8 @@ def _check_rows(rows: list[dict[str, Any]], config: RunConfig, field_name: str) 
         return
     if config.data.prompt_key not in rows[0]:
         raise ConfigError(
-            f"data.prompt_key: rows of {field_name} have no column '{config.data.prompt_key}'; they have {sorted(rows[0])}"
+            f"data.prompt_key: rows of {field_name} have no column '{config.data.prompt_key}'; they have "
+            f"{sorted(rows[0])}"
         )
 
 

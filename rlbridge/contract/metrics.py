@@ -8,13 +8,15 @@ from typing import Any
 
 # The offline stages (algorithm.name sft, dpo, reward_model; docs/stages.md), also as eval/<name> on data.eval
 STAGE: dict[str, str] = {
-    "loss/sft": "sft: mean negative log-likelihood per trained token (the completion's only, with offline.completion_only_loss).",
+    "loss/sft": "sft: mean negative log-likelihood per trained token (the completion's only, with "
+    "offline.completion_only_loss).",
     "sft/token_accuracy": "sft: fraction of trained tokens whose argmax prediction is the data's token.",
     "loss/dpo": "dpo: the preference loss (offline.dpo_loss) of the step.",
     "dpo/reward_chosen": "dpo: mean implicit reward beta x (log pi - log pi_ref) of the chosen completions.",
     "dpo/reward_rejected": "dpo: mean implicit reward of the rejected completions.",
     "dpo/margin": "dpo: mean of reward_chosen - reward_rejected over the pairs.",
-    "dpo/accuracy": "dpo: fraction of pairs whose chosen implicit reward is strictly above the rejected one (0 while the policy equals the reference: every pair ties).",
+    "dpo/accuracy": "dpo: fraction of pairs whose chosen implicit reward is strictly above the rejected one (0 "
+    "while the policy equals the reference: every pair ties).",
     "loss/reward_model": "reward_model: the Bradley-Terry loss -log sigmoid(r_chosen - r_rejected) of the step.",
     "rm/accuracy": "reward_model: fraction of pairs the model scores chosen above rejected.",
     "rm/margin": "reward_model: mean of r_chosen - r_rejected over the pairs.",
@@ -24,7 +26,8 @@ CANONICAL: dict[str, str] = {
     "reward/mean": "Mean total (weighted) reward of the step's samples.",
     "reward/std": "Standard deviation of the total reward over the step's samples.",
     "reward/<plugin>/mean": "Mean of one reward plugin's score (unweighted).",
-    "reward/<plugin>/<metric>": "An extra metric a native reward function reported (verl compute_score dict keys, OpenRLHF extra_logs, TRL log_metric), mean over the step's samples.",
+    "reward/<plugin>/<metric>": "An extra metric a native reward function reported (verl compute_score dict keys, "
+    "OpenRLHF extra_logs, TRL log_metric), mean over the step's samples.",
     "loss/policy": "Policy loss of the step (averaged over its updates).",
     "kl": "KL divergence between the policy and the reference model (only with a reference).",
     "entropy": "Mean per-token entropy of the policy on the generated tokens.",
@@ -36,26 +39,37 @@ CANONICAL: dict[str, str] = {
     "timing/reward_s": "Wall time spent computing rewards, seconds.",
     "timing/old_logprob_s": "Wall time of the old-policy log-prob pass (absent when the engine skips it), seconds.",
     "timing/ref_s": "Wall time of the reference-model log-prob pass (absent without a reference), seconds.",
-    "timing/weight_sync_s": "Wall time of moving the updated weights to the rollout engine (absent when it shares them), seconds.",
-    "weight_sync/bytes": "Bytes of weights sent to the rollout engine in this step's syncs (absent when it shares them).",
+    "timing/weight_sync_s": "Wall time of moving the updated weights to the rollout engine (absent when it shares "
+    "them), seconds.",
+    "weight_sync/bytes": "Bytes of weights sent to the rollout engine in this step's syncs (absent when it shares "
+    "them).",
     "weight_sync/tensors": "Tensors sent to the rollout engine in this step's syncs.",
     # the asynchronous loop (rollout.max_staleness >= 1; the synchronous loop reports staleness 0 where measured)
-    "async/staleness_mean": "Mean staleness of the samples trained this step: policy versions between the weights that generated a sample (where its generation started) and the weights it trains.",
-    "async/staleness_max": "Largest staleness of the samples trained this step, in policy versions (never above rollout.max_staleness).",
+    "async/staleness_mean": "Mean staleness of the samples trained this step: policy versions between the weights "
+    "that generated a sample (where its generation started) and the weights it trains.",
+    "async/staleness_max": "Largest staleness of the samples trained this step, in policy versions (never above "
+    "rollout.max_staleness).",
     "async/trainer_idle_s": "Wall time the trainer waited for samples before this step's update, seconds.",
-    "async/rollout_idle_s": "Wall time the rollout engine waited (for queue space, or a weight sync) before generating this step's samples, seconds.",
-    "async/partial_rollouts": "Samples trained this step whose generation spanned a weight sync (rollout.partial_rollouts), count.",
-    "timing/experience_s": "Wall time of the old-policy, reference and value passes where an engine times them as one phase (OpenRLHF's make_experience), seconds.",
+    "async/rollout_idle_s": "Wall time the rollout engine waited (for queue space, or a weight sync) before "
+    "generating this step's samples, seconds.",
+    "async/partial_rollouts": "Samples trained this step whose generation spanned a weight sync "
+    "(rollout.partial_rollouts), count.",
+    "timing/experience_s": "Wall time of the old-policy, reference and value passes where an engine times them as "
+    "one phase (OpenRLHF's make_experience), seconds.",
     "throughput/tokens_per_s": "Prompt and generated tokens processed per second of step time.",
-    "memory/peak_mb": "Peak memory of the training process so far: accelerator memory on GPU, resident memory on CPU (MiB).",
+    "memory/peak_mb": "Peak memory of the training process so far: accelerator memory on GPU, resident memory on "
+    "CPU (MiB).",
     "lr": "Learning rate at the end of the step.",
     # reward faults, counted per step by the worker pool (rlbridge.engine.workers), 0 when none
     "reward/errors": "Samples whose score a reward plugin could not give because it raised, this step.",
-    "reward/timeouts": "Samples whose reward call ran past rollout_workers.timeout_s (the worker was killed and replaced), this step.",
+    "reward/timeouts": "Samples whose reward call ran past rollout_workers.timeout_s (the worker was killed and "
+    "replaced), this step.",
     "reward/crashes": "Samples whose reward worker process died (os._exit, a signal, a segfault), this step.",
     "reward/nonfinite": "Reward scores that were NaN or inf, this step.",
-    "reward/invalid": "Reward scores that were not numbers, came in the wrong number, or were None for every plugin of a sample, this step.",
-    "reward/skipped": "Samples left without any score under rollout_workers.on_error: skip (their total is 0), this step.",
+    "reward/invalid": "Reward scores that were not numbers, came in the wrong number, or were None for every plugin "
+    "of a sample, this step.",
+    "reward/skipped": "Samples left without any score under rollout_workers.on_error: skip (their total is 0), this "
+    "step.",
     **STAGE,
 }
 

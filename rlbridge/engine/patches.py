@@ -106,7 +106,8 @@ def check_drift(patches: list[Patch], native: dict, report_path: str | None = No
         if item["status"] != "ok":
             sys.stderr.write(
                 f"rlbridge: patch {item['patch']}: target {item['target']} {item['status']} (fingerprint "
-                f"{item['fingerprint']}, written against {', '.join(item['expected'])}); check that the patch still fits "
+                f"{item['fingerprint']}, written against {', '.join(item['expected'])}); check that the patch still "
+                "fits "
                 "(`rlbridge patches check`)\n"
             )
     if report_path:

@@ -627,7 +627,8 @@ class RewardScorer:
             if run_samples >= MIN_SAMPLES_FOR_THRESHOLD and run_faulted / run_samples > self.settings.error_threshold:
                 raise RewardFailure(
                     f"{where}; {run_faulted} of {run_samples} samples so far had a reward fault, over "
-                    f"rollout_workers.error_threshold ({self.settings.error_threshold}): fix the plugin or raise the threshold"
+                    f"rollout_workers.error_threshold ({self.settings.error_threshold}): fix the plugin or raise "
+                    "the threshold"
                 )
         return Scored(totals, per_plugin, {k: int(v) for k, v in counts.items()}, raw)
 
@@ -712,7 +713,8 @@ class RewardScorer:
                         lo,
                         hi,
                         outcome="timeouts",
-                        message=f"ran past rollout_workers.timeout_s ({self.settings.timeout_s} s); its worker was killed and replaced",
+                        message=f"ran past rollout_workers.timeout_s ({self.settings.timeout_s} s); its worker was "
+                        "killed and replaced",
                     )
                 except pebble.ProcessExpired as exc:
                     absorb(lo, hi, outcome="crashes", message=f"its worker process died (exit code {exc.exitcode})")

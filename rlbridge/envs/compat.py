@@ -331,7 +331,8 @@ def render(results: dict[str, Any]) -> str:
         started = (any_r.get("started") or any_r.get("date", ""))[:16].replace("T", " ")
         seconds = sum(r.get("seconds") or 0 for r in by_test.values())
         lines.append(
-            f"| {engine} | {version} | {'pass' if verdict == 'pass' else '**FAIL**'} | {'end to end' if e2e else 'plans only'} | "
+            f"| {engine} | {version} | {'pass' if verdict == 'pass' else '**FAIL**'} | "
+            f"{'end to end' if e2e else 'plans only'} | "
             + " | ".join(cells)
             + " | "
             + " | ".join(vcols)

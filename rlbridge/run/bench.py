@@ -637,7 +637,8 @@ def run_bench(
             todo.append(job)
     if report_only:
         echo(
-            f"{len(jobs)} runs: {len(results)} done; --report-only: {len(todo)} not run, the report covers the done ones"
+            f"{len(jobs)} runs: {len(results)} done; --report-only: {len(todo)} not run, the report covers the done "
+            "ones"
         )
         todo = []
     else:
@@ -658,7 +659,8 @@ def run_bench(
             if result["status"] != "completed":
                 failed.append(job)
                 echo(
-                    f"run failed: {job.arm} seed {job.seed} (rc {result['returncode']}); log: {out / 'runs' / job.dirname / 'output.log'}"
+                    f"run failed: {job.arm} seed {job.seed} (rc {result['returncode']}); log: "
+                    f"{out / 'runs' / job.dirname / 'output.log'}"
                 )
             results.append(result)
             if bar is not None:

@@ -434,7 +434,8 @@ def markdown(data: dict[str, Any], plots: list[str]) -> str:
         "",
         "## Speed and memory",
         "",
-        "| arm | step (s) | generated tok/s | samples/s | start-up (s) | training (s) | whole run (s) | fixed (s) | CPU (s) | peak memory (MiB) |",
+        "| arm | step (s) | generated tok/s | samples/s | start-up (s) | training (s) | whole run (s) | fixed (s) | "
+        "CPU (s) | peak memory (MiB) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n, a in arms.items():
@@ -485,19 +486,22 @@ def markdown(data: dict[str, Any], plots: list[str]) -> str:
             f"Target: whole-run wall ratio rlbridge/native <= {WALL_RATIO_TARGET}. A pair is one seed of both arms, "
             "run one after the other; the order alternates between seeds.",
             "",
-            "| rlbridge arm | native arm | pairs (rlbridge first) | wall ratio (median) | wall ratio per pair | step-time ratio (median) | extra fixed cost (s, median) | CPU-time ratio (median) | identical rewards |",
+            "| rlbridge arm | native arm | pairs (rlbridge first) | wall ratio (median) | wall ratio per pair | "
+            "step-time ratio (median) | extra fixed cost (s, median) | CPU-time ratio (median) | identical rewards |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for o in data["native_overhead"]:
             per_pair = ", ".join(_fmt(p["wall_ratio"]) for p in o["pairs"])
             lines.append(
                 f"| {o['rlbridge_arm']} | {o['native_arm']} | {len(o['pairs'])} ({o.get('rlbridge_first', '-')}) | "
-                f"{_fmt(o['median_wall_ratio'])} | {per_pair} | {_fmt(o['median_step_ratio'])} | {_fmt(o['median_fixed_extra_s'])} | "
+                f"{_fmt(o['median_wall_ratio'])} | {per_pair} | {_fmt(o['median_step_ratio'])} | "
+                f"{_fmt(o['median_fixed_extra_s'])} | "
                 f"{_fmt(o['median_cpu_ratio'])} | {o['rewards_identical_all']} |"
             )
         lines.append(
             "\nCPU time: engines that train in one process tree only (a native Ray engine's workers run under "
-            "Ray's raylet, outside the measured process tree). Identical rewards: the reward curves agree at every step of every pair."
+            "Ray's raylet, outside the measured process tree). Identical rewards: the reward curves agree at every "
+            "step of every pair."
         )
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]

@@ -144,7 +144,8 @@ def svg_plot(name: str, runs: list[Run], x_max: float) -> str:
         for x, y in pts:
             out.append(
                 f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{color}" data-run="{i}" '
-                f'data-step="{x:g}" data-value="{y!r}"><title>{html.escape(run.label)} step {x:g}: {y:.6g}</title></circle>'
+                f'data-step="{x:g}" data-value="{y!r}"><title>{html.escape(run.label)} step {x:g}: '
+                f"{y:.6g}</title></circle>"
             )
     out.append("</svg>")
     return "".join(out)
@@ -182,7 +183,8 @@ def render(runs: list[Run]) -> str:
     )
     parts = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-        f"<title>rlbridge report: {html.escape(', '.join(r.label for r in runs))}</title><style>{CSS}</style></head><body>",
+        "<title>rlbridge report: "
+        f"{html.escape(', '.join(r.label for r in runs))}</title><style>{CSS}</style></head><body>",
         f"<h1>rlbridge report: {len(runs)} run{'s' if len(runs) != 1 else ''}</h1>",
         f'<div class="legend">{legend}</div>',
         "<h2>Canonical metrics</h2>",
@@ -225,7 +227,8 @@ def render(runs: list[Run]) -> str:
         last = run.samples[-1]["step"]
         rows = [s for s in run.samples if s["step"] == last]
         parts.append(
-            f"<h3>{html.escape(run.label)}, step {last}</h3><table><tr><th>prompt</th><th>completion</th><th>reward</th></tr>"
+            f"<h3>{html.escape(run.label)}, step "
+            f"{last}</h3><table><tr><th>prompt</th><th>completion</th><th>reward</th></tr>"
         )
         for s in rows:
             parts.append(

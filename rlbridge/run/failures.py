@@ -135,7 +135,8 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "cuda_oom",
         re.compile(
-            r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory|cuda error: out of memory|"
+            r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory|cuda error: out of "
+            r"memory|"
             r"HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache blocks"
         ),
     ),
@@ -149,7 +150,8 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "collective_timeout",
         re.compile(
-            r"Watchdog caught collective operation timeout|WorkNCCL\(.*Timeout\(ms\)|NCCL (?:communicator|operation).*tim(?:ed|e) ?out|"
+            r"Watchdog caught collective operation timeout|WorkNCCL\(.*Timeout\(ms\)|NCCL "
+            r"(?:communicator|operation).*tim(?:ed|e) ?out|"
             r"DistBackendError|[Gg]loo.*[Tt]imed out|Timed out waiting \d+ms for (?:recv|send) operation|"
             r"gloo.*Connection closed by peer|ProcessGroupGloo.*timeout"
         ),
@@ -453,15 +455,18 @@ def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = N
         )
     if kind == "vllm_engine_died":
         gmu = (
-            f"rollout.gpu_memory_utilization={max(0.05, round(ro.gpu_memory_utilization - 0.1, 2))} (now {ro.gpu_memory_utilization})"
+            f"rollout.gpu_memory_utilization={max(0.05, round(ro.gpu_memory_utilization - 0.1, 2))} (now "
+            f"{ro.gpu_memory_utilization})"
             if ro
             else "a lower rollout.gpu_memory_utilization"
         )
         return f"the vLLM engine died: its traceback is in failure.log / engine.log; if it ran out of memory set {gmu}; {restarts}"
     if kind == "collective_timeout":
         return (
-            "a rank did not reach a collective (stopped, died or much slower than its peers): `rlbridge stacks RUN_DIR` "
-            "while it hangs shows each rank's frame; NCCL_DEBUG=INFO names the peer; if the step is legitimately that long, "
+            "a rank did not reach a collective (stopped, died or much slower than its peers): `rlbridge stacks "
+            "RUN_DIR` "
+            "while it hangs shows each rank's frame; NCCL_DEBUG=INFO names the peer; if the step is legitimately "
+            "that long, "
             f"raise the engine's collective timeout through backend_options; {restarts}"
         )
     if kind == "reward_faults":
@@ -471,7 +476,8 @@ def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = N
             seen = int(frac.group(1)) / max(1, int(frac.group(2)))
             if seen >= 1.0:
                 return (
-                    f"every sample so far ({frac.group(2)}) had a fault: the reward plugin named above is broken for this "
+                    f"every sample so far ({frac.group(2)}) had a fault: the reward plugin named above is broken "
+                    "for this "
                     "data; fix it (its error and row are the evidence, reward_faults.jsonl has them all)"
                 )
             return (
@@ -508,13 +514,15 @@ def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = N
             f"the disk of checkpoint.dir ({where}) is full ({free:.0f} MiB free{need}): free space, set {keep}, "
             "or point checkpoint.dir at a larger disk"
             if free is not None
-            else f"the disk of checkpoint.dir ({where}) is full: free space, set {keep}, or point checkpoint.dir at a larger disk"
+            else f"the disk of checkpoint.dir ({where}) is full: free space, set {keep}, or point checkpoint.dir at "
+            "a larger disk"
         )
     if kind == "engine_import":
         backend = getattr(config, "backend", "ENGINE")
         return (
             f"the engine's Python environment lacks a module or has the wrong version: `rlbridge env create {backend}` "
-            f"rebuilds it (engine_env: auto uses it), or install a supported version; `rlbridge backends` lists the ranges"
+            "rebuilds it (engine_env: auto uses it), or install a supported version; `rlbridge backends` lists the "
+            "ranges"
         )
     if kind == "config_refused":
         named = [
@@ -544,7 +552,8 @@ def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = N
         if "reward worker" in evidence and rw is not None:
             return (
                 f"a reward call never returned: fix the plugin or the server it waits on; rollout_workers.timeout_s="
-                f"{min(rw.timeout_s, 60):g} (now {rw.timeout_s:g}) ends such a call and scores it as a fault instead of "
+                f"{min(rw.timeout_s, 60):g} (now {rw.timeout_s:g}) ends such a call and scores it as a fault "
+                "instead of "
                 f"stalling the run; {bound}; {restarts}"
             )
         return f"no step within the bound: the stuck process and its frame are named above (stacks file); {bound}; {restarts}"
@@ -610,7 +619,8 @@ def explain(run_dir: Path | str) -> list[str]:
         if previous:
             after = f" after step {previous['last_step']}" if "last_step" in previous else ""
             return [
-                f"{run_dir}: the run was killed{after} ({previous['reason']}); `rlbridge train CONFIG --resume` continues "
+                f"{run_dir}: the run was killed{after} ({previous['reason']}); `rlbridge train CONFIG --resume` "
+                "continues "
                 "from its last complete checkpoint"
             ]
         return [f"{run_dir}: no summary.json or run_state.json: not a run directory, or the run never started"]

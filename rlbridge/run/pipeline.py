@@ -147,7 +147,8 @@ def run_pipeline(
         head, _, rest = item.partition(".")
         if head not in per_stage or not rest:
             raise ConfigError(
-                f"--set {item}: a pipeline's overrides name their stage first (STAGE.key=value; stages: {', '.join(names)})"
+                f"--set {item}: a pipeline's overrides name their stage first (STAGE.key=value; stages: "
+                f"{', '.join(names)})"
             )
         per_stage[head].append(rest)
     out = Path(pipeline.output_dir.replace("{name}", pipeline.name or "pipeline"))

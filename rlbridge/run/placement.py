@@ -79,7 +79,8 @@ def compare(
             )
         elif not shared and role == "rollout" and devices & actor_devices:
             mismatches.append(
-                f"rollout: shares {sorted(devices & actor_devices)} with the actor; the policy gives it devices of its own"
+                f"rollout: shares {sorted(devices & actor_devices)} with the actor; the policy gives it devices of "
+                "its own"
             )
     if nodes > 1 and "actor" in roles and len(roles["actor"]["nodes"]) < nodes:
         mismatches.append(f"actor: runs on {len(roles['actor']['nodes'])} of the {nodes} nodes (resources.nodes)")

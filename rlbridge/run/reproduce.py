@@ -90,7 +90,8 @@ def find_environment(manifest: dict[str, Any]) -> Path | None:
     _, where, diffs = closest
     raise ReproduceError(
         f"no engine environment here matches the run's manifest ({len(wanted['packages'])} packages, "
-        f"sha256 {wanted.get('packages_sha256', '')[:12]}); the closest, {where}, differs: {_shown(diffs)}. Install exactly "
+        f"sha256 {wanted.get('packages_sha256', '')[:12]}); the closest, {where}, differs: {_shown(diffs)}. Install "
+        "exactly "
         f"manifest.json's engine_env.packages into an environment (or let `rlbridge reproduce` rebuild one: "
         f"without --no-rebuild) and run reproduce again"
     )
@@ -130,7 +131,8 @@ def rebuild_environment(manifest: dict[str, Any], echo=print) -> Path:
     engine, _, label = spec.partition("==")
     path = envs_dir() / f"{engine}-{label}{REBUILT_MARK}{wanted.get('packages_sha256', 'unknown')[:12]}"
     echo(
-        f"no engine environment matches the manifest: building {path} from the {spec} recipe, then pinning the manifest's versions"
+        f"no engine environment matches the manifest: building {path} from the {spec} recipe, then pinning the "
+        "manifest's versions"
     )
     try:
         create(spec, echo=echo, path=path)
@@ -268,12 +270,14 @@ def _equal(x: Any, y: Any) -> bool:
 def describe(report: dict[str, Any]) -> str:
     """The report as a few lines for the console."""
     lines = [
-        f"{report['verdict']}: {report['original']} and its rerun {report['rerun']} ({report['steps'][0]} and {report['steps'][1]} steps)"
+        f"{report['verdict']}: {report['original']} and its rerun {report['rerun']} ({report['steps'][0]} and "
+        f"{report['steps'][1]} steps)"
     ]
     first = report.get("first_difference")
     if first:
         lines.append(
-            f"first difference: step {first['step']}, {first['metric']}: {first['original']} (original) vs {first['rerun']} (rerun)"
+            f"first difference: step {first['step']}, {first['metric']}: {first['original']} (original) vs "
+            f"{first['rerun']} (rerun)"
         )
     stats = report.get("statistics")
     if stats and stats.get("p") is not None:

@@ -128,7 +128,8 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     for engine in config.backend_options:
         if engine not in pm.items["backend"]:
             raise ConfigError(
-                f"backend_options.{engine}: no backend named '{engine}'; available: {', '.join(sorted(pm.items['backend']))}"
+                f"backend_options.{engine}: no backend named '{engine}'; available: "
+                f"{', '.join(sorted(pm.items['backend']))}"
             )
     plan = backend.plan(config)
     plan.layout = dict(layout) if isinstance(layout, dict) else {}

@@ -56,7 +56,8 @@ def previous_run(run_dir: Path) -> dict[str, Any] | None:
         and pid_alive(pid)
     ):
         raise RLBridgeError(
-            f"output_dir: another rlbridge run (pid {pid}, started {time.ctime(state.get('started', 0))}) is still writing "
+            f"output_dir: another rlbridge run (pid {pid}, started {time.ctime(state.get('started', 0))}) is still "
+            "writing "
             f"to {run_dir}; wait for it, stop it, or choose another output_dir"
         )
     out = {"status": "killed", "pid": pid, "host": host, "started": state.get("started")}

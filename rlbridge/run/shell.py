@@ -1618,7 +1618,8 @@ def read_launch(
     """Read `text` (a script or a command line) statically and return the first launch command."""
     if "\x00" in text:
         raise ShellError(
-            f"{source}:1: not a shell script (binary data); rlbridge import reads a launch script, a command line or a config file"
+            f"{source}:1: not a shell script (binary data); rlbridge import reads a launch script, a command line "
+            "or a config file"
         )
     toks = Lexer(text, source).tokens()
     tree = Parser(toks, source).program()

@@ -94,17 +94,20 @@ def batch_script(
     lines = [
         "#!/bin/bash",
         *(f"#SBATCH {d}" for d in directives),
-        f"# written by `rlbridge submit --to slurm` for run {job.run_name} ({job.backend}); the run's config: {record}/config.yaml",
+        f"# written by `rlbridge submit --to slurm` for run {job.run_name} ({job.backend}); the run's config: "
+        f"{record}/config.yaml",
         "set -uo pipefail",
         f"RECORD={q(str(record))}",
         f"MAX_REQUEUES={sl.max_requeues}",
         'RESTART="${SLURM_RESTART_COUNT:-0}"',
         "event() {  # one JSON line per event of this job, in the run's directory",
-        '  printf \'{"event": "%s", "job_id": "%s", "restart": %s, "time": %s%s}\\n\' "$1" "$SLURM_JOB_ID" "$RESTART" "$(date +%s)" "${2:-}" >> "$RECORD/slurm_events.jsonl"',
+        '  printf \'{"event": "%s", "job_id": "%s", "restart": %s, "time": %s%s}\\n\' "$1" "$SLURM_JOB_ID" '
+        '"$RESTART" "$(date +%s)" "${2:-}" >> "$RECORD/slurm_events.jsonl"',
         "}",
         'event start ", \\"nodes\\": \\"$SLURM_JOB_NODELIST\\""',
         'if [ "$RESTART" -gt "$MAX_REQUEUES" ]; then',
-        '  event requeue_limit; echo "rlbridge: restarted $RESTART times, over launcher.slurm.max_requeues ($MAX_REQUEUES)" >&2; exit 1',
+        '  event requeue_limit; echo "rlbridge: restarted $RESTART times, over launcher.slurm.max_requeues '
+        '($MAX_REQUEUES)" >&2; exit 1',
         "fi",
         *sl.setup,
         "steps=()  # the srun steps this job started, stopped by pid at the end",
@@ -113,7 +116,8 @@ def batch_script(
         '  for pid in "${steps[@]}"; do wait "$pid" 2>/dev/null; done',
         "}",
         "on_requeue() {  # USR1: the time limit nears; requeue from the newest checkpoint while allowed",
-        '  if [ "$RESTART" -lt "$MAX_REQUEUES" ]; then event requeue; scontrol requeue "$SLURM_JOB_ID"; else event requeue_limit; fi',
+        '  if [ "$RESTART" -lt "$MAX_REQUEUES" ]; then event requeue; scontrol requeue "$SLURM_JOB_ID"; else event '
+        "requeue_limit; fi",
         "}",
         "on_term() { event terminated; teardown; exit 143; }  # scancel, time limit, preemption, requeue",
         "trap on_requeue USR1",
@@ -130,7 +134,8 @@ def batch_script(
             # Ray's token authentication (Ray >= 2.5x; older Rays ignore the variables), with a token of this
             # job's own: every step and the driver inherit it; ~/.ray/auth_token, shared by a user's jobs, is left alone
             "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=\"$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')\"",
-            f'"${{STEP[@]}}" -w "${{nodes[0]}}" {ray} start --head --block --node-ip-address="$head_ip" --port={sl.ray_port} '
+            f'"${{STEP[@]}}" -w "${{nodes[0]}}" {ray} start --head --block --node-ip-address="$head_ip" '
+            f"--port={sl.ray_port} "
             f'--num-cpus={cpus} --num-gpus={ray_gpus} --include-dashboard=false --temp-dir="$RAY_TMP" &',
             "steps+=($!)",
             "ray_head=$!",
@@ -153,7 +158,8 @@ def batch_script(
             "}",
             "wait_nodes 1",
             'for node in "${nodes[@]:1}"; do',
-            f'  "${{STEP[@]}}" -w "$node" {ray} start --block --address="$RAY_ADDRESS" --num-cpus={cpus} --num-gpus={ray_gpus} &',
+            f'  "${{STEP[@]}}" -w "$node" {ray} start --block --address="$RAY_ADDRESS" --num-cpus={cpus} '
+            f"--num-gpus={ray_gpus} &",
             "  steps+=($!)",
             "done",
             f"wait_nodes {res.nodes}",

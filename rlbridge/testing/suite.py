@@ -224,7 +224,8 @@ def assert_engine_token_ids(samples: list[dict]) -> None:
         ]
         differ = sum(r != x["completion_ids"] for r, x in zip(reencoded, samples))
         assert differ > 0, (
-            f"all {len(samples)} samples' completion_ids equal encode(decode(ids)) ({type(tokenizer).__name__}): re-encoded text?"
+            f"all {len(samples)} samples' completion_ids equal encode(decode(ids)) ({type(tokenizer).__name__}): "
+            "re-encoded text?"
         )
 
 
@@ -447,7 +448,8 @@ def test_sigkill_of_the_whole_run_mid_training_then_resume_continues(backend, tm
         "telemetry.samples_per_step=16",
         # every step lasts over a second (a reward of weight 0 that sleeps): step 4 cannot end before
         # the test, which sees step 3's row up to ~0.3 s after the engine logs it, kills the run
-        "reward=[{name: digit_match}, {native: trl, function: 'rlbridge.testing.slow_reward:pause', weight: 0.0, args: {seconds: 1.0}}]",
+        "reward=[{name: digit_match}, {native: trl, function: 'rlbridge.testing.slow_reward:pause', weight: 0.0, "
+        "args: {seconds: 1.0}}]",
         f"engine_env={sys.prefix}",  # the engine in its own process tree, as from a user's shell
     ]
     config = load_config(QUICKSTART, overrides)
