@@ -312,7 +312,8 @@ def capabilities() -> list[Capability]:
         approximated(
             "rollout.max_prompt_tokens",
             "data.max_len",
-            "OpenRLHF caps prompt + response (--data.max_len); unset, rlbridge sizes it to the longest prompt of the data",
+            "OpenRLHF caps prompt + response (--data.max_len); unset, rlbridge sizes it to the longest prompt of "
+            "the data",
             when=lambda c: c.rollout.max_prompt_tokens is None,
         ),
         honoured("rollout.temperature", "rollout.temperature"),
@@ -329,7 +330,8 @@ def capabilities() -> list[Capability]:
         approximated(
             "environment",
             ("train.agent_func_path", "launch.environment"),
-            "OpenRLHF's multi-turn executor gives each turn the remaining --data.max_len budget, not rollout.max_new_tokens; "
+            "OpenRLHF's multi-turn executor gives each turn the remaining --data.max_len budget, not "
+            "rollout.max_new_tokens; "
             "tool calls (hermes format) are parsed by rlbridge's agent, as on TRL",
             check=_check_environment,
             when=lambda c: c.environment is not None,

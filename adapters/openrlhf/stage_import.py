@@ -13,8 +13,10 @@ from rlbridge_adapters.openrlhf.stages import MODULES
 
 STAGES = {module: stage for stage, module in MODULES.items()}  # openrlhf.cli.train_sft -> sft, ...
 OWNED = {
-    "data.max_samples": "the rows rlbridge writes: training.steps x training.batch_size (repeated to fill them), or all of data.train",
-    "ds.attn_implementation": "rlbridge picks the attention kernel for the device (eager on CPU, OpenRLHF's default on GPUs)",
+    "data.max_samples": "the rows rlbridge writes: training.steps x training.batch_size (repeated to fill them), or "
+    "all of data.train",
+    "ds.attn_implementation": "rlbridge picks the attention kernel for the device (eager on CPU, OpenRLHF's default "
+    "on GPUs)",
 }
 # the row columns rlbridge writes (adapters/openrlhf/stages.py) and the canonical columns of each stage's rows
 COLUMNS = {"data.output_key": "completion", "data.chosen_key": "chosen", "data.rejected_key": "rejected"}
@@ -34,7 +36,8 @@ def special(key: str, value: Any) -> tuple[str, str] | None:
         if not looks_local(value):
             return (
                 "action",
-                "a hub dataset: rlbridge reads local data (jsonl, parquet, save_to_disk); download it and set data.train",
+                "a hub dataset: rlbridge reads local data (jsonl, parquet, save_to_disk); download it and set "
+                "data.train",
             )
     return None
 

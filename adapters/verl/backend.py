@@ -60,10 +60,13 @@ CPU_ONLY = {
     "data.dataloader_num_workers": 0,
 }
 CPU_ONLY_REASONS = {
-    "actor_rollout_ref.actor.strategy": "CPU only: verl's FSDP1 hard-codes sync_module_states=True, which torch refuses without a GPU",
-    "actor_rollout_ref.ref.strategy": "CPU only: verl's FSDP1 hard-codes sync_module_states=True, which torch refuses without a GPU",
+    "actor_rollout_ref.actor.strategy": "CPU only: verl's FSDP1 hard-codes sync_module_states=True, which torch "
+    "refuses without a GPU",
+    "actor_rollout_ref.ref.strategy": "CPU only: verl's FSDP1 hard-codes sync_module_states=True, which torch "
+    "refuses without a GPU",
     "critic.strategy": "CPU only: verl's FSDP1 hard-codes sync_module_states=True, which torch refuses without a GPU",
-    "actor_rollout_ref.actor.use_torch_compile": "CPU only: torch.compile costs minutes on a CPU and gains nothing there",
+    "actor_rollout_ref.actor.use_torch_compile": "CPU only: torch.compile costs minutes on a CPU and gains nothing "
+    "there",
     "data.dataloader_num_workers": "CPU only: data-loader processes compete with the engine for the CPU's cores",
 }
 # Keys rlbridge sets as defaults rather than from a canonical knob: backend_options.verl may change them.
@@ -353,7 +356,8 @@ class VerlBackend(Backend):
     def render_native(self, plan) -> str:
         module = "sft_trainer" if plan.native.get("stage") else "main_ppo"
         lines = [
-            f"# verl {plan.native['verl_version']} {module} overrides (<run_dir>, <model_dir> and 'auto' are filled in at launch)"
+            f"# verl {plan.native['verl_version']} {module} overrides (<run_dir>, <model_dir> and 'auto' are filled "
+            "in at launch)"
         ]
         for key, value in plan.native["overrides"].items():
             lines.append(f"{key}={format_value(value)}")

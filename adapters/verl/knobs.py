@@ -399,7 +399,8 @@ def capabilities() -> list[Capability]:
                 "launch.environment",
             ),
             _check_environment,
-            note=f"agent loop '{AGENT_NAME}'; its tools as verl tools; rollout.max_new_tokens is the episode's response "
+            note=f"agent loop '{AGENT_NAME}'; its tools as verl tools; rollout.max_new_tokens is the episode's "
+            "response "
             "budget (turns, feedback, tool output), each turn gets what remains",
         ),
         honoured("training.steps", "trainer.total_training_steps"),
@@ -439,7 +440,8 @@ def capabilities() -> list[Capability]:
                 "launch.env.VLLM_BATCH_INVARIANT",
             ),
             _check_deterministic,
-            note="verl 0.9+: what main_ppo does for rollout.full_determinism (its env variables, deterministic torch in "
+            note="verl 0.9+: what main_ppo does for rollout.full_determinism (its env variables, deterministic "
+            "torch in "
             "the engines), and a vLLM seed per request (rlbridge patch verl-per-request-seeds: verl gives every "
             "request of a replica one seed, so a group's samples would be identical); VLLM_BATCH_INVARIANT "
             "on GPUs only (its kernels are Triton)",

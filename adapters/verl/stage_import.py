@@ -20,13 +20,15 @@ STAGE = "sft"
 # where rlbridge's sft_trainer plan departs from verl's defaults, and why (adapters/verl/stages.py)
 DIFFERENCES = {
     "data.truncation": "offline.max_length truncates at the end (verl's default 'error' stops the run on a long row)",
-    "data.ignore_input_ids_mismatch": "rows are tokenized message by message; a BPE tokenizer may merge across the boundary",
+    "data.ignore_input_ids_mismatch": "rows are tokenized message by message; a BPE tokenizer may merge across the "
+    "boundary",
     "data.train_batch_size": "training.mini_batch_size: verl's SFT step is one optimizer update",
     "data.use_dynamic_bsz": "offline.packing (token-budget batches with padding-free packing)",
     "model.use_remove_padding": "offline.packing (padding-free varlen attention)",
     "model.enable_gradient_checkpointing": "training.gradient_checkpointing (rlbridge's default: off)",
     "checkpoint.save_contents": "the last step's Hugging Face model is the stage's output (RUN_DIR/model)",
-    "trainer.resume_mode": "checkpoint.resume: rlbridge resumes only when asked (verl's auto resumes from any checkpoint it finds)",
+    "trainer.resume_mode": "checkpoint.resume: rlbridge resumes only when asked (verl's auto resumes from any "
+    "checkpoint it finds)",
     "trainer.test_freq": "data.eval_interval (-1 without data.eval)",
     "trainer.save_freq": "checkpoint.interval",
     "trainer.experiment_name": "run_name (rlbridge's run directory is named by it)",

@@ -112,7 +112,8 @@ def _check_completion_only(config: RunConfig) -> str | None:
     if not config.offline.completion_only_loss and config.model.use_chat_template:
         return (
             "verl's MultiTurnSFTDataset puts the loss on the assistant messages only, so a loss on every token "
-            "needs rows without a chat template; set model.use_chat_template: false or offline.completion_only_loss: true"
+            "needs rows without a chat template; set model.use_chat_template: false or "
+            "offline.completion_only_loss: true"
         )
     return None
 

@@ -19,7 +19,8 @@ class EnvironmentTool(BaseTool):
         environment = kwargs.get("environment")
         if environment is None:
             raise RuntimeError(
-                f"tool '{self.name}' is an rlbridge environment tool: it runs only in the rlbridge_environment agent loop"
+                f"tool '{self.name}' is an rlbridge environment tool: it runs only in the rlbridge_environment "
+                "agent loop"
             )
         import asyncio
 

@@ -125,7 +125,8 @@ def check_config(cfg) -> None:
             omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     except (AssertionError, ValueError, TypeError) as exc:
         raise ConfigError(
-            f"verl's config checks failed: {_first_line(exc)} (check training.batch_size, mini_batch_size, micro_batch_size, resources)"
+            f"verl's config checks failed: {_first_line(exc)} (check training.batch_size, mini_batch_size, "
+            "micro_batch_size, resources)"
         ) from exc
 
 

