@@ -22,7 +22,8 @@ from rlbridge.contract.registry import ModelBuilderPlugin
 BUILDER_VERSION = 2
 SPECIAL_TOKENS = ["<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+    "'\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 ALPHABET_BYTES = [9, 10] + list(range(32, 127))
@@ -238,7 +239,8 @@ def rlbridge_register_model_builders():
         ModelBuilderPlugin(
             "qwen2.5-0.5b-shape",
             qwen25_05b_shape,
-            "random model of Qwen2.5-0.5B's shape (896 hidden x 24 layers, 14/2 heads, 151936 vocab; ~494M parameters), "
+            "random model of Qwen2.5-0.5B's shape (896 hidden x 24 layers, 14/2 heads, 151936 vocab; ~494M "
+            "parameters), "
             "char-level tokenizer; for GPU benchmarks without a hub",
         ),
         ModelBuilderPlugin(
@@ -255,7 +257,8 @@ def rlbridge_register_model_builders():
             "tiny-reward",
             _tiny_reward,
             "reward model: Qwen2 sequence classifier (one score) with tiny-digits' tokenizer, trained for seconds on "
-            "generated digit-task preference pairs (more of the prompt's digit scores higher); for reward: [{model: ...}]",
+            "generated digit-task preference pairs (more of the prompt's digit scores higher); for reward: [{model: "
+            "...}]",
         ),
     ]
 

@@ -430,11 +430,13 @@ def rlbridge_register_telemetry_sinks():
         TelemetrySinkPlugin(
             "mlflow",
             MlflowSink,
-            "an MLflow run, local SQLite store in <output_dir>/mlflow by default (args: tracking_uri, experiment, run_name, tags)",
+            "an MLflow run, local SQLite store in <output_dir>/mlflow by default (args: tracking_uri, experiment, "
+            "run_name, tags)",
         ),
         TelemetrySinkPlugin(
             "wandb",
             WandbSink,
-            "a W&B run, offline by default in <output_dir>/wandb (args: mode, project, entity, run_name, tags, dir, native)",
+            "a W&B run, offline by default in <output_dir>/wandb (args: mode, project, entity, run_name, tags, dir, "
+            "native)",
         ),
     ]
