@@ -95,7 +95,8 @@ def test_no_core_module_imports_torch_or_an_engine_at_import_time():
         "import importlib, pkgutil, sys, rlbridge\n"
         "for m in pkgutil.walk_packages(rlbridge.__path__, 'rlbridge.'):\n"
         "    if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
-        "bad = [m for m in ('torch', 'transformers', 'trl', 'verl', 'openrlhf', 'vllm', 'ray', 'deepspeed') if m in sys.modules]\n"
+        "bad = [m for m in ('torch', 'transformers', 'trl', 'verl', 'openrlhf', 'vllm', 'ray', 'deepspeed') if m in "
+        "sys.modules]\n"
         "print(bad); sys.exit(1 if bad else 0)\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -232,66 +233,36 @@ NOT_YET_FORMATTED = [
     "tests/test_trl_vllm.py",
 ]
 # Within 120 characters a line (E501) as well, but these formatted files, whose long lines are strings
-# and comments the formatter leaves as they are. The list only shrinks: wrap them and remove it here.
+# the formatter leaves as they are and no split at a space fits (long words, paths, docstrings). The list
+# only shrinks: wrap them and remove it here.
 LONG_LINES = [
     "adapters/openrlhf/backend.py",
     "adapters/openrlhf/knobs.py",
     "adapters/openrlhf/native.py",
-    "adapters/openrlhf/patches/__init__.py",
-    "adapters/openrlhf/stage_import.py",
     "adapters/openrlhf/stages.py",
     "adapters/openrlhf/train.py",
     "adapters/verl/backend.py",
     "adapters/verl/knobs.py",
-    "adapters/verl/patches/v05_cpu.py",
-    "adapters/verl/patches/v09_cpu.py",
     "adapters/verl/patches/v09_determinism.py",
-    "adapters/verl/stage_import.py",
     "adapters/verl/stages.py",
-    "adapters/verl/tools.py",
-    "adapters/verl/validate.py",
     "benchmarks/gpu_trl_async.py",
-    "benchmarks/gpu_weight_sync.py",
     "benchmarks/overhead.py",
-    "plugins/models.py",
-    "plugins/telemetry.py",
-    "rlbridge/cli.py",
     "rlbridge/contract/config.py",
-    "rlbridge/contract/data.py",
-    "rlbridge/contract/metrics.py",
-    "rlbridge/engine/patches.py",
     "rlbridge/engine/sandbox.py",
     "rlbridge/engine/workers.py",
-    "rlbridge/envs/compat.py",
-    "rlbridge/run/bench.py",
-    "rlbridge/run/bench_report.py",
     "rlbridge/run/dashboard.py",
     "rlbridge/run/failures.py",
-    "rlbridge/run/pipeline.py",
-    "rlbridge/run/placement.py",
-    "rlbridge/run/reproduce.py",
-    "rlbridge/run/runner.py",
-    "rlbridge/run/runstate.py",
-    "rlbridge/run/shell.py",
     "rlbridge/run/sinks.py",
-    "rlbridge/run/slurm.py",
     "rlbridge/run/submit.py",
     "rlbridge/testing/suite.py",
-    "scripts/ci_test.py",
     "scripts/metric_table.py",
-    "scripts/recipe_coverage.py",
     "tests/engines/test_verl_in_env.py",
-    "tests/test_architecture.py",
-    "tests/test_core_contract.py",
     "tests/test_engine_failure.py",
     "tests/test_faults.py",
     "tests/test_knobs_plan.py",
     "tests/test_lifeline.py",
     "tests/test_local_plugins.py",
     "tests/test_reward_hacking.py",
-    "tests/test_shell_reader.py",
-    "tests/test_slurm.py",
-    "tests/test_startup.py",
     "tests/test_third_party_backend.py",
 ]
 

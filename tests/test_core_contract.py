@@ -201,7 +201,8 @@ def test_plan_imports_no_torch(tmp_path):
 
     code = (
         "import sys; from rlbridge.cli import main; sys.argv=['rlbridge','plan',%r];"
-        "import atexit; atexit.register(lambda: print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr));"
+        "import atexit; atexit.register(lambda: print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', "
+        "file=sys.stderr));"
         "main()" % str(QUICKSTART)
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

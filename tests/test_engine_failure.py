@@ -31,7 +31,8 @@ def test_the_innermost_dead_actor_is_named_with_its_log(tmp_path):
 
 def test_a_worker_that_wrote_a_traceback_is_quoted_from_its_own_log(tmp_path):
     (tmp_path / "worker-b42c-01000000-9758.err").write_text(
-        'noise\nTraceback (most recent call last):\n  File "x.py", line 1, in f\n    g()\nRuntimeError: CUDA out of memory\n'
+        'noise\nTraceback (most recent call last):\n  File "x.py", line 1, in f\n    g()\nRuntimeError: CUDA out of '
+        "memory\n"
     )
     failure = describe_ray_failure(RayTaskError(RAY_ERROR), tmp_path)
     assert failure["error"][0] == "RuntimeError: CUDA out of memory"

@@ -33,7 +33,8 @@ EXCERPTS = [
         "cuda_oom",
         "https://github.com/OpenRLHF/OpenRLHF/issues/398",
         "error",
-        "[rank7]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 7 has a total capacity "
+        "[rank7]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 7 has a total "
+        "capacity "
         "of 39.39 GiB of which 14.00 MiB is free. Process 1117993 has 39.36 GiB memory in use.",
     ),
     (
@@ -46,16 +47,20 @@ EXCERPTS = [
         "collective_timeout",
         "https://github.com/verl-project/verl/issues/597",
         "log",
-        "(WorkerDict pid=231421) [rank1]:[E314 14:33:45.172185860 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective "
-        "operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600009 "
+        "(WorkerDict pid=231421) [rank1]:[E314 14:33:45.172185860 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog "
+        "caught collective "
+        "operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+        "600009 "
         "milliseconds before timing out.",
     ),
     (
         "collective_timeout",
         "https://github.com/verl-project/verl/issues/1309",
         "log",
-        "(WorkerDict pid=1230) [rank15]:[E510 00:18:19.328053719 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective "
-        "operation timeout: WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800041 "
+        "(WorkerDict pid=1230) [rank15]:[E510 00:18:19.328053719 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught "
+        "collective "
+        "operation timeout: WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran "
+        "for 1800041 "
         "milliseconds before timing out.",
     ),
     (
@@ -68,22 +73,28 @@ EXCERPTS = [
         "vllm_engine_died",
         "https://github.com/vllm-project/vllm/issues/17276",
         "error",
-        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for "
+        "the root cause.",
     ),
     (
         "ray_actor_died",
         "https://github.com/OpenRLHF/OpenRLHF/issues/305",
         "error",
-        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: CriticModelRayActor\n"
-        "\tactor_id: 66075e4f50cc9155208f189803000000\n\tpid: 375881\nThe actor is dead because its worker process has died. "
-        "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file.",
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: "
+        "CriticModelRayActor\n"
+        "\tactor_id: 66075e4f50cc9155208f189803000000\n\tpid: 375881\nThe actor is dead because its worker process "
+        "has died. "
+        "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code "
+        "2. End of file.",
     ),
     (
         "host_oom",
         "https://github.com/ray-project/ray/pull/30312",
         "error",
-        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\nMemory on the node (IP: "
-        "172.17.0.2) where the task (name=allocate_memory, pid=548, memory used=12.18GB) was running was 21.91GB / 33.28GB "
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\nMemory on the "
+        "node (IP: "
+        "172.17.0.2) where the task (name=allocate_memory, pid=548, memory used=12.18GB) was running was 21.91GB / "
+        "33.28GB "
         "(0.658192), which exceeds the memory usage threshold of 0.65. Ray killed this worker",
     ),
 ]
@@ -465,7 +476,8 @@ RESTART_OVERRIDES = [
     "training.lr_schedule=cosine",
     "data.train={type: generator, name: digit_copy, args: {num_rows: 64}}",
     # steps of over a second (a weight-0 reward that sleeps): step 4 cannot end before the test kills
-    "reward=[{name: digit_match}, {native: trl, function: 'rlbridge.testing.slow_reward:pause', weight: 0.0, args: {seconds: 1.0}}]",
+    "reward=[{name: digit_match}, {native: trl, function: 'rlbridge.testing.slow_reward:pause', weight: 0.0, args: "
+    "{seconds: 1.0}}]",
 ]
 REPRODUCED = ("reward/mean", "reward/std", "loss/policy", "grad_norm", "entropy", "lr", "response_length/mean")
 

@@ -84,7 +84,8 @@ def test_nested_and_alternative_expansions():
         "NAME=run${Q:+_${Q}}${PLUS:+_never}\n"
         "N=$(( (2 + 3) * 4 / 3 ))\n"
         "python3 -m verl.trainer.main_ppo data.train_files=$TRAIN a.b=$SET_ME trainer.experiment_name=$NAME x.n=$N \\\n"
-        "   x.q=${Q:+set}${Q:-unset} x.len=${#NAME} x.trim=${TRAIN%.parquet} x.base=${TRAIN##*/} x.sub=${TRAIN/data/d}\n"
+        "   x.q=${Q:+set}${Q:-unset} x.len=${#NAME} x.trim=${TRAIN%.parquet} x.base=${TRAIN##*/} "
+        "x.sub=${TRAIN/data/d}\n"
     )
     assert _args(script, QUANT="fp8") == [
         "data.train_files=/home/u/verl/data/x.parquet",
@@ -267,7 +268,8 @@ def test_every_truncation_of_a_real_script_reads_or_fails_in_one_line():
         "text, cuts = json.loads(sys.stdin.read())\nbad = []\n"
         "for cut in cuts:\n"
         "    try:\n        find_command(text[:cut], ('verl.trainer.main_ppo',), 'recipe.sh', 'launch')\n"
-        "    except ConfigError as exc:\n        m = str(exc)\n        bad += [m] if '\\n' in m or not m.startswith('recipe.sh') else []\n"
+        "    except ConfigError as exc:\n        m = str(exc)\n        bad += [m] if '\\n' in m or not "
+        "m.startswith('recipe.sh') else []\n"
         "print(json.dumps(bad))\n"
     )
     import json

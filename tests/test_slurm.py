@@ -252,7 +252,8 @@ def test_a_requeued_job_resumes_from_its_checkpoint_with_no_step_twice(slurm, tm
         "checkpoint.interval=2",
         "launcher.slurm.max_requeues=1",
         # a step of over a second (a sleeping reward of weight 0): the requeue lands mid-run
-        "reward=[{name: digit_match}, {native: trl, function: 'rlbridge.testing.slow_reward:pause', weight: 0.0, args: {seconds: 1.0}}]",
+        "reward=[{name: digit_match}, {native: trl, function: 'rlbridge.testing.slow_reward:pause', weight: 0.0, "
+        "args: {seconds: 1.0}}]",
         follow=False,
     )
     assert res.returncode == 0, res.stderr[-3000:]

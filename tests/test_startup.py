@@ -12,7 +12,8 @@ def _modules_after(*argv: str) -> set[str]:
     """The modules loaded once `rlbridge ARGV` has run, in a fresh interpreter."""
     code = (
         "import sys, json\nfrom rlbridge.cli import main\nsys.argv = ['rlbridge', *json.loads(sys.argv[1])]\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write('MODULES' + json.dumps(sorted(sys.modules)))\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write('MODULES' + "
+        "json.dumps(sorted(sys.modules)))\n"
     )
     res = subprocess.run(
         [sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, cwd=REPO, timeout=120
