@@ -187,8 +187,10 @@ def markdown(results: list[dict], env: dict, command: str) -> str:
         START,
         f"### Weight sync, one device (HF rollout, no vLLM): {env['date']}",
         "",
-        f"`{command}` on {env['device']} (torch {env['torch']}, transformers {env['transformers']}); model: {env['model']}, "
-        f"{env['params_m']}M parameters, {env['dtype']}; batch {env['batch']}, {env['new_tokens']} new tokens, {env['steps']} steps per row. "
+        f"`{command}` on {env['device']} (torch {env['torch']}, transformers {env['transformers']}); model: "
+        f"{env['model']}, "
+        f"{env['params_m']}M parameters, {env['dtype']}; batch {env['batch']}, {env['new_tokens']} new tokens, "
+        f"{env['steps']} steps per row. "
         "Sync time is the median over steps after the first.",
         "",
         "| layout | transfer | sync (ms) | bytes per sync | tensors | GB/s | sampling tok/s | peak MiB |",
@@ -196,7 +198,8 @@ def markdown(results: list[dict], env: dict, command: str) -> str:
     ]
     for r in results:
         lines.append(
-            f"| {r['layout']} | {r['transfer']} | {r.get('sync_ms', '-')} | {r.get('sync_bytes', 0):,} | {r.get('sync_tensors', '-')} | "
+            f"| {r['layout']} | {r['transfer']} | {r.get('sync_ms', '-')} | {r.get('sync_bytes', 0):,} | "
+            f"{r.get('sync_tensors', '-')} | "
             f"{r.get('sync_gb_s', '-')} | {r['sample_tok_s']} | {r['peak_mb'] if r['peak_mb'] is not None else '-'} |"
         )
     lines.append(END)
