@@ -96,7 +96,8 @@ def run_phase(name: str, cmd: list[str], log: Path, env: dict | None = None, jun
     tail = log.read_text(errors="replace").splitlines()
     phase.detail = next((line for line in reversed(tail) if line.strip()), "")[:160]
     say(
-        f"end {name}: {'ok' if phase.ok else f'FAILED (exit {proc.returncode})'} in {phase.seconds:.0f} s: {phase.detail}"
+        f"end {name}: {'ok' if phase.ok else f'FAILED (exit {proc.returncode})'} in {phase.seconds:.0f} s: "
+        f"{phase.detail}"
     )
     if not phase.ok:
         with _print_lock:
@@ -366,7 +367,8 @@ def finish() -> int:
         for p in rows:
             c = p.counts
             counted = (
-                f"  {c.get('passed', 0)} passed, {c.get('failures', 0) + c.get('errors', 0)} failed, {c.get('skipped', 0)} skipped"
+                f"  {c.get('passed', 0)} passed, {c.get('failures', 0) + c.get('errors', 0)} failed, "
+                f"{c.get('skipped', 0)} skipped"
                 if c
                 else ""
             )

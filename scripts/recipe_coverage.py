@@ -42,7 +42,8 @@ ENGINE_INTERNAL = {
     "actor_rollout_ref.rollout.multi_turn.format": "verl's tool-call parser for multi-turn rollouts",
     "reward.reward_model.rollout.": "the inference server verl serves its reward model with (engine, memory share, TP)",
     "reward_model.rollout.": "the inference server verl serves its reward model with",
-    "data.return_raw_chat": "verl's dataset hands the agent loop raw chat messages (rlbridge sets it as the rollout needs)",
+    "data.return_raw_chat": "verl's dataset hands the agent loop raw chat messages (rlbridge sets it as the rollout "
+    "needs)",
     "data.truncation": "what verl's dataset does with a prompt over max_prompt_length (rlbridge drops or refuses them)",
     "vllm.sync_backend": "how OpenRLHF sends weights to vLLM (NCCL or gloo)",
     "vllm.enforce_eager": "vLLM without CUDA graphs",
@@ -68,10 +69,12 @@ IMPORTER_GAPS = {
 }
 # why a setting stays missing
 MISSING_WHY = {
-    "data.max_samples": "OpenRLHF caps the prompts at max_samples; the canonical config counts steps (steps x batch_size "
+    "data.max_samples": "OpenRLHF caps the prompts at max_samples; the canonical config counts steps (steps x "
+    "batch_size "
     "prompts), so a cap that is not a multiple of the rollout batch differs by the remainder (same number "
     "of steps)",
-    "actor.entropy_coef": "0.0 makes OpenRLHF compute (not use) the entropy; the canonical 0 leaves the flag unset (None): "
+    "actor.entropy_coef": "0.0 makes OpenRLHF compute (not use) the entropy; the canonical 0 leaves the flag unset "
+    "(None): "
     "same training",
 }
 
@@ -146,7 +149,8 @@ def main() -> int:
     missing = sum(c["missing"] for _, _, c in rows)
     total = sum(n for _, n, _ in rows)
     print(
-        f"\n{len(rows)} recipes, {total} settings: {canonical + missing} cross-engine, {canonical} with a canonical knob "
+        f"\n{len(rows)} recipes, {total} settings: {canonical + missing} cross-engine, {canonical} with a canonical "
+        "knob "
         f"({100 * canonical / (canonical + missing):.1f} %), {total - canonical - missing} engine-internal"
     )
     if args.json:
