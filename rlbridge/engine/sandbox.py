@@ -247,7 +247,10 @@ def _framed(payload: bytes) -> bytes:
 JUDGE_OUTCOMES = (*OUTCOMES, "invalid")
 """A judged call's outcomes: those of OUTCOMES, and invalid: the process ended normally but did not
 report exactly one well-formed value of builtin types (e.g. it exited before returning)."""
-LIMIT_RULE = "a test passes only if every process it ran ended ok: timeout, cpu_limit, memory_limit, output_limit, killed, invalid and setup_error fail it, whatever it reported before"
+LIMIT_RULE = (
+    "a test passes only if every process it ran ended ok: timeout, cpu_limit, memory_limit, output_limit, killed, "
+    "invalid and setup_error fail it, whatever it reported before"
+)
 
 
 @dataclass

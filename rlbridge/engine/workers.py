@@ -618,7 +618,10 @@ class RewardScorer:
             self._report(f, inputs[f.index])
         if faults:
             first = faults[0]
-            where = f"reward '{first.plugin}' {first.outcome[:-1] if first.outcome.endswith('s') else first.outcome}: {first.message.splitlines()[-1] if first.message else ''}"
+            where = (
+                f"reward '{first.plugin}' {first.outcome[:-1] if first.outcome.endswith('s') else first.outcome}: "
+                f"{first.message.splitlines()[-1] if first.message else ''}"
+            )
             if policy == "fail":
                 raise RewardFailure(
                     f"{where} (row: {_row_text(inputs[first.index], 200)}); rollout_workers.on_error is 'fail': "

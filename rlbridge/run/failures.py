@@ -460,7 +460,10 @@ def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = N
             if ro
             else "a lower rollout.gpu_memory_utilization"
         )
-        return f"the vLLM engine died: its traceback is in failure.log / engine.log; if it ran out of memory set {gmu}; {restarts}"
+        return (
+            "the vLLM engine died: its traceback is in failure.log / engine.log; if it ran out of memory set "
+            f"{gmu}; {restarts}"
+        )
     if kind == "collective_timeout":
         return (
             "a rank did not reach a collective (stopped, died or much slower than its peers): `rlbridge stacks "
@@ -491,16 +494,25 @@ def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = N
         fields = re.search(r"had non-finite ([\w/., ]+?) \(", evidence)
         names = fields.group(1) if fields else "a metric"
         if names.startswith("reward/") and all(n.strip().startswith("reward/") for n in names.split(",")):
-            return f"a reward plugin returned NaN/inf ({names}): fix it, or rollout_workers.on_error=zero scores such samples 0"
+            return (
+                f"a reward plugin returned NaN/inf ({names}): fix it, or rollout_workers.on_error=zero scores such "
+                "samples 0"
+            )
         lr = f"training.lr={tr.lr / 10:g} (now {tr.lr:g})" if tr is not None else "a lower training.lr"
         clip = "" if tr is None or tr.grad_clip else ", training.grad_clip=1.0"
-        return f"{names} became NaN/inf: lower the learning rate, {lr}{clip}; training.on_nonfinite=warn records it and goes on"
+        return (
+            f"{names} became NaN/inf: lower the learning rate, {lr}{clip}; training.on_nonfinite=warn records it "
+            "and goes on"
+        )
     if kind == "checkpoint_write_failed":
         where = (
             str(ck.dir) if ck is not None and ck.dir else str(run_dir / "checkpoints" if run_dir else "checkpoint.dir")
         )
         if re.search(r"Read-only file system|Permission denied|PermissionError", evidence):
-            return f"checkpoint.dir ({where}) is not writable by uid {os.getuid()}: make it writable or set checkpoint.dir to a writable directory"
+            return (
+                f"checkpoint.dir ({where}) is not writable by uid {os.getuid()}: make it writable or set "
+                "checkpoint.dir to a writable directory"
+            )
         free = _free_mib(where)
         size = _newest_checkpoint_mib(where)
         if free is not None and size is not None and free > 4 * size and "No space" not in evidence:
@@ -556,7 +568,10 @@ def hint(kind: str, config=None, *, evidence: str = "", run_dir: Path | None = N
                 "instead of "
                 f"stalling the run; {bound}; {restarts}"
             )
-        return f"no step within the bound: the stuck process and its frame are named above (stacks file); {bound}; {restarts}"
+        return (
+            f"no step within the bound: the stuck process and its frame are named above (stacks file); {bound}; "
+            f"{restarts}"
+        )
     return "an error nothing above explains: read error.txt and engine.log (the traceback names the code)"
 
 
