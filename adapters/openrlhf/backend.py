@@ -141,7 +141,10 @@ class OpenRLHFBackend(Backend):
     default_version = DEFAULT_VERSION
     native_arm = "rlbridge_adapters.openrlhf.native"  # the bench's arm of kind native
     native_key_spelling = "dotted flags of `train_ppo_ray` (renamed to the flat spelling on versions before 0.10.2)"
-    description = "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), reinforce_pp_baseline (reinforce_baseline), ppo (gae); vLLM rollout"
+    description = (
+        "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), reinforce_pp_baseline "
+        "(reinforce_baseline), ppo (gae); vLLM rollout"
+    )
 
     def native_reward_convention(self) -> Any:
         from rlbridge_adapters.openrlhf.native_reward import CONVENTION

@@ -188,7 +188,10 @@ def _check_adv_norm(config: RunConfig) -> str | None:
         "ppo": {"batch"},
     }.get(name)
     if allowed and norm not in allowed:
-        return f"OpenRLHF's {ESTIMATORS[name]} scales advantages as {' or '.join(sorted(allowed))}; set that or leave it unset"
+        return (
+            f"OpenRLHF's {ESTIMATORS[name]} scales advantages as {' or '.join(sorted(allowed))}; set that or leave "
+            "it unset"
+        )
     return None
 
 
@@ -217,7 +220,10 @@ def _check_environment(config: RunConfig) -> str | None:
     if config.environment is None:
         return None
     if config.reward:
-        return "with an environment OpenRLHF takes rewards from the agent only; move the reward into the environment or remove reward"
+        return (
+            "with an environment OpenRLHF takes rewards from the agent only; move the reward into the environment "
+            "or remove reward"
+        )
     return None
 
 

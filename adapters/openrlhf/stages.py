@@ -49,20 +49,29 @@ MARGIN = {"dpo": "dpo/margin", "reward_model": "rm/margin"}
 
 def check_stage(config: RunConfig, version: Version) -> str | None:
     if version < SINCE:
-        return f"rlbridge drives OpenRLHF's train_sft / train_dpo / train_rm from {SINCE} (their dotted flags); use engine_version 0.11.2"
+        return (
+            f"rlbridge drives OpenRLHF's train_sft / train_dpo / train_rm from {SINCE} (their dotted flags); use "
+            "engine_version 0.11.2"
+        )
     if config.model.use_chat_template and config.algorithm.name != "sft":
         return (
             "rlbridge renders only sft rows with the chat template on OpenRLHF so far (its preference datasets take "
             "chats as message lists); set model.use_chat_template: false, or use backend: trl"
         )
     if config.model.lora is not None:
-        return "rlbridge does not merge OpenRLHF's LoRA adapters of the offline stages yet; remove model.lora or use backend: trl"
+        return (
+            "rlbridge does not merge OpenRLHF's LoRA adapters of the offline stages yet; remove model.lora or use "
+            "backend: trl"
+        )
     return None
 
 
 def _check_packing(config: RunConfig) -> str | None:
     if config.offline.packing and gpus_per_node(config) == 0:
-        return "OpenRLHF packs samples with flash attention (GPUs only); set resources.gpus_per_node >= 1 or offline.packing: false"
+        return (
+            "OpenRLHF packs samples with flash attention (GPUs only); set resources.gpus_per_node >= 1 or "
+            "offline.packing: false"
+        )
     return None
 
 

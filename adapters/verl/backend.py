@@ -121,7 +121,10 @@ class VerlBackend(Backend):
     default_version = DEFAULT_VERSION
     native_arm = "rlbridge_adapters.verl.native"  # the bench's arm of kind native
     native_key_spelling = "Hydra keys of `main_ppo`'s config"
-    description = "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, ppo (GAE); HF rollout (<=0.5) or vLLM/SGLang"
+    description = (
+        "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, ppo (GAE); HF rollout (<=0.5) or "
+        "vLLM/SGLang"
+    )
 
     def native_reward_convention(self) -> Any:
         from rlbridge_adapters.verl.native_reward import CONVENTION

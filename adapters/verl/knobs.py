@@ -111,7 +111,10 @@ def _check_lora(config: RunConfig) -> str | None:
     if check_lora(config):
         return check_lora(config)
     if lora.dropout:
-        return "verl's FSDP workers build the LoRA config without dropout (lora_rank, lora_alpha, target_modules only); set model.lora.dropout: 0"
+        return (
+            "verl's FSDP workers build the LoRA config without dropout (lora_rank, lora_alpha, target_modules "
+            "only); set model.lora.dropout: 0"
+        )
     if lora_merged(config) and _version(config) < LORA_MERGE_SINCE:
         return (
             f"verl {_version(config)} can only hand LoRA adapters to vLLM, and vLLM's CPU build fails loading them "
@@ -204,7 +207,10 @@ def _check_adv_norm(config: RunConfig) -> str | None:
     norm = config.algorithm.effective_advantage_normalization
     if name in ADV_NORMS and norm not in ADV_NORMS[name]:
         allowed = " or ".join(sorted(ADV_NORMS[name]))
-        return f"verl's {ESTIMATORS[name]} estimator scales advantages as {allowed}; set advantage_normalization to {allowed} (or leave it unset)"
+        return (
+            f"verl's {ESTIMATORS[name]} estimator scales advantages as {allowed}; set advantage_normalization to "
+            f"{allowed} (or leave it unset)"
+        )
     return None
 
 
@@ -289,7 +295,10 @@ def _check_environment(config: RunConfig) -> str | None:
     if config.environment is None:
         return None
     if config.reward:
-        return "with an environment verl takes rewards from the agent loop only; move the reward into the environment or remove reward"
+        return (
+            "with an environment verl takes rewards from the agent loop only; move the reward into the environment "
+            "or remove reward"
+        )
     version = _version(config)
     if version < Version(
         "0.9.1"

@@ -70,17 +70,29 @@ ADAPTER_DEFAULTS = {
 def check_stage(config: RunConfig, version: Version) -> str | None:
     name = config.algorithm.name
     if name == "dpo":
-        return "verl has no offline DPO trainer (its trainers are main_ppo for RL and sft_trainer); use backend: trl or openrlhf"
+        return (
+            "verl has no offline DPO trainer (its trainers are main_ppo for RL and sft_trainer); use backend: trl "
+            "or openrlhf"
+        )
     if name == "reward_model":
-        return "verl has no reward-model trainer (a reward model is only scored there, never trained); use backend: trl or openrlhf"
+        return (
+            "verl has no reward-model trainer (a reward model is only scored there, never trained); use backend: "
+            "trl or openrlhf"
+        )
     if version < SINCE:
-        return f"rlbridge drives verl's sft_trainer (its TrainingWorker engine) from verl {SINCE}; use engine_version 0.9.1"
+        return (
+            f"rlbridge drives verl's sft_trainer (its TrainingWorker engine) from verl {SINCE}; use engine_version "
+            "0.9.1"
+        )
     return None
 
 
 def check_lora(config: RunConfig) -> str | None:
     if config.is_offline and config.model.lora is not None:
-        return "rlbridge does not merge verl's SFT LoRA adapter into RUN_DIR/model yet; remove model.lora or use backend: trl"
+        return (
+            "rlbridge does not merge verl's SFT LoRA adapter into RUN_DIR/model yet; remove model.lora or use "
+            "backend: trl"
+        )
     return None
 
 
