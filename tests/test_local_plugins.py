@@ -108,6 +108,9 @@ def test_a_local_module_imports_by_name_in_a_fresh_process(project):
 
     module = load_module(str(project / "my_plugin.py"), "plugins[0]")
     assert module.__name__ == module_name(project / "my_plugin.py")
-    code = f"import importlib, rlbridge.contract.local_plugins; m = importlib.import_module({module.__name__!r}); print(m.constant(2.0)([0]))"
+    code = (
+        f"import importlib, rlbridge.contract.local_plugins; m = importlib.import_module({module.__name__!r}); "
+        "print(m.constant(2.0)([0]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
     assert out.strip() == "[2.0]"

@@ -289,7 +289,10 @@ def test_a_program_cannot_pose_as_a_machine_that_cannot_sandbox():
     # run_python is the code_interpreter tool's path: a program's 125 and set-up line are its own
     from rlbridge.engine.sandbox import run_python
 
-    fake = "import os\nos.write(2, b'rlbridge-sandbox-setup-error: mount /tmp: Operation not permitted\\n')\nos._exit(125)\n"
+    fake = (
+        "import os\nos.write(2, b'rlbridge-sandbox-setup-error: mount /tmp: Operation not "
+        "permitted\\n')\nos._exit(125)\n"
+    )
     result = run_python({"main.py": fake})
     assert result.outcome == "failed" and result.returncode == 1
     # a real set-up failure (a limit the kernel refuses) is still told as one

@@ -177,7 +177,10 @@ def test_environment_agent_loop_runs_tools_and_steps_with_verl_own_machinery(tmp
     VERL < Version("0.9.1"), reason="rlbridge's verl agent loop needs verl >= 0.9.1 (ct_merge_context_msg)"
 )
 def test_environment_tool_output_follows_verl_truncation_settings(tmp_path):
-    options = "backend_options.verl={actor_rollout_ref.rollout.multi_turn: {max_tool_response_length: 4, tool_response_truncate_side: right}}"
+    options = (
+        "backend_options.verl={actor_rollout_ref.rollout.multi_turn: {max_tool_response_length: 4, "
+        "tool_response_truncate_side: right}}"
+    )
     out, server, tokenizer = _episode(tmp_path, [TURNS[0].replace('"repeat": 2', '"repeat": 6'), *TURNS[1:]], options)
     assert "<|im_start|>tool\n7777...(truncated)<|im_end|>" in tokenizer.decode(server.prompts[1])
     assert out.reward_score == pytest.approx(0.75)
