@@ -382,6 +382,7 @@ class Solver:
         self.asynchrony: RecipeAsync | None = getattr(importer, "asynchrony", lambda r: None)(recipe)
         for s in self.asynchrony.settings if self.asynchrony else []:
             consumed.setdefault((s.key, s.line), [])  # out of the search: the plan refuses what they are
+        self.async_notes: list[str] = []
         self.reward_settings: list[tuple[Setting, list[RecipeReward]]] = []
         self.unplanned_rewards = False
         self.cache: dict[str, dict[str, Any] | None] = {}
@@ -764,7 +765,8 @@ class Solver:
         defaults_seen = sum(1 for k in self.defaults if k in final_view)  # keys the plan leaves out keep the default
         final_config = resolve_config(data)
         differences = default_differences(self.backend, final_config, self.backend.plan(final_config).native,
-                                          skip=set(self.target) | {s.key for s, _ in self.reward_settings}, knobs_of=knobs_of,
+                                          skip=set(self.target) | {s.key for s, _ in self.reward_settings}
+                                          | {s.key for s in (self.asynchrony.settings if self.asynchrony else [])}, knobs_of=knobs_of,
                                           recipe=self.recipe)
         data = self.classify_async(data)  # after the differences: the plan may refuse the async knobs here (verl)
         return ImportResult(self.output(data), self.entries, self.recipe, self.output_notes(data), (matched, defaults_seen), differences)
@@ -790,6 +792,11 @@ class Solver:
             native, failed = {}, str(exc).splitlines()[0]
         else:
             failed = ""
+            for path, value in found.knobs.items():  # a knob the search had solved (verl: the trainer's devices)
+                before = get_path(data, path)
+                if before is not _MISSING and not same(before, value):
+                    self.async_notes.append(f"{path}: the other settings were solved with {_show(before)}; the config has "
+                                            f"{_show(value)}, the async launch's (the report's details above show the former)")
             data = trial  # a config that does not load is not written: its settings are conflicts, each saying why
         for s in found.settings:
             detail = found.details.get(s.key, "")
@@ -909,7 +916,7 @@ class Solver:
         return ordered
 
     def output_notes(self, data: dict[str, Any]) -> list[str]:
-        notes = [self.asynchrony.note] if self.asynchrony and self.asynchrony.note else []
+        notes = ([self.asynchrony.note] if self.asynchrony and self.asynchrony.note else []) + self.async_notes
         if self.unplanned_rewards:
             notes.append("reward: the recipe's own rewards do not plan on this machine (is the model path there?); "
                          "the settings were solved with a placeholder reward")
