@@ -221,3 +221,17 @@ def test_verl_async_translation_refuses_a_fraction_that_breaks_the_bound():
     with pytest.raises(ConfigError, match="bounds staleness at 2 version"):
         asynchrony.translate(wrong)
     assert [asynchrony.staleness_bound(s) for s in (0.1, 1.0, 1.01, 2.0)] == [1, 1, 2, 2]
+
+
+def test_verl_on_policy_fully_async_is_a_conflict_by_key_not_a_silent_sync_run():
+    """staleness_threshold 0 (fully_async_main kept on-policy, verl #6780) has no canonical value: every async key is
+    a conflict saying why, and the written config is main_ppo's synchronous loop."""
+    result = imported("python -m verl.experimental.fully_async_policy.fully_async_main actor_rollout_ref.model.path=/models/tiny "
+                      "actor_rollout_ref.rollout.n=4 async_training.staleness_threshold=0 "
+                      "async_training.trigger_parameter_sync_step=1 async_training.partial_rollout=False", "verl")
+    for key in ("entry_point", "async_training.staleness_threshold", "async_training.trigger_parameter_sync_step",
+                "async_training.partial_rollout"):
+        e = entry(result, key)
+        assert e.kind == "conflict" and "need rollout.max_staleness >= 1" in e.detail, (key, e)
+    assert "no canonical value" in entry(result, "async_training.staleness_threshold").detail
+    assert "max_staleness" not in result.config.get("rollout", {}) and "placement" not in result.config

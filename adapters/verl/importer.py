@@ -293,6 +293,10 @@ class VerlRecipeImporter:
                        f"rollout.max_staleness={knobs['rollout.max_staleness']} (approximated: {asynchrony.STALENESS_APPROXIMATION})",
                    "async_training.trigger_parameter_sync_step": f"rollout.weight_sync_interval={knobs['rollout.weight_sync_interval']}",
                    "async_training.partial_rollout": f"rollout.partial_rollouts={knobs['rollout.partial_rollouts']}"}
+            if knobs["rollout.max_staleness"] == 0:  # the async trainer kept on-policy: no canonical value
+                how["async_training.staleness_threshold"] = (
+                    "staleness_threshold 0 runs fully_async_main on-policy on devices of its own, which has no canonical value: "
+                    "rollout.max_staleness 0 is main_ppo's synchronous loop, which the config keeps")
         if entry == asynchrony.FULLY_ASYNC:
             batch = f"training.batch_size={_async_batch(recipe)} (ppo_mini_batch_size x require_batches: the prompts of one trainer step)"
             how.update({"data.train_batch_size": f"{batch}; fully_async_main asserts 0 (fully_async_rollouter.py)",
@@ -312,8 +316,8 @@ class VerlRecipeImporter:
             options["async_training.staleness_threshold"] = value("async_training.staleness_threshold", 0.1)
         for key in options:
             how.setdefault(key, "no canonical knob: passed to verl's fully_async_main unchanged")
-        how["async_training.staleness_threshold"] = how.get("async_training.staleness_threshold", "") + \
-            "; the fraction itself is kept as backend_options.verl.async_training.staleness_threshold"
+        if knobs["rollout.max_staleness"] and "async_training.staleness_threshold" in how:
+            how["async_training.staleness_threshold"] += "; the fraction itself is kept as backend_options.verl.async_training.staleness_threshold"
         line = recipe.extras.get("async_line")
         entry_setting = Setting(asynchrony.ENTRY, entry, line, f"python -m {entry}")
         how[asynchrony.ENTRY] = ", ".join(f"{k}={v}" for k, v in knobs.items() if k.startswith("rollout."))
