@@ -106,12 +106,14 @@ def test_openrlhf_async_command_line_round_trips_and_explains():
 def test_openrlhf_flat_async_train_is_named_with_why_it_does_not_plan():
     """Before 0.10.2 the flags were --async_train / --async_queue_size: read as the canonical knob's flags, and the
     import says by key why that version's plan refuses them (rlbridge has not read that release's async source)."""
-    result = imported("python3 -m openrlhf.cli.train_ppo_ray --pretrain /models/tiny --async_train --async_queue_size 2",
-                      "openrlhf", "0.9.10")
+    result = imported("python3 -m openrlhf.cli.train_ppo_ray --pretrain /models/tiny --async_train --async_queue_size 2 "
+                      "--partial_rollout", "openrlhf", "0.9.10")
     for key in ("async_train", "async_queue_size"):
         e = entry(result, key)
         assert e.kind == "conflict", (key, e)
         assert "rollout.max_staleness" in e.detail and "0.10.2" in e.detail, e.detail
+    partial = entry(result, "partial_rollout")
+    assert partial.kind == "conflict" and "rollout.partial_rollouts needs rollout.max_staleness >= 1" in partial.detail
     assert "max_staleness" not in result.config.get("rollout", {})
 
 

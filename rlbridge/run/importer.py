@@ -879,7 +879,10 @@ class Solver:
             self.backend.plan(resolve(RunConfig.model_validate(set_path(data, path, value))))
         except RLBridgeError as exc:
             return str(exc)
-        except (ValidationError, ValueError, TypeError) as exc:
+        except ValidationError as exc:  # the validator's own message, not pydantic's "1 validation error for RunConfig"
+            errors = exc.errors()
+            return errors[0]["msg"].removeprefix("Value error, ") if errors else str(exc).splitlines()[0]
+        except (ValueError, TypeError) as exc:
             return str(exc).splitlines()[0]
         return None
 
