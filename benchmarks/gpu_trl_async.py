@@ -7,7 +7,8 @@ with the Python of an environment that has TRL 1.16 and a CUDA vLLM).
 
 The policy is `builtin:qwen2.5-0.5b-shape` (Qwen2.5-0.5B's tensor shapes, random weights, the char-level
 tokenizer; built on the machine, no hub), so generation and training take real GPU time. Needs vLLM on the
-machine (the GPU image measured on 2026-11-30 had none: install a CUDA vLLM with TRL 1.16 first). Reported per arm: samples/s over the
+machine (the GPU image measured on 2026-11-30 had none: install a CUDA vLLM with TRL 1.16 first). Reported per arm:
+samples/s over the
 steps after the first (the first holds vLLM's warm-up), its ratio to the synchronous arm of the workload, the
 final reward, the largest staleness seen (TRL's own tags) and the mean weight-sync seconds (rlbridge's
 shared-memory transfer, vllm_server.py).

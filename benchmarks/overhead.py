@@ -10,7 +10,8 @@ arrival time of every step). Per run:
 and per pair the rlbridge/native ratios of wall and per-step time, the extra fixed seconds, and the
 same split in CPU seconds (user + system of the process tree, sampled when each step arrives; far
 steadier than wall time under other jobs' load, and complete where the tree reaps its children, as
-TRL's does), and whether the reward curves are identical. The 1-minute load average is recorded before every run (on a shared
+TRL's does), and whether the reward curves are identical. The 1-minute load average is recorded before every run (on a
+shared
 machine the numbers are only as good as the load is steady).
 
 Usage: python benchmarks/overhead.py [--engine trl|verl|openrlhf] [--pairs 3] [--steps 20]

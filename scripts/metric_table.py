@@ -3,7 +3,8 @@
     python scripts/metric_table.py          # rewrite the table in docs/telemetry.md
     python scripts/metric_table.py --check  # exit 1 if the table is not current (a test runs this)
 
-Each in-tree adapter's (the `rlbridge` entry points' backends) `rlbridge_adapters.<engine>.metrics.DIRECT` maps the engine's native names to
+Each in-tree adapter's (the `rlbridge` entry points' backends) `rlbridge_adapters.<engine>.metrics.DIRECT` maps the
+engine's native names to
 canonical ones (TRL's per-reward names come from its `_PER_REWARD` pattern; the offline stages' from
 `STAGE`, stage -> native -> canonical); "—" marks a canonical
 name with no native key of that engine: rlbridge computes it, or the engine does not have it

@@ -27,7 +27,8 @@ from conftest import MINIMAL, REPO, run_cli, write_config
 
 # --- the classifier on real engine logs (GPU-only kinds) --------------------------------------------
 
-# (kind, thread it is from, where it appears: "error" (the exception the run ended with) or "log" (engine.log only), text)
+# (kind, thread it is from, where it appears: "error" (the exception the run ended with) or "log" (engine.log only),
+# text)
 EXCERPTS = [
     (
         "cuda_oom",

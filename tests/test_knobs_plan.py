@@ -1,5 +1,6 @@
 """Issue 17's knobs (everyday knobs, the critic, LoRA, role placement) per backend: plan-level checks
-with non-default values (the knob effect test, rlbridge.testing.effects, checks each knob alone against each adapter's effects.py; these
+with non-default values (the knob effect test, rlbridge.testing.effects, checks each knob alone against each adapter's
+effects.py; these
 check combinations, version differences and refusals), and one short LoRA GRPO run on TRL."""
 
 import json

@@ -20,8 +20,12 @@ from rlbridge.run.shell import read_launch
 REAL = Path(__file__).parent / "fixtures" / "recipes" / "real"
 # and verl's async launch scripts (tests/fixtures/recipes/async/SOURCE.md)
 SCRIPTS = sorted(REAL.glob("*/*.sh")) + sorted((REAL.parent / "async").glob("*/*.sh"))
-MARKERS = ("verl.trainer.main_ppo", "openrlhf.cli.train_ppo_ray", "verl.experimental.fully_async_policy.fully_async_main",
-           "verl.experimental.one_step_off_policy.main_ppo")
+MARKERS = (
+    "verl.trainer.main_ppo",
+    "openrlhf.cli.train_ppo_ray",
+    "verl.experimental.fully_async_policy.fully_async_main",
+    "verl.experimental.one_step_off_policy.main_ppo",
+)
 
 
 def _read(text, env=None, source="recipe.sh"):

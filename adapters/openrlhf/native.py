@@ -58,7 +58,8 @@ def reward_func(queries, prompts, labels):
 
 
 def install_patches_only() -> None:
-    """The boot (rlbridge.engine.ray_engine.boot_env) of a native arm's processes: the CPU-enablement patches (and those marked
+    """The boot (rlbridge.engine.ray_engine.boot_env) of a native arm's processes: the CPU-enablement patches (and
+    those marked
     in_native_arms: what --train.full_determinism_enable needs to repeat), nothing else."""
     from rlbridge.engine.importhooks import when_imported
     from rlbridge.engine.patches import PatchKind, apply_from_environment

@@ -223,7 +223,8 @@ class VerlBackend(Backend):
             o["trainer.test_freq"] = config.data.eval_interval
             # evaluation samples as training does (TRL's and OpenRLHF's evaluation too), not verl's greedy default
             o.update({f"actor_rollout_ref.rollout.val_kwargs.{k}": v for k, v in eval_sampling(config).items()})
-        # the seeds each verl version has (every version: rlbridge's bootstrap seeds torch, numpy and random in every process)
+        # the seeds each verl version has (every version: rlbridge's bootstrap seeds torch, numpy and random in every
+        # process)
         if version >= Version("0.7.0"):
             o["actor_rollout_ref.actor.data_loader_seed"] = tr.seed
         if version >= Version("0.9.0"):

@@ -462,7 +462,8 @@ class RewardScorer:
             except ImportError:  # an engine environment made before rlbridge depended on pebble
                 log.warning(
                     "rollout_workers: the package 'pebble' is missing in this environment (%s), so rewards are scored "
-                    "inline, without timeouts; `rlbridge env create <engine>` reinstalls rlbridge with its dependencies",
+                    "inline, without timeouts; `rlbridge env create <engine>` reinstalls rlbridge with its "
+                    "dependencies",
                     sys.prefix,
                 )
                 self.settings.mode = "inline"

@@ -5,7 +5,8 @@ name `<sink name>#<index>`, with a plugin manager of this run only (the same hoo
 the global one, so pluggy checks every hookimpl's signature at registration). The run calls each
 lifecycle hook on the global plugins (their errors fail the run, as before) and on the sinks, one
 sink at a time (step_end and checkpoint_saved reach the sinks first, so that a step written to
-metrics.jsonl reaches them even when a plugin then fails the run): a sink that raises is reported on stderr with its name, recorded in
+metrics.jsonl reaches them even when a plugin then fails the run): a sink that raises is reported on stderr with its
+name, recorded in
 summary.json (`sink_errors`), closed and unregistered; metrics.jsonl, samples.jsonl and the other
 sinks are not affected. Sinks run in the user's process only.
 """

@@ -4,7 +4,8 @@ submission API (the cluster's dashboard address, e.g. http://head:8265), with it
 Everything that can fail is checked here first (`prepare`: schema, plugins, capability table,
 plan), so a bad config never reaches the cluster. The resolved config travels as the job's
 `working_dir`; the job runs `python -m rlbridge train config.yaml` with the cluster's Python, and a
-Ray engine's driver joins the cluster it runs on (`resources.ray_address: auto`). The cluster's nodes need rlbridge and the engine installed, as for any Ray
+Ray engine's driver joins the cluster it runs on (`resources.ray_address: auto`). The cluster's nodes need rlbridge and
+the engine installed, as for any Ray
 job. `output_dir` is written where the job's driver runs (the head node); the job's status, logs and
 id are written to `<output_dir>/submit/` here.
 

@@ -97,7 +97,9 @@ def test_standard_config_plan_validates_with_the_engine(backend, config_file):
     offline = load_config(config_file, [f"backend={backend.name}"]).is_offline
     for variant, extra in VARIANTS.items():
         if validated or (offline and extra):
-            break  # the GPU variant is a fallback for engines that cannot plan the config on CPU (an offline stage has no rollout)
+            # the GPU variant is a fallback for engines that cannot plan the config on CPU (an offline stage has no
+            # rollout)
+            break
         config = load_config(config_file, [f"backend={backend.name}", *extra])
         unmet = requirement_unmet(backend, config)
         if unmet:  # declared by the backend's capability table; prepare() must then refuse it
