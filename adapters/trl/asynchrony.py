@@ -137,7 +137,8 @@ def capabilities() -> list[Capability]:
                  note="the vLLM server's pause mode at a weight sync: keep (in-flight requests continue with the new "
                       "weights) or wait (the sync waits until they finish)"),
         honoured("rollout.weight_sync_interval", "weight_sync_steps"),
-        honoured("rollout.max_staleness", ("launch.trainer", "max_staleness"), _check_staleness,
+        honoured("rollout.max_staleness", ("launch.trainer", "max_staleness", "max_inflight_tasks", "queue_maxsize"),
+                 _check_staleness,
                  note="k >= 1: AsyncGRPOTrainer(max_staleness=k) against a vLLM server rlbridge starts on the rollout "
                       "devices (split) or the training device (colocate); samples more than k policy versions old are "
                       "dropped, and generation runs at most k policy versions' samples ahead of the trainer "

@@ -662,7 +662,9 @@ class RolloutWorkersConfig(StrictModel):
     """Calls smaller than batch_size that arrive within this many milliseconds of each other are sent
     to a worker as one batch (verl 0.9 scores one sample per call, many at once); 0 sends each alone."""
     max_concurrency: int | None = Field(None, ge=1)
-    """Calls of one plugin in flight at once, over all callers (e.g. a remote API's rate limit); None: num_workers."""
+    """Calls of one plugin in flight at once, over all callers (e.g. a remote API's rate limit); None: num_workers.
+    On TRL's asynchronous loop (rollout.max_staleness >= 1) they are threads of TRL's rollout process, which
+    scores that many calls at once without worker processes (docs/scale.md, TRL's asynchronous trainer)."""
     on_error: Literal["fail", "zero", "skip"] = "zero"
     """What a faulty score becomes (the plugin raised, timed out, crashed its worker, returned NaN/inf,
     a non-number or the wrong number of scores): fail stops the run with the error and the row; zero
