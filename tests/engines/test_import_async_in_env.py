@@ -1,9 +1,11 @@
-"""verl's own Hydra config of each vendored verl async launch script (fully_async_main's fully_async_ppo_trainer,
+"""OpenRLHF 0.11.2's own parser and post-parse checks (train_ppo_ray's __main__ block, adapters/openrlhf/validate.py)
+accept the plan of an imported OpenRLHF async command line and read back its async flags. And verl's own Hydra config
+of each vendored verl async launch script (fully_async_main's fully_async_ppo_trainer,
 one_step_off_policy's one_step_off_ppo_trainer, composed from verl 0.9.1's package with the script's overrides, as
 the entry point composes it) against the same config composed with the overrides rlbridge's translation of the
 imported async knobs gives (adapters/verl/asynchrony.translate): every async key resolves to the same value, and
-verl's Hydra accepts every key translate() writes. Only Hydra runs (no Ray, not marked engine). Runs in the verl
-0.9.1 environment."""
+verl's Hydra accepts every key translate() writes. Only the parsers run (no Ray, not marked engine). Each test runs
+in its engine's environment (OpenRLHF 0.11.2, verl 0.9.1)."""
 
 import importlib.metadata
 import os
@@ -14,14 +16,33 @@ import pytest
 ASYNC = Path(__file__).parent.parent / "fixtures" / "recipes" / "async" / "verl"
 
 
-def _verl():
+def _version(distribution: str):
     try:
-        return importlib.metadata.version("verl")
+        return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-pytestmark = pytest.mark.skipif(_verl() != "0.9.1", reason="runs in the verl 0.9.1 engine environment")
+in_verl = pytest.mark.skipif(_version("verl") != "0.9.1", reason="runs in the verl 0.9.1 engine environment")
+in_openrlhf = pytest.mark.skipif(_version("openrlhf") != "0.11.2", reason="runs in the OpenRLHF 0.11.2 engine environment")
+
+
+@in_openrlhf
+def test_openrlhf_parser_accepts_the_imported_async_plan():
+    from rlbridge.contract.config import RunConfig
+    from rlbridge.contract.registry import get_plugin_manager
+    from rlbridge.run.importer import import_recipe
+    from rlbridge.run.runner import resolve
+    from rlbridge_adapters.openrlhf.validate import validate_argv
+
+    command = ("python3 -m openrlhf.cli.train_ppo_ray --actor.model_name_or_path /models/tiny --actor.num_gpus_per_node 2 "
+               "--vllm.num_engines 2 --vllm.tensor_parallel_size 1 --rollout.batch_size 16 --rollout.n_samples_per_prompt 4 "
+               "--train.batch_size 64 --train.async_enable --train.async_queue_size 3 --train.partial_rollout_enable")
+    result = import_recipe(command, "openrlhf", "0.11.2")
+    config = resolve(RunConfig.model_validate(dict(result.config, reward=[{"name": "digit_match"}], engine_version="0.11.2")))
+    args = validate_argv(get_plugin_manager().backend("openrlhf").plan(config).native)  # OpenRLHF's asserts run here
+    assert (args.train.async_enable, args.train.async_queue_size, args.train.partial_rollout_enable) == (True, 3, True)
+    assert (args.actor.num_gpus_per_node, args.vllm.num_engines, args.vllm.enable_sleep) == (2, 2, False)
 
 
 def _compose(entry: str, overrides: list[str]) -> dict:
@@ -48,6 +69,7 @@ def _compose(entry: str, overrides: list[str]) -> dict:
         GlobalHydra.instance().clear()
 
 
+@in_verl
 @pytest.mark.parametrize("script", sorted(ASYNC.glob("*.sh")), ids=lambda p: p.name)
 def test_translated_async_knobs_compose_to_the_scripts_own_verl_config(script):
     from rlbridge.contract.config import RunConfig
