@@ -270,6 +270,40 @@ for i in range(10**6):
 """
 
 
+IGNORED_SIGINT = """
+import os, signal, sys, time
+from types import SimpleNamespace
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `cmd &` in a non-interactive shell starts it
+from rlbridge.run.loading import load_config
+from rlbridge.run.watchdog import HangWatchdog
+from rlbridge.testing import QUICKSTART
+cfg = load_config(QUICKSTART, ["training.hang_first_step_s=2"])
+ctx = SimpleNamespace(config=cfg, steps_emitted=0, step_times=[], steps_done=0, warn=lambda message: None)
+watchdog = HangWatchdog(ctx, sys.argv[1], cfg.training, 0)
+started = time.monotonic()
+try:
+    with watchdog:  # the engine in this main thread, stuck; a user's SIGINT stays ignored
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(60)
+except KeyboardInterrupt:
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # the run's own disposition is back
+    print(watchdog.fired["kind"], round(time.monotonic() - started, 1))
+    sys.exit(0)
+sys.exit(3)
+"""
+
+
+def test_the_watchdog_stops_an_engine_in_process_whose_sigint_was_ignored(tmp_path):
+    """A run started as a background job of a script has SIGINT ignored: the watchdog's SIGINT must
+    still stop the engine in the main thread (it hung for good before), and only the watchdog's."""
+    res = subprocess.run(
+        [sys.executable, "-c", IGNORED_SIGINT, str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    kind, waited = res.stdout.split()
+    assert kind == "hang" and 2.0 <= float(waited) < 30, res.stdout
+
+
 def test_a_stopped_rank_is_named_by_its_stacks_and_its_peer_fails_with_a_collective_timeout(tmp_path):
     """Two Gloo ranks all-reduce in a loop; SIGSTOP of rank 1: the stacks name rank 1 as stopped, and
     rank 0's error (Gloo's own timeout, 6 s) is classified as a collective timeout."""

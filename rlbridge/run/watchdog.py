@@ -127,11 +127,25 @@ class HangWatchdog(threading.Thread):
                 pass
 
     def __enter__(self) -> "HangWatchdog":
+        self._ignored_sigint = False
         if self.first_step_s is not None:
+            if self.stop_engine is None and threading.current_thread() is threading.main_thread():
+                # a background job of a non-interactive shell (`cmd &` in a script) starts with SIGINT
+                # ignored, and the watchdog's SIGINT would then never stop the engine: let it through
+                # once the watchdog has fired, and keep ignoring any other SIGINT, as the run was told to
+                if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+                    signal.signal(signal.SIGINT, self._interrupt_when_fired)
+                    self._ignored_sigint = True
             self.start()
         return self
 
+    def _interrupt_when_fired(self, signum, frame) -> None:
+        if self.fired is not None:
+            raise KeyboardInterrupt
+
     def __exit__(self, *exc) -> None:
+        if self._ignored_sigint and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.done.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout=60)  # a capture under way finishes before the runner reads `fired`
