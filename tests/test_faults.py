@@ -830,3 +830,22 @@ def test_rlbridge_s_own_refusals_at_start_are_config_refused_or_engine_import(tm
     )
     missing = classify(EngineNotAvailableError("backend 'verl': verl is not installed in this environment"), tmp_path)
     assert missing["kind"] == "engine_import", missing
+
+
+def test_an_engine_run_in_this_process_does_not_pass_its_environment_variables_to_the_next(monkeypatch):
+    """verl's run sets VERL_FULL_DETERMINISM for a deterministic plan in this process's environment;
+    a later run here (a test session, a notebook) inherited it, and its vLLM crashed on CPU."""
+    from rlbridge.run.runner import _launch
+
+    monkeypatch.setenv("RLBRIDGE_TEST_KEPT", "before")
+
+    class SetsVariables:
+        def run(self, plan, ctx):
+            os.environ["VERL_FULL_DETERMINISM"] = "1"
+            os.environ["RLBRIDGE_TEST_KEPT"] = "changed"
+            os.environ.pop("HOME", None)
+
+    home = os.environ.get("HOME")
+    _launch(SetsVariables(), None, None, None)
+    assert "VERL_FULL_DETERMINISM" not in os.environ
+    assert os.environ["RLBRIDGE_TEST_KEPT"] == "before" and os.environ.get("HOME") == home

@@ -452,7 +452,13 @@ def _stop_engine(ctx) -> None:
 
 def _launch(backend: Backend, plan: Plan, ctx, engine_python: Path | None) -> None:
     if engine_python is None:
-        backend.run(plan, ctx)
+        saved = dict(os.environ)
+        try:
+            backend.run(plan, ctx)
+        finally:  # an engine run here sets variables (VERL_FULL_DETERMINISM...) the next run must not inherit
+            for name in set(os.environ) - set(saved):
+                del os.environ[name]
+            os.environ.update(saved)
     else:
         from rlbridge.run.launch import run_in_env
 
