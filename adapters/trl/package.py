@@ -11,5 +11,6 @@ TESTS = (
     "tests/test_trl_vllm.py",
     "tests/test_trl_environment.py",
     "tests/test_trl_async.py",
+    "tests/test_trl_async_scoring.py",
     "tests/engines/test_trl_async_in_env.py",
 )
