@@ -24,8 +24,12 @@ def test_async_knobs_need_max_staleness():
         RunConfig.model_validate({"reward": [{"name": "digit_match"}], "rollout": {"partial_rollouts": True}})
     with pytest.raises(ValueError, match="weight_sync_interval needs rollout.max_staleness"):
         RunConfig.model_validate({"reward": [{"name": "digit_match"}], "rollout": {"weight_sync_interval": 3}})
-    config = RunConfig.model_validate({"reward": [{"name": "digit_match"}],
-                                       "rollout": {"max_staleness": 2, "partial_rollouts": True, "weight_sync_interval": 3}})
+    config = RunConfig.model_validate(
+        {
+            "reward": [{"name": "digit_match"}],
+            "rollout": {"max_staleness": 2, "partial_rollouts": True, "weight_sync_interval": 3},
+        }
+    )
     dumped = yaml.safe_load(yaml.safe_dump(config.model_dump(mode="json")))
     assert RunConfig.model_validate(dumped).rollout == config.rollout  # a written config.yaml loads again
 
@@ -46,11 +50,14 @@ def test_max_staleness_0_is_the_synchronous_plan_unchanged(backend):
     assert not {k for k in sync if "async" in k or "partial_rollout" in k or "staleness" in k}
 
 
-@pytest.mark.parametrize("overrides, match", [
-    (("engine_version=0.9.10",), "--async_train"),
-    (("resources.gpus_per_node=2",), "placement.policy: split"),
-    (("rollout.weight_sync_interval=2",), "after every training step"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (("engine_version=0.9.10",), "--async_train"),
+        (("resources.gpus_per_node=2",), "placement.policy: split"),
+        (("rollout.weight_sync_interval=2",), "after every training step"),
+    ],
+)
 def test_openrlhf_refuses_what_its_async_loop_cannot_do(overrides, match):
     with pytest.raises(CapabilityError, match=match) as info:
         _settings("backend=openrlhf", "rollout.max_staleness=1", *overrides)
@@ -58,16 +65,24 @@ def test_openrlhf_refuses_what_its_async_loop_cannot_do(overrides, match):
 
 
 def test_openrlhf_async_with_split_placement_on_gpus():
-    settings = _settings("backend=openrlhf", "rollout.max_staleness=1", "resources.gpus_per_node=3",
-                         "placement.policy=split", "placement.args={rollout_gpus: 1}")
+    settings = _settings(
+        "backend=openrlhf",
+        "rollout.max_staleness=1",
+        "resources.gpus_per_node=3",
+        "placement.policy=split",
+        "placement.args={rollout_gpus: 1}",
+    )
     assert settings["train.async_enable"] is True
     assert settings["actor.num_gpus_per_node"] == 2 and settings["vllm.num_engines"] == 1
     assert "train.colocate_all" not in settings
 
 
-@pytest.mark.parametrize("backend, reason", [
-    ("verl", "checkpoint engine"),  # TRL's async trainer runs: tests/test_trl_async.py
-])
+@pytest.mark.parametrize(
+    "backend, reason",
+    [
+        ("verl", "checkpoint engine"),  # TRL's async trainer runs: tests/test_trl_async.py
+    ],
+)
 @pytest.mark.parametrize("knob", ["rollout.max_staleness=1", "rollout.max_staleness=2,rollout.partial_rollouts=true"])
 def test_verl_refuses_the_async_loop_saying_why(backend, reason, knob):
     with pytest.raises(CapabilityError, match=reason) as info:
@@ -76,6 +91,7 @@ def test_verl_refuses_the_async_loop_saying_why(backend, reason, knob):
 
 
 # ---- the staleness rlbridge measures in OpenRLHF's loop (asynchrony.async_status) ----
+
 
 def test_async_status_counts_versions_from_the_broadcasts_before_generation_started():
     from rlbridge_adapters.openrlhf.asynchrony import async_status
@@ -139,8 +155,10 @@ def test_the_synchronous_ray_actor_class_is_instrumented_too():
 
     ray_wrapper.__wrapped__ = original
     copied = type("Class", (BasePPOTrainer,), {"train_step": ray_wrapper})  # what ray.remote builds
-    module = types.SimpleNamespace(BasePPOTrainer=BasePPOTrainer, PPOTrainer=types.SimpleNamespace(
-        __ray_metadata__=types.SimpleNamespace(modified_class=copied)))
+    module = types.SimpleNamespace(
+        BasePPOTrainer=BasePPOTrainer,
+        PPOTrainer=types.SimpleNamespace(__ray_metadata__=types.SimpleNamespace(modified_class=copied)),
+    )
     asynchrony.instrument_trainer(module)
     assert copied.train_step._rlbridge and BasePPOTrainer.train_step._rlbridge
 
@@ -173,8 +191,16 @@ def test_openrlhf_async_metrics_are_canonical():
     from rlbridge.contract.metrics import is_canonical
     from rlbridge_adapters.openrlhf.metrics import to_canonical
 
-    out = to_canonical({"rlbridge/staleness_mean": 0.5, "rlbridge/staleness_max": 1.0, "rlbridge/trainer_idle": 0.1,
-                        "rlbridge/rollout_idle": 0.2, "rlbridge/partial_rollouts": 0.0, "timing/broadcast": 0.3})
+    out = to_canonical(
+        {
+            "rlbridge/staleness_mean": 0.5,
+            "rlbridge/staleness_max": 1.0,
+            "rlbridge/trainer_idle": 0.1,
+            "rlbridge/rollout_idle": 0.2,
+            "rlbridge/partial_rollouts": 0.0,
+            "timing/broadcast": 0.3,
+        }
+    )
     assert out["async/staleness_max"] == 1.0 and out["timing/weight_sync_s"] == 0.3
     assert all(is_canonical(k) for k in out)
 
@@ -185,7 +211,9 @@ def test_remote_digit_match_waits_like_a_remote_call_and_scores_like_digit_match
     from rlbridge.contract.rewards import RewardInput
     from rlbridge_plugins.rewards import digit_match, remote_digit_match
 
-    inputs = [RewardInput(prompt="3333", completion=c, completion_ids=[1] * len(c), answer="3") for c in ("333", "3a3b", "")]
+    inputs = [
+        RewardInput(prompt="3333", completion=c, completion_ids=[1] * len(c), answer="3") for c in ("333", "3a3b", "")
+    ]
     start = time.perf_counter()
     scores = remote_digit_match(min_ms=20, max_ms=40)(inputs)
     waited = time.perf_counter() - start

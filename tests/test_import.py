@@ -35,7 +35,9 @@ def imported(engine: str, name: str):
 
 def plan_view(result, engine: str) -> dict:
     backend = get_plugin_manager().backend(engine)
-    data = dict(result.config, reward=result.config["reward"] or [{"name": "digit_match"}], engine_version=result.recipe.version)
+    data = dict(
+        result.config, reward=result.config["reward"] or [{"name": "digit_match"}], engine_version=result.recipe.version
+    )
     config = resolve(RunConfig.model_validate(data))
     return backend.recipe_importer().view(backend.plan(config).native, config)
 
@@ -71,41 +73,106 @@ def test_round_trip(engine, name):
 CONFLICTS: dict[tuple[str, str], set[str]] = {}
 
 EXPECTED = {
-    ("verl", "grpo_gsm8k.sh"): {"algorithm.name": "grpo", "algorithm.group_size": 8, "algorithm.kl_coef": 0.001,
-                                "training.batch_size": 32, "training.mini_batch_size": 128, "training.micro_batch_size": 8,
-                                "training.lr": 1e-6, "training.epochs": 15, "resources.gpus_per_node": 8,
-                                "rollout.max_new_tokens": 1024, "rollout.max_prompt_tokens": 512, "checkpoint.interval": 20},
-    ("verl", "ppo_critic.sh"): {"algorithm.name": "ppo", "algorithm.kl_coef": 0.002, "algorithm.kl_placement": "reward",
-                                "training.steps": 40, "training.mini_batch_size": 16, "resources.gpus_per_node": 4},
-    ("verl", "lora_grpo.sh"): {"model.lora.rank": 64, "model.lora.alpha": 32, "algorithm.clip_high": 0.28,
-                               "algorithm.clip_low": 0.2, "rollout.temperature": 0.8, "rollout.top_p": 0.95,
-                               "data.shuffle": False, "checkpoint.keep_last": 2, "training.steps": 20, "training.lr": 3e-6},
+    ("verl", "grpo_gsm8k.sh"): {
+        "algorithm.name": "grpo",
+        "algorithm.group_size": 8,
+        "algorithm.kl_coef": 0.001,
+        "training.batch_size": 32,
+        "training.mini_batch_size": 128,
+        "training.micro_batch_size": 8,
+        "training.lr": 1e-6,
+        "training.epochs": 15,
+        "resources.gpus_per_node": 8,
+        "rollout.max_new_tokens": 1024,
+        "rollout.max_prompt_tokens": 512,
+        "checkpoint.interval": 20,
+    },
+    ("verl", "ppo_critic.sh"): {
+        "algorithm.name": "ppo",
+        "algorithm.kl_coef": 0.002,
+        "algorithm.kl_placement": "reward",
+        "training.steps": 40,
+        "training.mini_batch_size": 16,
+        "resources.gpus_per_node": 4,
+    },
+    ("verl", "lora_grpo.sh"): {
+        "model.lora.rank": 64,
+        "model.lora.alpha": 32,
+        "algorithm.clip_high": 0.28,
+        "algorithm.clip_low": 0.2,
+        "rollout.temperature": 0.8,
+        "rollout.top_p": 0.95,
+        "data.shuffle": False,
+        "checkpoint.keep_last": 2,
+        "training.steps": 20,
+        "training.lr": 3e-6,
+    },
     ("verl", "reward_function.sh"): {"algorithm.group_size": 4, "training.lr": 5e-3, "training.steps": 30},
-    ("openrlhf", "grpo_hybrid_engine.sh"): {"algorithm.group_size": 8, "algorithm.kl_coef": 1e-3, "training.batch_size": 128,
-                                            "training.mini_batch_size": 128, "training.micro_batch_size": 8,
-                                            "training.steps": 100, "training.seed": 42, "training.lr": 5e-7,
-                                            "model.use_chat_template": True, "resources.gpus_per_node": 8},
+    ("openrlhf", "grpo_hybrid_engine.sh"): {
+        "algorithm.group_size": 8,
+        "algorithm.kl_coef": 1e-3,
+        "training.batch_size": 128,
+        "training.mini_batch_size": 128,
+        "training.micro_batch_size": 8,
+        "training.steps": 100,
+        "training.seed": 42,
+        "training.lr": 5e-7,
+        "model.use_chat_template": True,
+        "resources.gpus_per_node": 8,
+    },
     ("openrlhf", "ppo_critic.sh"): {"algorithm.name": "ppo", "algorithm.group_size": 1, "training.steps": 100},
-    ("openrlhf", "lora_agent.sh"): {"algorithm.name": "reinforce_pp", "algorithm.clip_high": 0.28, "training.lr_schedule": "cosine",
-                                    "training.grad_clip": 0.5, "algorithm.epochs_per_rollout": 2, "training.steps": 20},
+    ("openrlhf", "lora_agent.sh"): {
+        "algorithm.name": "reinforce_pp",
+        "algorithm.clip_high": 0.28,
+        "training.lr_schedule": "cosine",
+        "training.grad_clip": 0.5,
+        "algorithm.epochs_per_rollout": 2,
+        "training.steps": 20,
+    },
     ("trl", "rloo.py"): {"algorithm.name": "rloo", "training.epochs": 2, "training.seed": 3, "algorithm.kl_coef": 0.05},
-    ("trl", "reward_funcs.py"): {"algorithm.group_size": 8, "training.lr": 5e-3, "training.steps": 30, "rollout.max_new_tokens": 16},
-    ("trl", "grpo.yaml"): {"algorithm.kl_coef": 0.04, "algorithm.clip_high": 0.28, "training.lr_schedule": "cosine",
-                           "checkpoint.keep_last": 2, "training.seed": 42,
-                           # per_device 8 x gradient_accumulation 4 = one update of 32 samples = 4 prompts x 8
-                           "training.batch_size": 4, "training.micro_batch_size": 8, "training.mini_batch_size": None,
-                           "algorithm.epochs_per_rollout": 1, "training.steps": 500, "training.warmup_steps": 10,
-                           "checkpoint.interval": 100},
-    ("trl", "lora_grpo.yaml"): {"training.batch_size": 2, "training.micro_batch_size": 4, "algorithm.epochs_per_rollout": 2,
-                                "training.steps": 100, "model.lora.rank": 16},
-    ("openrlhf", "flat_rloo_0.9.sh"): {"algorithm.name": "rloo", "training.seed": 7, "training.batch_size": 32,
-                                       "training.micro_batch_size": 8, "training.forward_micro_batch_size": 16},
+    ("trl", "reward_funcs.py"): {
+        "algorithm.group_size": 8,
+        "training.lr": 5e-3,
+        "training.steps": 30,
+        "rollout.max_new_tokens": 16,
+    },
+    ("trl", "grpo.yaml"): {
+        "algorithm.kl_coef": 0.04,
+        "algorithm.clip_high": 0.28,
+        "training.lr_schedule": "cosine",
+        "checkpoint.keep_last": 2,
+        "training.seed": 42,
+        # per_device 8 x gradient_accumulation 4 = one update of 32 samples = 4 prompts x 8
+        "training.batch_size": 4,
+        "training.micro_batch_size": 8,
+        "training.mini_batch_size": None,
+        "algorithm.epochs_per_rollout": 1,
+        "training.steps": 500,
+        "training.warmup_steps": 10,
+        "checkpoint.interval": 100,
+    },
+    ("trl", "lora_grpo.yaml"): {
+        "training.batch_size": 2,
+        "training.micro_batch_size": 4,
+        "algorithm.epochs_per_rollout": 2,
+        "training.steps": 100,
+        "model.lora.rank": 16,
+    },
+    ("openrlhf", "flat_rloo_0.9.sh"): {
+        "algorithm.name": "rloo",
+        "training.seed": 7,
+        "training.batch_size": 32,
+        "training.micro_batch_size": 8,
+        "training.forward_micro_batch_size": 16,
+    },
 }
 
 
 @pytest.mark.parametrize("engine,name", sorted(EXPECTED))
 def test_imported_values(engine, name):
-    config = RunConfig.model_validate(dict(imported(engine, name).config, reward=imported(engine, name).config["reward"] or [{"name": "digit_match"}]))
+    config = RunConfig.model_validate(
+        dict(imported(engine, name).config, reward=imported(engine, name).config["reward"] or [{"name": "digit_match"}])
+    )
     for path, want in EXPECTED[(engine, name)].items():
         value = config
         for part in path.split("."):
@@ -118,10 +185,14 @@ REWARDS = {
     ("verl", "reward_model.sh"): [{"model": "./tiny/reward_model"}],
     ("openrlhf", "reward_model.sh"): [{"model": "./tiny/reward_model"}],
     ("openrlhf", "ppo_critic.sh"): [{"native": "openrlhf", "function": "./reward_func.py:reward_func"}],
-    ("trl", "reward_model.yaml"): [{"model": "./tiny/reward_model", "weight": 1.0},
-                                   {"native": "trl", "function": "trl.rewards:think_format_reward", "weight": 0.5}],
-    ("trl", "reward_funcs.py"): [{"native": "trl", "function": f"{(RECIPES / 'trl' / 'reward_funcs.py').resolve()}:{f}", "weight": w}
-                                 for f, w in (("digit_reward", 1.0), ("format_reward", 0.1))],
+    ("trl", "reward_model.yaml"): [
+        {"model": "./tiny/reward_model", "weight": 1.0},
+        {"native": "trl", "function": "trl.rewards:think_format_reward", "weight": 0.5},
+    ],
+    ("trl", "reward_funcs.py"): [
+        {"native": "trl", "function": f"{(RECIPES / 'trl' / 'reward_funcs.py').resolve()}:{f}", "weight": w}
+        for f, w in (("digit_reward", 1.0), ("format_reward", 0.1))
+    ],
 }
 
 
@@ -133,9 +204,11 @@ def test_recipe_rewards_become_canonical_rewards(engine, name):
     assert result.config["reward"] == REWARDS[(engine, name)], result.report()
     RunConfig.model_validate(result.config)  # the written config loads as it is
     kinds = {e.key: e.kind for e in result.entries}
-    reward_keys = {"verl": ("reward.reward_model.model_path", "custom_reward_function.path"),
-                   "openrlhf": ("reward.model_name_or_path", "reward.remote_url"),
-                   "trl": ("reward_model_name_or_path", "GRPOTrainer.reward_funcs")}[engine]
+    reward_keys = {
+        "verl": ("reward.reward_model.model_path", "custom_reward_function.path"),
+        "openrlhf": ("reward.model_name_or_path", "reward.remote_url"),
+        "trl": ("reward_model_name_or_path", "GRPOTrainer.reward_funcs"),
+    }[engine]
     for key in reward_keys:
         if key in kinds:
             assert kinds[key] in ("reward", "mapped"), (key, kinds[key])
@@ -153,7 +226,10 @@ def test_reported_kinds():
     assert kinds["trainer.logger"] == "owned"
     grpo = imported("verl", "grpo_gsm8k.sh")
     options = {e.key: e.detail for e in grpo.entries if e.kind == "option"}
-    assert options["actor_rollout_ref.actor.fsdp_config.param_offload"] == "backend_options.verl.actor_rollout_ref.actor.fsdp_config.param_offload"
+    assert (
+        options["actor_rollout_ref.actor.fsdp_config.param_offload"]
+        == "backend_options.verl.actor_rollout_ref.actor.fsdp_config.param_offload"
+    )
     assert imported("openrlhf", "flat_rloo_0.9.sh").recipe.version == "0.9.10"
 
 
@@ -170,8 +246,12 @@ def test_a_recipe_contradicting_itself_is_a_conflict_with_its_line(tmp_path):
     )
     result = import_recipe(str(script), "verl")
     conflicts = {e.key: e for e in result.entries if e.kind == "conflict"}
-    assert conflicts and set(conflicts) <= {"actor_rollout_ref.actor.use_kl_loss", "actor_rollout_ref.actor.kl_loss_coef",
-                                            "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef"}, result.report()
+    assert conflicts and set(conflicts) <= {
+        "actor_rollout_ref.actor.use_kl_loss",
+        "actor_rollout_ref.actor.kl_loss_coef",
+        "algorithm.use_kl_in_reward",
+        "algorithm.kl_ctrl.kl_coef",
+    }, result.report()
     assert all(e.line and e.detail for e in conflicts.values()), result.report()
     # the two stop conditions travel together (training.steps beside training.epochs)
     kinds = {e.key: e.kind for e in result.entries}
@@ -201,10 +281,18 @@ def _error(tmp_path, engine, text, name="recipe.sh", version=None):
 
 def test_errors_are_one_line(tmp_path):
     assert "no `python -m verl.trainer.main_ppo` command" in _error(tmp_path, "verl", "set -x\necho hello\n")
-    msg = _error(tmp_path, "verl", "python3 -m verl.trainer.main_ppo \\\n  data.train_batch_size=8 \\\n  actor_rollout_ref.actor.ppo_mini_bsz=8\n")
+    msg = _error(
+        tmp_path,
+        "verl",
+        "python3 -m verl.trainer.main_ppo \\\n  data.train_batch_size=8 \\\n  actor_rollout_ref.actor.ppo_mini_bsz=8\n",
+    )
     assert "recipe.sh:3" in msg and "unknown verl 0.9.1 key" in msg and "ppo_mini_batch_size" in msg
     import_recipe("python3 -m verl.trainer.main_ppo +actor_rollout_ref.actor.my_new_key=1", "verl")  # `+` adds a key
-    msg = _error(tmp_path, "openrlhf", "python3 -m openrlhf.cli.train_ppo_ray \\\n  --actor.adam.lr 1e-6 \\\n  --actor_learning_rate 1e-6\n")
+    msg = _error(
+        tmp_path,
+        "openrlhf",
+        "python3 -m openrlhf.cli.train_ppo_ray \\\n  --actor.adam.lr 1e-6 \\\n  --actor_learning_rate 1e-6\n",
+    )
     assert "recipe.sh:3" in msg and "--actor.adam.lr" in msg
     msg = _error(tmp_path, "openrlhf", "python3 -m openrlhf.cli.train_ppo_ray --actor.adam.lr 1e-6\n", version="0.9.10")
     assert "--actor_learning_rate" in msg
@@ -213,7 +301,12 @@ def test_errors_are_one_line(tmp_path):
     assert "train.py:5" in msg and "learning_rate" in msg and "cannot be read without running" in msg
     msg = _error(tmp_path, "trl", "from trl import GRPOConfig\nkw = dict(a=1)\nargs = GRPOConfig(**kw)\n", "train2.py")
     assert "train2.py:3" in msg
-    msg = _error(tmp_path, "trl", "from trl import GRPOConfig\nargs = GRPOConfig(output_dir='x', learning_rat=1e-6)\n", "train3.py")
+    msg = _error(
+        tmp_path,
+        "trl",
+        "from trl import GRPOConfig\nargs = GRPOConfig(output_dir='x', learning_rat=1e-6)\n",
+        "train3.py",
+    )
     assert "learning_rat" in msg and "learning_rate" in msg
 
 
@@ -231,14 +324,29 @@ def test_nothing_is_executed(tmp_path):
 def test_cli_writes_config_and_report(tmp_path):
     out = tmp_path / "job.yaml"
     res = subprocess.run(
-        [sys.executable, "-m", "rlbridge", "import", str(RECIPES / "verl" / "reward_function.sh"), "--from", "verl",
-         "--reward", "digit_match", "-o", str(out)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "rlbridge",
+            "import",
+            str(RECIPES / "verl" / "reward_function.sh"),
+            "--from",
+            "verl",
+            "--reward",
+            "digit_match",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert res.returncode == 0, res.stderr
     assert out.exists() and (tmp_path / "job.import.txt").exists()
     assert "custom_reward_function.path" in (tmp_path / "job.import.txt").read_text()
-    bad = subprocess.run([sys.executable, "-m", "rlbridge", "import", "echo hi", "--from", "verl"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "rlbridge", "import", "echo hi", "--from", "verl"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
@@ -249,7 +357,11 @@ def test_unknown_flag_rejected_by_openrlhf_own_parser(tmp_path, user_engine_envs
 
     if parser_flags("0.11.2") is None:
         pytest.skip("no complete OpenRLHF 0.11.2 engine environment here")
-    msg = _error(tmp_path, "openrlhf", "python3 -m openrlhf.cli.train_ppo_ray \\\n  --actor.adam.lr 1e-6 \\\n  --actor.adam.lrr 2\n")
+    msg = _error(
+        tmp_path,
+        "openrlhf",
+        "python3 -m openrlhf.cli.train_ppo_ray \\\n  --actor.adam.lr 1e-6 \\\n  --actor.adam.lrr 2\n",
+    )
     assert "recipe.sh:3" in msg and "--actor.adam.lrr" in msg and "did you mean" in msg
 
 
@@ -270,11 +382,20 @@ def test_imported_verl_recipe_trains_on_trl(tmp_path, monkeypatch):
     result = import_recipe(str(RECIPES / "verl" / "reward_function.sh"), "verl", rewards=[{"name": "digit_match"}])
     data = dict(result.config)
     assert data["data"]["train"]["path"] == str(tmp_path / "train.parquet")
-    for item in ("backend=trl", "resources.gpus_per_node=0", "rollout.tensor_parallel_size=1", "rollout.gpu_memory_utilization=0.3",
-                 "checkpoint.resume=false", "training.sequence_packing=false", "training.steps=3",
-                 # the recipe stops at whichever of 30 steps and 1 epoch comes first: TRL has one stop condition
-                 "training.epochs=null", "run_name=imported",
-                 f"output_dir={tmp_path / 'run'}", "telemetry.progress=false"):
+    for item in (
+        "backend=trl",
+        "resources.gpus_per_node=0",
+        "rollout.tensor_parallel_size=1",
+        "rollout.gpu_memory_utilization=0.3",
+        "checkpoint.resume=false",
+        "training.sequence_packing=false",
+        "training.steps=3",
+        # the recipe stops at whichever of 30 steps and 1 epoch comes first: TRL has one stop condition
+        "training.epochs=null",
+        "run_name=imported",
+        f"output_dir={tmp_path / 'run'}",
+        "telemetry.progress=false",
+    ):
         apply_override(data, item)
     summary = train(validate_config(data))
     assert summary["status"] == "completed" and summary["steps"] == 3

@@ -44,7 +44,9 @@ def entry(result, key: str):
 
 
 def config_of(result) -> RunConfig:
-    data = dict(result.config, reward=result.config["reward"] or [{"name": "digit_match"}], engine_version=result.recipe.version)
+    data = dict(
+        result.config, reward=result.config["reward"] or [{"name": "digit_match"}], engine_version=result.recipe.version
+    )
     return resolve(RunConfig.model_validate(data))
 
 
@@ -57,14 +59,21 @@ def openrlhf_view(result):
 
 # ---- OpenRLHF ----
 
+
 def test_openrlhf_async_example_imports_into_the_async_knobs():
     """OpenRLHF's own async example (colocate_all with async_enable and partial rollouts, queue size left at 1)."""
     result = imported(OPENRLHF_ASYNC, "openrlhf", "0.11.0")
     rollout, placement = result.config["rollout"], result.config["placement"]
     assert rollout["max_staleness"] == 1 and rollout["partial_rollouts"] is True
     # the vLLM engines (2 x tensor parallel 2) beside the actor's 4 GPUs: OpenRLHF's async loop never colocates vLLM
-    assert placement == {"policy": "split", "args": {"rollout_gpus": 4}} and result.config["resources"]["gpus_per_node"] == 8
-    assert (entry(result, "train.async_enable").kind, entry(result, "train.async_enable").detail) == ("mapped", "rollout.max_staleness=1")
+    assert (
+        placement == {"policy": "split", "args": {"rollout_gpus": 4}}
+        and result.config["resources"]["gpus_per_node"] == 8
+    )
+    assert (entry(result, "train.async_enable").kind, entry(result, "train.async_enable").detail) == (
+        "mapped",
+        "rollout.max_staleness=1",
+    )
     assert entry(result, "train.partial_rollout_enable").kind == "mapped"
     assert "rollout.partial_rollouts=True" in entry(result, "train.partial_rollout_enable").detail
     colocate = entry(result, "train.colocate_all")
@@ -74,14 +83,20 @@ def test_openrlhf_async_example_imports_into_the_async_knobs():
     # the round trip: the imported config's plan has the recipe's flags
     _, _, _, view = openrlhf_view(result)
     assert view["train.async_enable"] is True and view["train.partial_rollout_enable"] is True
-    assert view["actor.num_gpus_per_node"] == 4 and view["vllm.num_engines"] == 2 and view["vllm.tensor_parallel_size"] == 2
+    assert (
+        view["actor.num_gpus_per_node"] == 4
+        and view["vllm.num_engines"] == 2
+        and view["vllm.tensor_parallel_size"] == 2
+    )
     assert view["train.async_queue_size"] == 1  # the parser's default, which the recipe leaves unset
     assert "train.colocate_all" not in view
 
 
-ASYNC_COMMAND = ("python3 -m openrlhf.cli.train_ppo_ray --actor.model_name_or_path /models/tiny --actor.num_gpus_per_node 2 "
-                 "--vllm.num_engines 2 --vllm.tensor_parallel_size 1 --rollout.batch_size 16 --rollout.n_samples_per_prompt 4 "
-                 "--train.batch_size 64 --train.async_enable --train.async_queue_size 3 --train.partial_rollout_enable")
+ASYNC_COMMAND = (
+    "python3 -m openrlhf.cli.train_ppo_ray --actor.model_name_or_path /models/tiny --actor.num_gpus_per_node 2 "
+    "--vllm.num_engines 2 --vllm.tensor_parallel_size 1 --rollout.batch_size 16 --rollout.n_samples_per_prompt 4 "
+    "--train.batch_size 64 --train.async_enable --train.async_queue_size 3 --train.partial_rollout_enable"
+)
 
 
 def test_openrlhf_async_command_line_round_trips_and_explains():
@@ -93,8 +108,13 @@ def test_openrlhf_async_command_line_round_trips_and_explains():
     assert queue.kind == "mapped" and queue.detail == "rollout.max_staleness=3"
     assert not [e for e in result.entries if e.kind == "conflict"], result.report()
     backend, config, plan, view = openrlhf_view(result)
-    for key, value in (("train.async_enable", True), ("train.async_queue_size", 3), ("train.partial_rollout_enable", True),
-                       ("actor.num_gpus_per_node", 2), ("vllm.num_engines", 2)):
+    for key, value in (
+        ("train.async_enable", True),
+        ("train.async_queue_size", 3),
+        ("train.partial_rollout_enable", True),
+        ("actor.num_gpus_per_node", 2),
+        ("vllm.num_engines", 2),
+    ):
         assert same(view[key], value), (key, view.get(key))
     # `rlbridge plan --explain`: where each async knob lands
     rows = {knob: where for knob, _value, where in backend.explain(config, plan)}
@@ -106,8 +126,12 @@ def test_openrlhf_async_command_line_round_trips_and_explains():
 def test_openrlhf_flat_async_train_is_named_with_why_it_does_not_plan():
     """Before 0.10.2 the flags were --async_train / --async_queue_size: read as the canonical knob's flags, and the
     import says by key why that version's plan refuses them (rlbridge has not read that release's async source)."""
-    result = imported("python3 -m openrlhf.cli.train_ppo_ray --pretrain /models/tiny --async_train --async_queue_size 2 "
-                      "--partial_rollout", "openrlhf", "0.9.10")
+    result = imported(
+        "python3 -m openrlhf.cli.train_ppo_ray --pretrain /models/tiny --async_train --async_queue_size 2 "
+        "--partial_rollout",
+        "openrlhf",
+        "0.9.10",
+    )
     for key in ("async_train", "async_queue_size"):
         e = entry(result, key)
         assert e.kind == "conflict", (key, e)
@@ -118,6 +142,7 @@ def test_openrlhf_flat_async_train_is_named_with_why_it_does_not_plan():
 
 
 # ---- verl ----
+
 
 def verl_round_trip(result):
     """Every async setting the import calls mapped/option is what verl's async translation of the config gives."""
@@ -154,14 +179,22 @@ def test_verl_fully_async_script_imports_with_the_staleness_fraction_declared():
     assert threshold.kind == "mapped" and threshold.detail.startswith("rollout.max_staleness=1 (approximated: ")
     assert "fraction of samples" in threshold.detail and "ceil(s)" in threshold.detail
     assert entry(result, "async_training.trigger_parameter_sync_step").detail == "rollout.weight_sync_interval=4"
-    for key in ("async_training.require_batches", "data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"):
+    for key in (
+        "async_training.require_batches",
+        "data.train_batch_size",
+        "actor_rollout_ref.actor.ppo_mini_batch_size",
+    ):
         assert entry(result, key).kind == "mapped", key
     assert entry(result, "async_training.require_batches").detail.startswith("training.batch_size=128")
     assert entry(result, "rollout.total_rollout_steps").kind == "option"
     native, checked = verl_round_trip(result)
     assert native["entry_point"] == "verl.experimental.fully_async_policy.fully_async_main"
     assert native["trainer.n_gpus_per_node"] == 4 and native["rollout.n_gpus_per_node"] == 4
-    assert (native["data.train_batch_size"], native["data.gen_batch_size"], native["async_training.require_batches"]) == (0, 1, 4)
+    assert (
+        native["data.train_batch_size"],
+        native["data.gen_batch_size"],
+        native["async_training.require_batches"],
+    ) == (0, 1, 4)
     assert checked >= 12
     # no async setting is silently dropped: each is in the report
     reported = {e.key for e in result.entries}
@@ -187,11 +220,13 @@ def test_verl_one_step_off_script_imports_and_its_plan_is_refused_naming_why():
     assert any("refuses here" in n for n in result.notes)
 
 
-VERL_COMMAND = ("python -m verl.experimental.fully_async_policy.fully_async_main data.train_files=/data/train.parquet "
-                "actor_rollout_ref.model.path=/models/tiny actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.rollout.n=4 "
-                "actor_rollout_ref.hybrid_engine=False trainer.n_gpus_per_node=3 rollout.n_gpus_per_node=1 "
-                "async_training.staleness_threshold=1.5 async_training.trigger_parameter_sync_step=2 "
-                "async_training.partial_rollout=False async_training.require_batches=2")
+VERL_COMMAND = (
+    "python -m verl.experimental.fully_async_policy.fully_async_main data.train_files=/data/train.parquet "
+    "actor_rollout_ref.model.path=/models/tiny actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.rollout.n=4 "
+    "actor_rollout_ref.hybrid_engine=False trainer.n_gpus_per_node=3 rollout.n_gpus_per_node=1 "
+    "async_training.staleness_threshold=1.5 async_training.trigger_parameter_sync_step=2 "
+    "async_training.partial_rollout=False async_training.require_batches=2"
+)
 
 
 def test_verl_fully_async_command_line_non_default_values():
@@ -212,14 +247,23 @@ def test_verl_async_translation_refuses_a_fraction_that_breaks_the_bound():
     from rlbridge.errors import ConfigError
     from rlbridge_adapters.verl import asynchrony
 
-    base = {"backend": "verl", "reward": [{"name": "digit_match"}], "resources": {"gpus_per_node": 4},
-            "placement": {"policy": "split", "args": {"rollout_gpus": 1}}}
+    base = {
+        "backend": "verl",
+        "reward": [{"name": "digit_match"}],
+        "resources": {"gpus_per_node": 4},
+        "placement": {"policy": "split", "args": {"rollout_gpus": 1}},
+    }
     one = RunConfig.model_validate({**base, "rollout": {"max_staleness": 1}})
     assert asynchrony.translate(one)["entry_point"] == asynchrony.ONE_STEP_OFF
     two = RunConfig.model_validate({**base, "rollout": {"max_staleness": 2}})
     assert asynchrony.translate(two)["async_training.staleness_threshold"] == 2.0  # the loosest fraction with bound 2
-    wrong = RunConfig.model_validate({**base, "rollout": {"max_staleness": 1},
-                                      "backend_options": {"verl": {"async_training.staleness_threshold": 1.5}}})
+    wrong = RunConfig.model_validate(
+        {
+            **base,
+            "rollout": {"max_staleness": 1},
+            "backend_options": {"verl": {"async_training.staleness_threshold": 1.5}},
+        }
+    )
     with pytest.raises(ConfigError, match="bounds staleness at 2 version"):
         asynchrony.translate(wrong)
     assert [asynchrony.staleness_bound(s) for s in (0.1, 1.0, 1.01, 2.0)] == [1, 1, 2, 2]
@@ -228,11 +272,18 @@ def test_verl_async_translation_refuses_a_fraction_that_breaks_the_bound():
 def test_verl_on_policy_fully_async_is_a_conflict_by_key_not_a_silent_sync_run():
     """staleness_threshold 0 (fully_async_main kept on-policy, verl #6780) has no canonical value: every async key is
     a conflict saying why, and the written config is main_ppo's synchronous loop."""
-    result = imported("python -m verl.experimental.fully_async_policy.fully_async_main actor_rollout_ref.model.path=/models/tiny "
-                      "actor_rollout_ref.rollout.n=4 async_training.staleness_threshold=0 "
-                      "async_training.trigger_parameter_sync_step=1 async_training.partial_rollout=False", "verl")
-    for key in ("entry_point", "async_training.staleness_threshold", "async_training.trigger_parameter_sync_step",
-                "async_training.partial_rollout"):
+    result = imported(
+        "python -m verl.experimental.fully_async_policy.fully_async_main actor_rollout_ref.model.path=/models/tiny "
+        "actor_rollout_ref.rollout.n=4 async_training.staleness_threshold=0 "
+        "async_training.trigger_parameter_sync_step=1 async_training.partial_rollout=False",
+        "verl",
+    )
+    for key in (
+        "entry_point",
+        "async_training.staleness_threshold",
+        "async_training.trigger_parameter_sync_step",
+        "async_training.partial_rollout",
+    ):
         e = entry(result, key)
         assert e.kind == "conflict" and "need rollout.max_staleness >= 1" in e.detail, (key, e)
     assert "no canonical value" in entry(result, "async_training.staleness_threshold").detail

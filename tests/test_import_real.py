@@ -20,11 +20,22 @@ REFUSED = {  # a recipe rlbridge cannot run as written: one line, with its line 
     "verl/grpo_qwen3_30b_a3b_megatron.sh": ("grpo_qwen3_30b_a3b_megatron.sh:224: model_engine=megatron", "FSDP"),
 }
 # CI imports these (one per kind of script, each 10-60 s on 2 cores); `make compat` (matrix_only) imports every one
-IN_CI = {"verl/gsm8k_example.sh", "verl/lora_qwen3_8b_fsdp.sh", "verl/grpo_qwen3_30b_a3b_megatron.sh",
-         "openrlhf/train_ppo_ray_hybrid_engine.sh", "trl/dr_grpo_config.py"}
-RECIPES = [pytest.param(p, id=f"{p.parent.name}/{p.name}",
-                        marks=[] if f"{p.parent.name}/{p.name}" in IN_CI else [pytest.mark.matrix_only])
-           for p in sorted(REAL.glob("*/*")) if p.suffix in (".sh", ".py", ".yaml")]
+IN_CI = {
+    "verl/gsm8k_example.sh",
+    "verl/lora_qwen3_8b_fsdp.sh",
+    "verl/grpo_qwen3_30b_a3b_megatron.sh",
+    "openrlhf/train_ppo_ray_hybrid_engine.sh",
+    "trl/dr_grpo_config.py",
+}
+RECIPES = [
+    pytest.param(
+        p,
+        id=f"{p.parent.name}/{p.name}",
+        marks=[] if f"{p.parent.name}/{p.name}" in IN_CI else [pytest.mark.matrix_only],
+    )
+    for p in sorted(REAL.glob("*/*"))
+    if p.suffix in (".sh", ".py", ".yaml")
+]
 
 
 _RESULTS: dict = {}
@@ -79,7 +90,9 @@ def test_plan_is_the_engines_own_resolved_config_except_listed_differences(path,
     data = {"run_name": "run", **result.config, "engine_version": result.recipe.version}
     data["resources"] = {"gpus_per_node": 1, **result.config.get("resources", {})}  # as the import planned it
     if not data["reward"] or any("do not plan" in n for n in result.notes):
-        data["reward"] = [{"name": "digit_match"}]  # the import's placeholder: the recipe's own reward does not plan here
+        data["reward"] = [
+            {"name": "digit_match"}
+        ]  # the import's placeholder: the recipe's own reward does not plan here
     config = resolve_config(data)
     view = importer.view(backend.plan(config).native, config)
     engine = dict(getattr(importer, "engine_defaults", importer.defaults)(result.recipe))
@@ -89,7 +102,11 @@ def test_plan_is_the_engines_own_resolved_config_except_listed_differences(path,
     unreproduced |= {s.spelling for s in result.recipe.settings if s.spelling}
     silent = []
     for key, value in engine.items():
-        if key not in view or same(view[key], value) or (isinstance(value, str) and ("${" in value or "rlbridge-import" in value)):
+        if (
+            key not in view
+            or same(view[key], value)
+            or (isinstance(value, str) and ("${" in value or "rlbridge-import" in value))
+        ):
             continue
         if key in listed or key in unreproduced or importer.special(Setting(key, value)):
             continue
@@ -117,8 +134,12 @@ def test_malformed_recipes_are_one_line_with_file_and_line(tmp_path):
     assert "not a text file" in _one_line(tmp_path, "trl", b"learning_rate: 1\n\x00\x01", "bin.yaml")
     # truncated: a shell quote, a Python call, a YAML mapping
     assert ":3: unterminated" in _one_line(tmp_path, "verl", head + "  data.truncation='err", "cut.sh")
-    assert "cut.py:2: Python syntax error" in _one_line(tmp_path, "trl", "from trl import GRPOConfig\nargs = GRPOConfig(\n    beta=0.1,\n", "cut.py")
-    assert "cut.yaml:3: YAML syntax error" in _one_line(tmp_path, "trl", "learning_rate: 1.0e-6\nnum_generations: [8\n", "cut.yaml")
+    assert "cut.py:2: Python syntax error" in _one_line(
+        tmp_path, "trl", "from trl import GRPOConfig\nargs = GRPOConfig(\n    beta=0.1,\n", "cut.py"
+    )
+    assert "cut.yaml:3: YAML syntax error" in _one_line(
+        tmp_path, "trl", "learning_rate: 1.0e-6\nnum_generations: [8\n", "cut.yaml"
+    )
     # wrong types, checked against TRL's own GRPOConfig
     msg = _one_line(tmp_path, "trl", "num_generations: 8\nlearning_rate: fast\n", "types.yaml")
     assert "types.yaml:2: learning_rate: 'fast'" in msg and "float" in msg
@@ -132,10 +153,19 @@ def test_malformed_recipes_are_one_line_with_file_and_line(tmp_path):
     msg = _one_line(tmp_path, "verl", head + "  data.filter_overlong_prompts=maybe\n", "vtype2.sh")
     assert "vtype2.sh:3:" in msg and "not a boolean" in msg
     orl = "python3 -m openrlhf.cli.train_ppo_ray \\\n  --actor.adam.lr 1e-6 \\\n"
-    assert "otype.sh:3: --train.batch_size: 'fast' is not an int" in _one_line(tmp_path, "openrlhf", orl + "  --train.batch_size fast\n", "otype.sh")
-    assert "otype2.sh:3: --train.colocate_all takes no value" in _one_line(tmp_path, "openrlhf", orl + "  --train.colocate_all 1\n", "otype2.sh")
+    assert "otype.sh:3: --train.batch_size: 'fast' is not an int" in _one_line(
+        tmp_path, "openrlhf", orl + "  --train.batch_size fast\n", "otype.sh"
+    )
+    assert "otype2.sh:3: --train.colocate_all takes no value" in _one_line(
+        tmp_path, "openrlhf", orl + "  --train.colocate_all 1\n", "otype2.sh"
+    )
     # unknown flags and keys, a Hydra typo
-    msg = _one_line(tmp_path, "openrlhf", "python3 -m openrlhf.cli.train_ppo_ray \\\n  --actor.adam.lr 1e-6 \\\n  --actor_learning_rate 1e-6\n", "flag.sh")
+    msg = _one_line(
+        tmp_path,
+        "openrlhf",
+        "python3 -m openrlhf.cli.train_ppo_ray \\\n  --actor.adam.lr 1e-6 \\\n  --actor_learning_rate 1e-6\n",
+        "flag.sh",
+    )
     assert "flag.sh:3:" in msg and "unknown OpenRLHF" in msg
     msg = _one_line(tmp_path, "verl", head + "  actor_rollout_ref.actor.optim.lrr=1e-6\n", "typo.sh")
     assert "typo.sh:3: unknown verl" in msg and "lr" in msg
@@ -147,21 +177,36 @@ def test_cli_prints_errors_literally_with_exit_2(tmp_path):
     """`script.sh:100:` stays as written (rich would render `:100:` as an emoji), and a binary recipe is
     one line, not a traceback."""
     script = tmp_path / "script.sh"
-    script.write_text("python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=grpo \\\n  :100: [bold]x[/bold]\n")
+    script.write_text(
+        "python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=grpo \\\n  :100: [bold]x[/bold]\n"
+    )
     binary = tmp_path / "blob.sh"
     binary.write_bytes(bytes(range(256)))
-    for path, expected in ((script, f"{script}:3: not a Hydra override: ':100:'"), (binary, f"{binary}:1: not a text file")):
-        res = subprocess.run([sys.executable, "-m", "rlbridge", "import", str(path), "--from", "verl"],
-                             capture_output=True, text=True, timeout=300)
+    for path, expected in (
+        (script, f"{script}:3: not a Hydra override: ':100:'"),
+        (binary, f"{binary}:1: not a text file"),
+    ):
+        res = subprocess.run(
+            [sys.executable, "-m", "rlbridge", "import", str(path), "--from", "verl"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert res.returncode == 2, res.stderr
         assert expected in res.stderr and "Traceback" not in res.stderr and "\U0001f4af" not in res.stderr
         assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1, res.stderr
     # the forms that made the old word scanner loop forever, through the whole command, with a time limit
     looped = tmp_path / "looped.sh"
-    looped.write_text("python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=grpo \\\n  data.train_batch_size=16 "
-                      "2>&1 | tee log.txt &\nwait\necho done >&2 &>> log.txt\n")
-    res = subprocess.run([sys.executable, "-m", "rlbridge", "import", str(looped), "--from", "verl", "--reward", "digit_match"],
-                         capture_output=True, text=True, timeout=300)
+    looped.write_text(
+        "python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=grpo \\\n  data.train_batch_size=16 "
+        "2>&1 | tee log.txt &\nwait\necho done >&2 &>> log.txt\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-m", "rlbridge", "import", str(looped), "--from", "verl", "--reward", "digit_match"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert "data.train_batch_size=16" in res.stdout and "2>&1" not in res.stdout
 
@@ -173,14 +218,20 @@ def test_a_conflicts_advice_can_be_followed(tmp_path):
     from rlbridge.contract.registry import get_plugin_manager
 
     recipe = tmp_path / "two_nodes.sh"
-    recipe.write_text("python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=grpo \\\n  data.train_batch_size=16 \\\n"
-                      "  actor_rollout_ref.model.path=Qwen/Qwen3-8B \\\n  trainer.n_gpus_per_node=8 \\\n  trainer.nnodes=2\n")
+    recipe.write_text(
+        "python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=grpo \\\n  data.train_batch_size=16 \\\n"
+        "  actor_rollout_ref.model.path=Qwen/Qwen3-8B \\\n  trainer.n_gpus_per_node=8 \\\n  trainer.nnodes=2\n"
+    )
     result = import_recipe(str(recipe), "verl", rewards=[{"name": "digit_match"}])
     [conflict] = [e for e in result.entries if e.kind == "conflict" and e.key == "trainer.nnodes"]
     assert conflict.line == 6
     assert "set resources.nodes" in conflict.detail and "resources.ray_address" in conflict.detail, conflict.detail
     data = {"run_name": "run", **result.config}
-    data["resources"] = {**data.get("resources", {}), "nodes": 2, "ray_address": "10.0.0.1:6379"}  # the advice, followed
+    data["resources"] = {
+        **data.get("resources", {}),
+        "nodes": 2,
+        "ray_address": "10.0.0.1:6379",
+    }  # the advice, followed
     backend, config = get_plugin_manager().backend("verl"), resolve_config(data)
     view = backend.recipe_importer().view(backend.plan(config).native, config)
     assert view["trainer.nnodes"] == 2 and view["trainer.n_gpus_per_node"] == 8

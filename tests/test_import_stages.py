@@ -46,14 +46,20 @@ def test_trls_own_dpo_and_sft_configs_import_as_their_stages():
     dpo = import_recipe(str(STAGES / "trl" / "dpo_paper_config.py"), "trl")
     assert dpo.config["algorithm"] == {"name": "dpo"} and dpo.config["reward"] == []
     assert dpo.config["training"]["batch_size"] == 64  # per_device_train_batch_size=64 on one process
-    assert {e.key: e.kind for e in dpo.entries} == {k: "mapped" for k in ("config_class", "loss_type", "per_device_train_batch_size",
-                                                                          "learning_rate", "beta")}, dpo.report()
+    assert {e.key: e.kind for e in dpo.entries} == {
+        k: "mapped" for k in ("config_class", "loss_type", "per_device_train_batch_size", "learning_rate", "beta")
+    }, dpo.report()
     sft = import_recipe(str(STAGES / "trl" / "sft_lora_without_regret.py"), "trl")
     assert sft.config["algorithm"] == {"name": "sft"} and sft.config["model"]["path"] == "Qwen/Qwen2.5-3B-Instruct"
     assert (sft.config["training"]["lr"], sft.config["training"]["epochs"]) == (2e-4, 1)
     kinds = {e.key: e.kind for e in sft.entries}
-    assert kinds["report_to"] == "owned" and kinds["SFTTrainer.peft_config"] == kinds["SFTTrainer.train_dataset"] == "action"
-    assert "checkpoint" not in sft.config or "dir" not in sft.config["checkpoint"]  # the reader's placeholder output_dir is no default
+    assert (
+        kinds["report_to"] == "owned"
+        and kinds["SFTTrainer.peft_config"] == kinds["SFTTrainer.train_dataset"] == "action"
+    )
+    assert (
+        "checkpoint" not in sft.config or "dir" not in sft.config["checkpoint"]
+    )  # the reader's placeholder output_dir is no default
 
 
 def test_openrlhfs_own_stage_commands_import_as_their_stages():
@@ -68,13 +74,26 @@ def test_openrlhfs_own_stage_commands_import_as_their_stages():
 
     sft = import_recipe(command("train_sft.sh"), "openrlhf")
     assert sft.config["algorithm"] == {"name": "sft"} and sft.config["reward"] == []
-    assert sft.config["training"] == {"steps": None, "epochs": 1, "lr": 5e-6, "batch_size": 256, "micro_batch_size": 2,
-                                      "gradient_checkpointing": True}
-    assert (sft.config["data"]["prompt_key"], sft.config["offline"]) == ("question", {"max_length": 2048, "packing": True})
+    assert sft.config["training"] == {
+        "steps": None,
+        "epochs": 1,
+        "lr": 5e-6,
+        "batch_size": 256,
+        "micro_batch_size": 2,
+        "gradient_checkpointing": True,
+    }
+    assert (sft.config["data"]["prompt_key"], sft.config["offline"]) == (
+        "question",
+        {"max_length": 2048, "packing": True},
+    )
     kinds = {e.key: e.kind for e in sft.entries}
     assert kinds["data.output_key"] == kinds["data.dataset"] == "action" and not sft.by_kind("conflict"), sft.report()
     for name, stage in (("train_dpo_llama.sh", "dpo"), ("train_rm.sh", "reward_model")):
         result = import_recipe(command(name), "openrlhf")
         assert result.config["algorithm"] == {"name": stage} and result.config["offline"] == {"max_length": 8192}
         # ZeRO-3 and the chat template of preference rows are not reproduced, each with its reason
-        assert {e.key for e in result.by_kind("conflict")} == {"ds.zero_stage", "data.apply_chat_template", "ds.packing_samples"}
+        assert {e.key for e in result.by_kind("conflict")} == {
+            "ds.zero_stage",
+            "data.apply_chat_template",
+            "ds.packing_samples",
+        }

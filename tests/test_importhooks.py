@@ -7,14 +7,16 @@ from rlbridge.engine.importhooks import when_imported
 
 
 def test_callback_runs_once_after_first_import_and_sees_the_final_module(tmp_path, monkeypatch):
-    (tmp_path / "rlb_hook_demo.py").write_text(textwrap.dedent("""
+    (tmp_path / "rlb_hook_demo.py").write_text(
+        textwrap.dedent("""
         import sys, types
         VALUE = 1
         class _Lazy(types.ModuleType):
             VALUE = 2
         # like transformers: the package replaces itself in sys.modules at the end of its import
         sys.modules[__name__] = _Lazy(__name__)
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     seen = []
     when_imported("rlb_hook_demo", lambda m: seen.append(m.VALUE))

@@ -17,9 +17,19 @@ from rlbridge.run.runner import prepare, train
 from conftest import MINIMAL, QUICKSTART, write_config
 
 CANONICAL_KEYS = {
-    "reward/mean", "reward/std", "reward/digit_match/mean", "loss/policy", "entropy", "grad_norm",
-    "response_length/mean", "timing/step_s", "timing/generate_s", "timing/update_s",
-    "throughput/tokens_per_s", "memory/peak_mb", "lr",
+    "reward/mean",
+    "reward/std",
+    "reward/digit_match/mean",
+    "loss/policy",
+    "entropy",
+    "grad_norm",
+    "response_length/mean",
+    "timing/step_s",
+    "timing/generate_s",
+    "timing/update_s",
+    "throughput/tokens_per_s",
+    "memory/peak_mb",
+    "lr",
 }
 
 
@@ -47,13 +57,22 @@ def test_quickstart_plan_is_accepted_by_grpoconfig(tmp_path):
 def test_batch_semantics_mini_and_micro_batches(tmp_path):
     # 4 prompts x 4 samples = 16 per step, mini batch 8 -> 2 optimizer updates per step, 2 epochs -> 4
     prepared = _plan(
-        tmp_path, "training.batch_size=4", "training.mini_batch_size=8", "training.micro_batch_size=4",
-        "algorithm.epochs_per_rollout=2", "training.steps=5", "training.warmup_steps=1",
+        tmp_path,
+        "training.batch_size=4",
+        "training.mini_batch_size=8",
+        "training.micro_batch_size=4",
+        "algorithm.epochs_per_rollout=2",
+        "training.steps=5",
+        "training.warmup_steps=1",
     )
     native = prepared.plan.native
     args = native["args"]
     assert native["updates_per_step"] == 4
-    assert (args["generation_batch_size"], args["per_device_train_batch_size"], args["gradient_accumulation_steps"]) == (16, 4, 2)
+    assert (
+        args["generation_batch_size"],
+        args["per_device_train_batch_size"],
+        args["gradient_accumulation_steps"],
+    ) == (16, 4, 2)
     assert (args["max_steps"], args["logging_steps"], args["warmup_steps"], args["num_iterations"]) == (20, 4, 4, 2)
     from rlbridge_adapters.trl.train import make_args
 
@@ -145,7 +164,11 @@ def test_short_grpo_run_writes_canonical_metrics_and_calls_the_shim(tmp_path):
     pm.register(recorder, "recorder")
     cfg = load_config(
         write_config(tmp_path, MINIMAL),
-        [f"output_dir={tmp_path}/run", "training.steps=3", "reward=[{name: digit_match}, {name: recorder, weight: 0.5}]"],
+        [
+            f"output_dir={tmp_path}/run",
+            "training.steps=3",
+            "reward=[{name: digit_match}, {name: recorder, weight: 0.5}]",
+        ],
     )
     summary = train(cfg, pm, progress=False)
     run = Path(tmp_path / "run")
@@ -187,7 +210,9 @@ def test_short_rloo_run_and_checkpoint_resume(tmp_path):
     train(load_config(write_config(tmp_path, MINIMAL), base), pm, progress=False)
     assert saved == [(1, "checkpoint-1"), (2, "checkpoint-2")]
     summary = train(
-        load_config(write_config(tmp_path, MINIMAL), base + ["training.steps=3", "checkpoint.resume=true"]), pm, progress=False
+        load_config(write_config(tmp_path, MINIMAL), base + ["training.steps=3", "checkpoint.resume=true"]),
+        pm,
+        progress=False,
     )
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]  # resumed at step 2, appended step 3

@@ -33,11 +33,15 @@ def test_max_staleness_plans_async_grpo_trainer_on_split_devices():
     assert settings["launch.placement.actor"] == 1 and settings["launch.placement.rollout"] == 1
     assert settings["token_budget"] == 0  # micro batches of training.micro_batch_size samples
     # GRPOConfig-only fields are gone (AsyncGRPOConfig would reject them)
-    assert not {"beta", "loss_type", "scale_rewards", "generation_batch_size", "use_vllm", "reward_weights"} & set(settings)
+    assert not {"beta", "loss_type", "scale_rewards", "generation_batch_size", "use_vllm", "reward_weights"} & set(
+        settings
+    )
     assert _settings("rollout.max_staleness=1", "rollout.partial_rollouts=true", *SPLIT)["launch.pause_mode"] == "keep"
     # rollout.engine vllm (what auto means here) plans the same: GRPOTrainer's vLLM-only fields are dropped
     explicit = _settings("rollout.max_staleness=1", "rollout.engine=vllm", *SPLIT)
-    assert explicit["launch.trainer"] == "AsyncGRPOTrainer" and not any(k.startswith("vllm_importance") for k in explicit)
+    assert explicit["launch.trainer"] == "AsyncGRPOTrainer" and not any(
+        k.startswith("vllm_importance") for k in explicit
+    )
 
 
 def test_the_async_plan_is_accepted_by_trls_own_config_class():
@@ -46,15 +50,18 @@ def test_the_async_plan_is_accepted_by_trls_own_config_class():
     prepared.backend.validate(prepared.plan)  # AsyncGRPOConfig(**args): TRL's own __post_init__
 
 
-@pytest.mark.parametrize("overrides, match", [
-    (("resources.gpus_per_node=2",), "one training process"),  # colocate on 2 GPUs: two trainer devices
-    (("algorithm.kl_coef=0.05", *SPLIT), "no reference model"),
-    (("algorithm.name=rloo", "algorithm.kl_placement=reward", *SPLIT), "GRPO only"),
-    (("rollout.engine=hf", *SPLIT), "vLLM only"),
-    (("algorithm.rollout_correction=token_truncate", "rollout.engine=vllm", *SPLIT), "sampling log-probabilities"),
-    (("algorithm.epochs_per_rollout=2", *SPLIT), "each sample once"),
-    (("engine_version=1.18.0", "engine_env=auto", *SPLIT), "1.18"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (("resources.gpus_per_node=2",), "one training process"),  # colocate on 2 GPUs: two trainer devices
+        (("algorithm.kl_coef=0.05", *SPLIT), "no reference model"),
+        (("algorithm.name=rloo", "algorithm.kl_placement=reward", *SPLIT), "GRPO only"),
+        (("rollout.engine=hf", *SPLIT), "vLLM only"),
+        (("algorithm.rollout_correction=token_truncate", "rollout.engine=vllm", *SPLIT), "sampling log-probabilities"),
+        (("algorithm.epochs_per_rollout=2", *SPLIT), "each sample once"),
+        (("engine_version=1.18.0", "engine_env=auto", *SPLIT), "1.18"),
+    ],
+)
 def test_async_trl_refuses_what_async_grpo_trainer_cannot_do(overrides, match):
     with pytest.raises(CapabilityError, match=match) as info:
         _settings("rollout.max_staleness=1", *overrides)
@@ -94,16 +101,31 @@ def test_cpu_tree_attention_matches_per_sequence_attention():
     seqs = [prompt + [20, 21, 22], prompt + [20, 30], prompt + [40, 41, 42, 43]]
     row = packing.TreeRow()
     for s in seqs:
-        row.add({"input_ids": torch.tensor(s), "completion_mask": torch.tensor([0] * 4 + [1] * (len(s) - 4)),
-                 "old_log_probs": torch.zeros(len(s)), "advantage": 1.0, "group_id": 0})
+        row.add(
+            {
+                "input_ids": torch.tensor(s),
+                "completion_mask": torch.tensor([0] * 4 + [1] * (len(s) - 4)),
+                "old_log_probs": torch.zeros(len(s)),
+                "advantage": 1.0,
+                "group_id": 0,
+            }
+        )
     packed = row.pack()
     assert len(packed["input_ids"]) < sum(map(len, seqs))  # the prompt is forwarded once: a real trie
     with torch.no_grad():
-        logits = tree(input_ids=packed["input_ids"][None], position_ids=packed["position_ids"][None],
-                      tree_kv_index=packed["tree_kv_index"], tree_cu_seqlens_q=packed["tree_cu_seqlens_q"],
-                      tree_cu_seqlens_k=packed["tree_cu_seqlens_k"],
-                      tree_max_seqlen_q=int(packed["tree_max_seqlens"][0]),
-                      tree_max_seqlen_k=int(packed["tree_max_seqlens"][1])).logits[0].log_softmax(-1)
+        logits = (
+            tree(
+                input_ids=packed["input_ids"][None],
+                position_ids=packed["position_ids"][None],
+                tree_kv_index=packed["tree_kv_index"],
+                tree_cu_seqlens_q=packed["tree_cu_seqlens_q"],
+                tree_cu_seqlens_k=packed["tree_cu_seqlens_k"],
+                tree_max_seqlen_q=int(packed["tree_max_seqlens"][0]),
+                tree_max_seqlen_k=int(packed["tree_max_seqlens"][1]),
+            )
+            .logits[0]
+            .log_softmax(-1)
+        )
         positions = packed["token_index"].tolist()
         k = 0
         for s in seqs:
@@ -116,7 +138,9 @@ def test_cpu_tree_attention_matches_per_sequence_attention():
     kv = torch.randn(5, 2, 8)
     cu_q, cu_k = torch.tensor([0, 3], dtype=torch.int32), torch.tensor([0, 5], dtype=torch.int32)
     out = TorchVarlenAttention.flash_attn_varlen_func(q, kv, kv, cu_q, cu_k, 3, 5)
-    last = torch.nn.functional.scaled_dot_product_attention(q[2:].transpose(0, 1), kv.transpose(0, 1), kv.transpose(0, 1))
+    last = torch.nn.functional.scaled_dot_product_attention(
+        q[2:].transpose(0, 1), kv.transpose(0, 1), kv.transpose(0, 1)
+    )
     assert torch.allclose(out[2], last.transpose(0, 1)[0], atol=1e-6)  # the last query sees every key
     with pytest.raises(NotImplementedError):
         TorchVarlenAttention.flash_attn_varlen_func(q, kv, kv, cu_q, cu_k, 3, 5, window_size=(4, 0))
@@ -131,10 +155,16 @@ def test_spawned_reward_pickles_and_scores_decoded_completions_with_its_weight(t
     tok_dir = materialize_path("builtin:tiny-digits", "model.path")
     tok = PreTrainedTokenizerFast.from_pretrained(tok_dir)
     reward = SpawnedReward({"name": "digit_match", "weight": 2.0, "args": {}}, 0, "answer", tok_dir)
-    reward({"x": 1} and [[{"role": "user", "content": "3333"}]], [[{"role": "assistant", "content": ""}]],
-           [tok("33", add_special_tokens=False)["input_ids"]], answer=["3"])  # builds the plugin
+    reward(
+        {"x": 1} and [[{"role": "user", "content": "3333"}]],
+        [[{"role": "assistant", "content": ""}]],
+        [tok("33", add_special_tokens=False)["input_ids"]],
+        answer=["3"],
+    )  # builds the plugin
     clone = pickle.loads(pickle.dumps(reward))  # what TRL's spawned rollout worker receives
-    assert clone._tok is None and clone._pool is None and clone._scorer is None and clone.__name__ == "digit_match"  # built again where it runs
+    assert (
+        clone._tok is None and clone._pool is None and clone._scorer is None and clone.__name__ == "digit_match"
+    )  # built again where it runs
     ids = [tok("3333", add_special_tokens=False)["input_ids"], tok("35", add_special_tokens=False)["input_ids"]]
     prompts = [[{"role": "user", "content": "3333"}]] * 2
     scores = clone(prompts, [[{"role": "assistant", "content": ""}]] * 2, ids, answer=["3", "3"])
@@ -144,9 +174,19 @@ def test_spawned_reward_pickles_and_scores_decoded_completions_with_its_weight(t
 def test_trl_async_metrics_map_to_canonical_names():
     from rlbridge_adapters.trl.async_run import canonical_async
 
-    out = canonical_async({"reward": 0.5, "rewards/digit_match": 0.5, "sample/staleness_mean": 0.4,
-                           "sample/staleness_max": 1.0, "perf/rollout_wait_s": 0.2, "perf/weight_sync_s": 0.05,
-                           "rollout/backpressure_s": 0.3, "loss": 0.1, "entropy": None})
+    out = canonical_async(
+        {
+            "reward": 0.5,
+            "rewards/digit_match": 0.5,
+            "sample/staleness_mean": 0.4,
+            "sample/staleness_max": 1.0,
+            "perf/rollout_wait_s": 0.2,
+            "perf/weight_sync_s": 0.05,
+            "rollout/backpressure_s": 0.3,
+            "loss": 0.1,
+            "entropy": None,
+        }
+    )
     assert out["reward/mean"] == 0.5 and out["reward/digit_match/mean"] == 0.5
     assert out["async/staleness_mean"] == 0.4 and out["async/staleness_max"] == 1.0
     assert out["async/trainer_idle_s"] == 0.2 and out["async/rollout_idle_s"] == 0.3
@@ -182,7 +222,7 @@ def test_shared_memory_weight_transfer_pauses_loads_and_checks_every_tensor(tmp_
 
         def do_GET(self):
             calls.append(self.path)
-            self._answer(b"vllm:num_requests_running{m=\"x\"} 3.0\nvllm:num_requests_waiting{m=\"x\"} 2.0\n", "text/plain")
+            self._answer(b'vllm:num_requests_running{m="x"} 3.0\nvllm:num_requests_waiting{m="x"} 2.0\n', "text/plain")
 
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)

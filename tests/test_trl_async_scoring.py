@@ -47,8 +47,10 @@ def _tokenizer():
     path = materialize_path("builtin:tiny-digits", "model.path")
     tok = PreTrainedTokenizerFast.from_pretrained(path)
     tok.chat_template = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
-    tok.response_template = {"defaults": {"role": "assistant"},
-                             "fields": {"content": {"close_pattern": re.escape(tok.eos_token) + r"\s*", "content": "text"}}}
+    tok.response_template = {
+        "defaults": {"role": "assistant"},
+        "fields": {"content": {"close_pattern": re.escape(tok.eos_token) + r"\s*", "content": "text"}},
+    }
     return path, tok
 
 
@@ -84,8 +86,9 @@ def test_spawned_reward_runs_max_concurrency_calls_at_once_each_with_its_own_plu
     pm = registry.PluginManager()
     pm.register(Plugin(), "first_digit")
     monkeypatch.setattr(registry, "get_plugin_manager", lambda: pm)
-    reward = SpawnedReward({"name": "first_digit", "weight": 0.5, "args": {}}, 0, "answer", tok_dir, concurrency=3,
-                           batch_size=2)
+    reward = SpawnedReward(
+        {"name": "first_digit", "weight": 0.5, "args": {}}, 0, "answer", tok_dir, concurrency=3, batch_size=2
+    )
     ids = [[100 + i, 7] for i in range(18)]  # 9 calls of 2 samples: three rounds of three at once
     scores = reward([[{"role": "user", "content": "1"}]] * 18, [[]] * 18, ids, answer=["1"] * 18)
     assert scores == [0.5 * (100 + i) for i in range(18)]  # each sample its own score, in its own place
@@ -108,6 +111,7 @@ def test_a_sample_that_breaks_the_reward_faults_only_its_own_chunk(monkeypatch, 
             if any(x.completion_ids[0] == 666 for x in inputs):
                 raise ValueError("cannot parse this completion")
             return [float(x.completion_ids[0]) for x in inputs]
+
         return reward
 
     class Plugin:
@@ -119,8 +123,16 @@ def test_a_sample_that_breaks_the_reward_faults_only_its_own_chunk(monkeypatch, 
     pm.register(Plugin(), "picky")
     monkeypatch.setattr(registry, "get_plugin_manager", lambda: pm)
     monkeypatch.setenv(EVENTS_ENV, str(tmp_path / "events.jsonl"))
-    reward = SpawnedReward({"name": "picky", "weight": 1.0, "args": {}}, 0, "answer", tok_dir, concurrency=2, batch_size=1,
-                           workers={"on_error": "zero", "error_threshold": 1.0}, fault_log=str(tmp_path / "faults.jsonl"))
+    reward = SpawnedReward(
+        {"name": "picky", "weight": 1.0, "args": {}},
+        0,
+        "answer",
+        tok_dir,
+        concurrency=2,
+        batch_size=1,
+        workers={"on_error": "zero", "error_threshold": 1.0},
+        fault_log=str(tmp_path / "faults.jsonl"),
+    )
     ids = [[5], [666], [7], [8]]
     assert reward([[{"role": "user", "content": "1"}]] * 4, [[]] * 4, ids, answer=["1"] * 4) == [5.0, 0.0, 7.0, 8.0]
     fault = json.loads((tmp_path / "faults.jsonl").read_text().splitlines()[0])
@@ -137,15 +149,25 @@ def _loop(tok, reward_funcs, monkeypatch, score_groups: int):
 
     from rlbridge_adapters.trl.patches.async_grpo_scoring import SCORING_ENV, _loop_class
 
-    monkeypatch.setenv(SCORING_ENV, json.dumps({"score_groups": score_groups, "score_queue_groups": 1,
-                                                "threads": score_groups}))
+    monkeypatch.setenv(
+        SCORING_ENV, json.dumps({"score_groups": score_groups, "score_queue_groups": 1, "threads": score_groups})
+    )
     PartialState()  # as TRL's spawned child does first (its logger needs it)
     ctx = mp.get_context("spawn")
-    return _loop_class()(model_name="m", dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": "1"}]}]),
-                         reward_funcs=reward_funcs, processing_class=tok, eos_token_ids=[tok.eos_token_id],
-                         rollout_buffer=queue.Queue(maxsize=4), model_version_value=ctx.Value("i", 0),
-                         heartbeat_value=ctx.Value("d", 0.0), failed_event=ctx.Event(),
-                         exception_info_queue=ctx.Queue(maxsize=1), metrics_queue=queue.Queue(), num_generations=4)
+    return _loop_class()(
+        model_name="m",
+        dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": "1"}]}]),
+        reward_funcs=reward_funcs,
+        processing_class=tok,
+        eos_token_ids=[tok.eos_token_id],
+        rollout_buffer=queue.Queue(maxsize=4),
+        model_version_value=ctx.Value("i", 0),
+        heartbeat_value=ctx.Value("d", 0.0),
+        failed_event=ctx.Event(),
+        exception_info_queue=ctx.Queue(maxsize=1),
+        metrics_queue=queue.Queue(),
+        num_generations=4,
+    )
 
 
 def test_patched_rollout_loop_scores_several_groups_at_once_and_keeps_each_groups_samples_together(monkeypatch):
@@ -163,11 +185,21 @@ def test_patched_rollout_loop_scores_several_groups_at_once_and_keeps_each_group
     groups = []
     for g in range(6):
         ids = [[10 * g + i] for i in range(4)]
-        groups.append(RolloutGroup(
-            prompts=[[{"role": "user", "content": "1"}]] * 4, reward_kwargs={}, completions=[[]] * 4,
-            completions_ids=ids, completions_sequences=[[TrainingSequence(x, [1], [0.0], str(x))] for x in ids],
-            tool_call_counts=[0] * 4, tool_failure_counts=[0] * 4, model_version=0, group_id=g, env_rewards=[],
-            rollout_rewards=[None] * 4))
+        groups.append(
+            RolloutGroup(
+                prompts=[[{"role": "user", "content": "1"}]] * 4,
+                reward_kwargs={},
+                completions=[[]] * 4,
+                completions_ids=ids,
+                completions_sequences=[[TrainingSequence(x, [1], [0.0], str(x))] for x in ids],
+                tool_call_counts=[0] * 4,
+                tool_failure_counts=[0] * 4,
+                model_version=0,
+                group_id=g,
+                env_rewards=[],
+                rollout_rewards=[None] * 4,
+            )
+        )
     pushed = []
 
     async def run():
@@ -205,14 +237,32 @@ def test_the_async_plan_bounds_generation_ahead_by_max_staleness():
         ahead = b["max_inflight_tasks"] + b["queue_maxsize"] + 8 * (b["score_groups"] + b["score_queue_groups"])
         assert ahead == staleness * 64, (staleness, b)  # every part in whole groups, the sum exactly k versions
         assert b["score_groups"] == concurrency
-    assert rollout_bounds(1, 8, 4, 2) == {"max_inflight_tasks": 4, "queue_maxsize": 4, "score_groups": 1,
-                                          "score_queue_groups": 1}  # floors: one group each
-    settings = prepare(load_config(QUICKSTART, [
-        "resources.gpus_per_node=0", "rollout.max_staleness=1", "placement.policy=split", "placement.args={rollout_gpus: 1}",
-        "rollout_workers.max_concurrency=3", "rollout_workers.batch_size=4", "training.batch_size=16"])).plan.native
+    assert rollout_bounds(1, 8, 4, 2) == {
+        "max_inflight_tasks": 4,
+        "queue_maxsize": 4,
+        "score_groups": 1,
+        "score_queue_groups": 1,
+    }  # floors: one group each
+    settings = prepare(
+        load_config(
+            QUICKSTART,
+            [
+                "resources.gpus_per_node=0",
+                "rollout.max_staleness=1",
+                "placement.policy=split",
+                "placement.args={rollout_gpus: 1}",
+                "rollout_workers.max_concurrency=3",
+                "rollout_workers.batch_size=4",
+                "training.batch_size=16",
+            ],
+        )
+    ).plan.native
     # 16 prompts x 8 samples = 128 per version: 3 groups scored at once, 1 waiting, 6 queued, 6 in flight
     assert settings["args"]["max_inflight_tasks"] == 48 and settings["args"]["queue_maxsize"] == 48
-    assert settings["scoring"] == {"concurrency": 3, "batch_size": 4,
-                                   "workers": {"on_error": "zero", "error_threshold": 0.5}}
+    assert settings["scoring"] == {
+        "concurrency": 3,
+        "batch_size": 4,
+        "workers": {"on_error": "zero", "error_threshold": 0.5},
+    }
     assert json.loads(settings["env"][SCORING_ENV]) == {"score_groups": 3, "score_queue_groups": 1, "threads": 3}
     assert settings["server"]["max_num_seqs"] == 48

@@ -18,14 +18,28 @@ def trainer(tmp_path_factory):
     from datasets import Dataset
     from transformers import PreTrainedTokenizerFast
 
-    model = get_plugin_manager().get("model_builder", "tiny-digits", "model.path").build(builtin_model_dir("tiny-digits"))
+    model = (
+        get_plugin_manager().get("model_builder", "tiny-digits", "model.path").build(builtin_model_dir("tiny-digits"))
+    )
     tok = PreTrainedTokenizerFast.from_pretrained(model)
-    args = trl.GRPOConfig(output_dir=str(tmp_path_factory.mktemp("out")), max_completion_length=128, num_generations=2,
-                          per_device_train_batch_size=2, use_cpu=True, report_to="none", max_steps=1)
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("out")),
+        max_completion_length=128,
+        num_generations=2,
+        per_device_train_batch_size=2,
+        use_cpu=True,
+        report_to="none",
+        max_steps=1,
+    )
     cls = trainer_class(trl.GRPOTrainer)
-    return cls(model=model, reward_funcs=[lambda completions, **k: [0.0] * len(completions)], args=args,
-               train_dataset=Dataset.from_list([{"prompt": "7777", "answer": "7"}]), processing_class=tok,
-               rollout_func=lambda prompts, trainer: None)
+    return cls(
+        model=model,
+        reward_funcs=[lambda completions, **k: [0.0] * len(completions)],
+        args=args,
+        train_dataset=Dataset.from_list([{"prompt": "7777", "answer": "7"}]),
+        processing_class=tok,
+        rollout_func=lambda prompts, trainer: None,
+    )
 
 
 def script(trainer, turns):
@@ -45,7 +59,9 @@ def script(trainer, turns):
 
 def test_tool_call_then_feedback_turns_with_masks_and_the_episode_reward(trainer):
     tok = trainer.processing_class
-    rollout = EnvironmentRollout({"name": "digit_hint", "args": {"turns": 2}, "max_turns": 3}, "prompt", use_chat_template=False)
+    rollout = EnvironmentRollout(
+        {"name": "digit_hint", "args": {"turns": 2}, "max_turns": 3}, "prompt", use_chat_template=False
+    )
     trainer._rlbridge_rows = [{"prompt": "7777", "answer": "7"}]
     seen = script(trainer, ['<tool_call>{"name": "hint", "arguments": {"repeat": 2}}</tool_call>', "77", "7a"])
     out = rollout(["7777"], trainer)
@@ -53,8 +69,15 @@ def test_tool_call_then_feedback_turns_with_masks_and_the_episode_reward(trainer
     text = tok.decode(ids)
     # turn 1 called the tool (not stepped); its result '77' came back as context (mask 0)
     assert text.startswith('<tool_call>{"name": "hint", "arguments": {"repeat": 2}}</tool_call><|im_end|>77')
-    first = len(tok('<tool_call>{"name": "hint", "arguments": {"repeat": 2}}</tool_call>', add_special_tokens=False)["input_ids"]) + 1
-    assert mask[:first] == [1] * first and mask[first:first + 2] == [0, 0]
+    first = (
+        len(
+            tok('<tool_call>{"name": "hint", "arguments": {"repeat": 2}}</tool_call>', add_special_tokens=False)[
+                "input_ids"
+            ]
+        )
+        + 1
+    )
+    assert mask[:first] == [1] * first and mask[first : first + 2] == [0, 0]
     # turns 2 and 3 were stepped: 2/2 * 1/2 + 1/2 * 1/2, then digit_hint(turns=2) said done
     assert out["rlbridge_environment_reward"] == [pytest.approx(0.5 + 0.25)]
     assert out["rlbridge_turns"] == [3.0] and out["rlbridge_tool_calls"] == [1.0]
@@ -74,7 +97,9 @@ def test_rloo_cannot_run_an_environment():
     from rlbridge.run.loading import load_config
     from rlbridge.run.runner import prepare
 
-    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "multiturn.yaml",
-                         ["backend=trl", "algorithm.name=rloo", "algorithm.kl_placement=reward"])
+    config = load_config(
+        Path(__file__).resolve().parents[1] / "configs" / "multiturn.yaml",
+        ["backend=trl", "algorithm.name=rloo", "algorithm.kl_placement=reward"],
+    )
     with pytest.raises(CapabilityError, match="RLOOTrainer has no rollout_func"):
         prepare(config)

@@ -19,8 +19,13 @@ def test_grpo_with_vllm_colocate_runs_and_syncs_weights(tmp_path):
     cfg = load_config(
         write_config(tmp_path, MINIMAL),
         # rollout correction on: TRL then logs its vLLM/trainer log-prob gap (sampling/*), checked below
-        [f"output_dir={tmp_path}/run", "rollout.engine=vllm", "training.steps=2", "training.lr=1e-2",
-         "algorithm.rollout_correction=token_truncate"],
+        [
+            f"output_dir={tmp_path}/run",
+            "rollout.engine=vllm",
+            "training.steps=2",
+            "training.lr=1e-2",
+            "algorithm.rollout_correction=token_truncate",
+        ],
     )
     summary = train(cfg, progress=False)
     assert summary["status"] == "completed"
@@ -42,16 +47,18 @@ def test_grpo_with_vllm_colocate_runs_and_syncs_weights(tmp_path):
     synced = [r for r in rows if "weight_sync/bytes" in r]
     assert synced, rows
     for r in synced:
-        assert r["weight_sync/bytes"] % expected == 0 and r["weight_sync/bytes"] >= expected, (r["weight_sync/bytes"], expected)
+        assert r["weight_sync/bytes"] % expected == 0 and r["weight_sync/bytes"] >= expected, (
+            r["weight_sync/bytes"],
+            expected,
+        )
         assert r["weight_sync/tensors"] >= len(list(model.parameters())) and r["timing/weight_sync_s"] > 0
-
 
 
 # A TRL reward (weight 0) that, on its at_call-th call, makes vLLM's model worker raise on its next
 # forward pass, once per state_dir: a restarted run finds the mark and leaves vLLM alone. TRL colocates
 # vLLM in the trainer's process (external_launcher turns vLLM's engine-core process off), so a vLLM
 # death there is an exception out of vLLM's engine core, not a process to kill.
-VLLM_FAULT = '''
+VLLM_FAULT = """
 import os
 from pathlib import Path
 
@@ -73,7 +80,7 @@ def arm(prompts, completions, state_dir, at_call=3, **kwargs):
 
         WorkerWrapperBase.execute_model = execute_model
     return [0.0] * len(completions)
-'''
+"""
 
 
 def _vllm_fault_config(tmp_path, run, *extra):
@@ -81,12 +88,18 @@ def _vllm_fault_config(tmp_path, run, *extra):
     fault.write_text(VLLM_FAULT)
     state = tmp_path / "state"
     state.mkdir(exist_ok=True)
-    return load_config(write_config(tmp_path, MINIMAL), [
-        f"output_dir={run}", "rollout.engine=vllm", "training.steps=4", "checkpoint.interval=2",
-        "rollout_workers.mode=inline",  # the fault's reward runs in the trainer's process, beside vLLM
-        f"reward=[{{name: digit_match}}, {{native: trl, function: '{fault}:arm', weight: 0.0, args: {{state_dir: '{state}', at_call: 3}}}}]",
-        *extra,
-    ])
+    return load_config(
+        write_config(tmp_path, MINIMAL),
+        [
+            f"output_dir={run}",
+            "rollout.engine=vllm",
+            "training.steps=4",
+            "checkpoint.interval=2",
+            "rollout_workers.mode=inline",  # the fault's reward runs in the trainer's process, beside vLLM
+            f"reward=[{{name: digit_match}}, {{native: trl, function: '{fault}:arm', weight: 0.0, args: {{state_dir: '{state}', at_call: 3}}}}]",
+            *extra,
+        ],
+    )
 
 
 @pytest.mark.engine
@@ -102,7 +115,9 @@ def test_a_vllm_engine_that_dies_mid_run_is_restarted_and_without_restarts_is_na
     assert summary["status"] == "completed", summary
     [restart] = summary["restarts"]
     assert restart["kind"] == "vllm_engine_died" and restart["after_step"] == 3, restart
-    assert restart["process"].startswith("the vLLM engine inside engine process") and restart["role"] == "vLLM engine", restart
+    assert (
+        restart["process"].startswith("the vLLM engine inside engine process") and restart["role"] == "vLLM engine"
+    ), restart
     assert "rlbridge test fault" in restart["evidence"] and "vLLM's engine core" in restart["evidence"], restart
     assert restart["from_checkpoint"].endswith("checkpoint-2"), restart
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -119,6 +134,8 @@ def test_a_vllm_engine_that_dies_mid_run_is_restarted_and_without_restarts_is_na
     failure = summary["failure"]
     assert summary["status"] == "failed" and summary["steps"] == 3, summary
     assert failure["kind"] == "vllm_engine_died" and failure["retryable"], failure
-    assert failure["process"] == "the vLLM engine inside the rlbridge train process" and failure["role"] == "vLLM engine", failure
+    assert (
+        failure["process"] == "the vLLM engine inside the rlbridge train process" and failure["role"] == "vLLM engine"
+    ), failure
     assert "vllm/v1/engine/core.py" in failure["evidence"] and "in step" in failure["evidence"], failure
     assert "the vLLM engine died" in failure["hint"] and "training.max_restarts=2" in failure["hint"], failure

@@ -29,15 +29,22 @@ from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION
 MARKERS = ("openrlhf.cli.train_ppo_ray", *stage_import.STAGES)  # and the offline stages' scripts (stage_import.py)
 # the async flags before 0.10.2 (read in OpenRLHF v0.10.1's cli/train_ppo_ray.py), read as their dotted names so that
 # the import names the canonical knob and why the plan refuses it for that version (asynchrony.py)
-ASYNC_FLAT = {"async_train": "train.async_enable", "async_queue_size": "train.async_queue_size",
-              "partial_rollout": "train.partial_rollout_enable"}
+ASYNC_FLAT = {
+    "async_train": "train.async_enable",
+    "async_queue_size": "train.async_queue_size",
+    "partial_rollout": "train.partial_rollout_enable",
+}
 DOTTED = {**ASYNC_FLAT, **{flat: dotted for dotted, flat in FLAT.items()}}
 FLAT_VERSION = "0.9.10"  # what a recipe in the flat spelling is read as, without --engine-version
 OWNED = {
     "logger.": "logging: rlbridge writes metrics.jsonl and telemetry sinks (telemetry.sinks)",
     "use_wandb": "logging: add a telemetry sink for your tracker (telemetry.sinks)",
-    "wandb_org": "logging", "wandb_group": "logging", "wandb_project": "logging", "wandb_run_name": "logging",
-    "use_tensorboard": "logging", "logging_steps": "logging: rlbridge records every step",
+    "wandb_org": "logging",
+    "wandb_group": "logging",
+    "wandb_project": "logging",
+    "wandb_run_name": "logging",
+    "use_tensorboard": "logging",
+    "logging_steps": "logging: rlbridge records every step",
     "ckpt.output_dir": "the final model is saved in rlbridge's run directory (model_final)",
     "ref.num_nodes": "rlbridge places the reference model with the actor (placement)",
     "ref.num_gpus_per_node": "rlbridge places the reference model with the actor (placement)",
@@ -46,11 +53,13 @@ OWNED = {
 }
 ACTION = {
     "reward.remote_url": "the recipe's reward function or server: rlbridge rewards are plugins (reward: [{name: ...}]); "
-                         "port reward_func to a reward plugin",
+    "port reward_func to a reward plugin",
     "reward.model_name_or_path": "a neural reward model: not a canonical reward kind yet",
     "reward_pretrain": "a neural reward model: not a canonical reward kind yet",
-    "reward.num_nodes": "a neural reward model's placement", "reward.num_gpus_per_node": "a neural reward model's placement",
-    "reward_num_nodes": "a neural reward model's placement", "reward_num_gpus_per_node": "a neural reward model's placement",
+    "reward.num_nodes": "a neural reward model's placement",
+    "reward.num_gpus_per_node": "a neural reward model's placement",
+    "reward_num_nodes": "a neural reward model's placement",
+    "reward_num_gpus_per_node": "a neural reward model's placement",
     "train.agent_func_path": "the recipe's agent: write an environment plugin (environment:), which rlbridge runs as an OpenRLHF agent",
 }
 
@@ -58,7 +67,7 @@ ACTION = {
 # Where rlbridge's OpenRLHF plan departs from train_ppo_ray's defaults, and why
 DIFFERENCES = {
     "train.colocate_all": "placement.policy: colocate (rlbridge's default, on GPUs) shares the GPUs between actor, reference "
-                          "and vLLM; placement.policy: separate keeps OpenRLHF's default",
+    "and vLLM; placement.policy: separate keeps OpenRLHF's default",
     "actor.eps_clip_low_high": "algorithm.clip_low / clip_high, always written; null in OpenRLHF means eps_clip for both",
     "actor.lr_scheduler": "training.lr_schedule (constant, linear or cosine); OpenRLHF's cosine_with_min_lr has no canonical value",
     "critic.lr_scheduler": "training.lr_schedule (constant, linear or cosine); OpenRLHF's cosine_with_min_lr has no canonical value",
@@ -137,8 +146,13 @@ def parser_defaults(version: str) -> dict[str, Any] | None:
             return json.loads(cached.read_text())
         code = "from rlbridge_adapters.openrlhf.importer import _print_parser_flags; _print_parser_flags()"
         try:
-            res = subprocess.run([str(env_python(path)), "-c", code], capture_output=True, text=True, timeout=120,
-                                 env={**os.environ, "RLBRIDGE_PARSER_DEFAULTS": "1"})
+            res = subprocess.run(
+                [str(env_python(path)), "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "RLBRIDGE_PARSER_DEFAULTS": "1"},
+            )
         except (OSError, subprocess.SubprocessError):
             res = None
         if res is not None and res.returncode == 0:
@@ -151,8 +165,11 @@ def parser_defaults(version: str) -> dict[str, Any] | None:
     # the copy of the same minor version, nearest below or above (0.11.0 reads 0.11.2's): flags rarely change in a patch
     minor = Version(version).release[:2]
     copies = [p for p in vendored.parent.glob("parser-[0-9]*.json")]  # not parser-types-*.json
-    near = sorted((Version(p.stem.removeprefix("parser-")), p) for p in copies
-                  if Version(p.stem.removeprefix("parser-")).release[:2] == minor)
+    near = sorted(
+        (Version(p.stem.removeprefix("parser-")), p)
+        for p in copies
+        if Version(p.stem.removeprefix("parser-")).release[:2] == minor
+    )
     return json.loads(near[-1][1].read_text()) if near else None
 
 
@@ -161,8 +178,11 @@ def parser_types(version: str) -> dict[str, str]:
     engine environment for that version, or the same minor version's); empty when there is none."""
     folder = Path(__file__).parent / "recipe_defaults"
     minor = Version(version).release[:2]
-    found = sorted((Version(p.stem.removeprefix("parser-types-")), p) for p in folder.glob("parser-types-*.json")
-                   if Version(p.stem.removeprefix("parser-types-")).release[:2] == minor)
+    found = sorted(
+        (Version(p.stem.removeprefix("parser-types-")), p)
+        for p in folder.glob("parser-types-*.json")
+        if Version(p.stem.removeprefix("parser-types-")).release[:2] == minor
+    )
     exact = [p for v, p in found if str(v) == version]
     chosen = exact[0] if exact else (found[-1][1] if found else None)
     return json.loads(chosen.read_text()) if chosen else {}
@@ -174,8 +194,10 @@ def _check_type(recipe: Recipe, line: int | None, flag: str, value: Any, kind: s
         return
     if kind == "flag":
         if value is not True:
-            raise ConfigError(f"{recipe.where(line)}: --{flag} takes no value (got {value!r}); OpenRLHF's parser "
-                              "would stop at 'unrecognized arguments'")
+            raise ConfigError(
+                f"{recipe.where(line)}: --{flag} takes no value (got {value!r}); OpenRLHF's parser "
+                "would stop at 'unrecognized arguments'"
+            )
         return
     if value is True:
         raise ConfigError(f"{recipe.where(line)}: --{flag} needs a value ({kind})")
@@ -183,8 +205,10 @@ def _check_type(recipe: Recipe, line: int | None, flag: str, value: Any, kind: s
     for item in values:
         ok = isinstance(item, int) if kind == "int" else isinstance(item, (int, float)) if kind == "float" else True
         if not ok or isinstance(item, bool):
-            raise ConfigError(f"{recipe.where(line)}: --{flag}: {item!r} is not {'an' if kind == 'int' else 'a'} {kind}; OpenRLHF's parser declares "
-                              f"type={kind} for it")
+            raise ConfigError(
+                f"{recipe.where(line)}: --{flag}: {item!r} is not {'an' if kind == 'int' else 'a'} {kind}; OpenRLHF's parser declares "
+                f"type={kind} for it"
+            )
 
 
 def _print_parser_flags() -> None:
@@ -198,14 +222,22 @@ def _print_parser_flags() -> None:
 
     path = cli_file()
     main = _main_block(ast.parse(path.read_text()))
-    split = next(i for i, node in enumerate(main.body) if isinstance(node, ast.Assign) and "parse_args" in ast.unparse(node.value))
+    split = next(
+        i
+        for i, node in enumerate(main.body)
+        if isinstance(node, ast.Assign) and "parse_args" in ast.unparse(node.value)
+    )
     ns: dict[str, Any] = {"argparse": argparse, "os": os, "datetime": datetime, "__name__": "rlbridge_openrlhf_cli"}
     config_py = path.parent.parent / "utils" / "config.py"
     if config_py.exists():
         ns["hierarchize"] = _load_by_path("rlbridge_openrlhf_config", config_py).hierarchize
     exec(compile(ast.Module(main.body[:split], []), str(path), "exec"), ns)
-    names = sorted({opt[2:] for action in ns["parser"]._actions for opt in action.option_strings if opt.startswith("--")})
-    if os.environ.get("RLBRIDGE_PARSER_DEFAULTS") == "types":  # {flag: int | float | flag | str} as the parser declares it
+    names = sorted(
+        {opt[2:] for action in ns["parser"]._actions for opt in action.option_strings if opt.startswith("--")}
+    )
+    if (
+        os.environ.get("RLBRIDGE_PARSER_DEFAULTS") == "types"
+    ):  # {flag: int | float | flag | str} as the parser declares it
         kinds = {}
         for action in ns["parser"]._actions:
             for opt in action.option_strings:
@@ -214,13 +246,17 @@ def _print_parser_flags() -> None:
                     kinds[opt[2:]] = "flag" if flag else {int: "int", float: "float"}.get(action.type, "str")
         print(json.dumps(kinds, sort_keys=True))
         return
-    if os.environ.get("RLBRIDGE_PARSER_DEFAULTS"):  # {flag: default} of every option, as train_ppo_ray's parser declares it
+    if os.environ.get(
+        "RLBRIDGE_PARSER_DEFAULTS"
+    ):  # {flag: default} of every option, as train_ppo_ray's parser declares it
         defaults = {}
         for action in ns["parser"]._actions:
             for opt in action.option_strings:
                 if opt.startswith("--") and opt != "--help" and action.default is not argparse.SUPPRESS:
                     value = action.default
-                    defaults[opt[2:]] = value if isinstance(value, (int, float, str, bool, list, type(None))) else str(value)
+                    defaults[opt[2:]] = (
+                        value if isinstance(value, (int, float, str, bool, list, type(None))) else str(value)
+                    )
         print(json.dumps(defaults, sort_keys=True))
         return
     print(json.dumps(names))
@@ -249,28 +285,47 @@ class OpenRLHFRecipeImporter:
             # the scripts train --train.max_epochs passes (default 1) over --data.max_samples rows, never a step count
             recipe.extras["base"] = {"training": {"steps": None, "epochs": 1}}
             if v < DOTTED_SINCE:
-                raise ConfigError(f"{name}: rlbridge drives OpenRLHF's {stage} script from {DOTTED_SINCE} (its dotted flags); "
-                                  "pass --engine-version 0.11.2 for a recipe in that spelling")
+                raise ConfigError(
+                    f"{name}: rlbridge drives OpenRLHF's {stage} script from {DOTTED_SINCE} (its dotted flags); "
+                    "pass --engine-version 0.11.2 for a recipe in that spelling"
+                )
         known = None if stage else parser_flags(version)
         if known is None and not stage:
-            recipe.notes.append((None, f"flags checked for their spelling only: no OpenRLHF {version} environment here "
-                                       f"(`rlbridge env create openrlhf=={version}` checks them with its own parser)"))
+            recipe.notes.append(
+                (
+                    None,
+                    f"flags checked for their spelling only: no OpenRLHF {version} environment here "
+                    f"(`rlbridge env create openrlhf=={version}` checks them with its own parser)",
+                )
+            )
         kinds = {} if stage else parser_types(version)
         for key, value, line, text, spelling in read_flags(cmd.args, v):
             written = spelling or key
             if v >= DOTTED_SINCE and "." not in written:
-                hint = f"; OpenRLHF {version} calls it --{DOTTED[written]}" if written in DOTTED else " (flags are dotted since 0.10.2)"
-                raise ConfigError(f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written}{hint}; "
-                                  "or pass --engine-version for the OpenRLHF version the recipe was written for")
+                hint = (
+                    f"; OpenRLHF {version} calls it --{DOTTED[written]}"
+                    if written in DOTTED
+                    else " (flags are dotted since 0.10.2)"
+                )
+                raise ConfigError(
+                    f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written}{hint}; "
+                    "or pass --engine-version for the OpenRLHF version the recipe was written for"
+                )
             if v < DOTTED_SINCE and "." in written:
                 hint = f"; OpenRLHF {version} calls it --{FLAT[written]}" if written in FLAT else ""
-                raise ConfigError(f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written} (dotted flags start with 0.10.2){hint}; "
-                                  "pass --engine-version for the OpenRLHF version the recipe was written for")
+                raise ConfigError(
+                    f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written} (dotted flags start with 0.10.2){hint}; "
+                    "pass --engine-version for the OpenRLHF version the recipe was written for"
+                )
             if known is not None and written not in known:
-                raise ConfigError(f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written}{did_you_mean(written, known)}")
+                raise ConfigError(
+                    f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written}{did_you_mean(written, known)}"
+                )
             _check_type(recipe, line, written, value, kinds.get(written))
             recipe.settings.append(Setting(key, value, line, text, spelling))
-        self.asynchronous = not stage and any(s.key == "train.async_enable" and s.value is True for s in recipe.settings)
+        self.asynchronous = not stage and any(
+            s.key == "train.async_enable" and s.value is True for s in recipe.settings
+        )
         if self.asynchronous and v >= Version("0.10.2"):
             recipe.extras["base"] = async_start(recipe)
         return recipe
@@ -298,13 +353,22 @@ class OpenRLHFRecipeImporter:
                 if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
                     return kind, reason
         if self.asynchronous and key == "train.colocate_all" and setting.value is True:
-            return "owned", ("with --train.async_enable OpenRLHF colocates only its DeepSpeed models (train_ppo_ray: 'Using "
-                             "--colocate_all_models in async RLHF only colocates DeepSpeed models'), and rlbridge places the "
-                             "reference with the actor itself; the vLLM engines get devices of their own (placement.policy: split)")
+            return "owned", (
+                "with --train.async_enable OpenRLHF colocates only its DeepSpeed models (train_ppo_ray: 'Using "
+                "--colocate_all_models in async RLHF only colocates DeepSpeed models'), and rlbridge places the "
+                "reference with the actor itself; the vLLM engines get devices of their own (placement.policy: split)"
+            )
         if isinstance(setting.value, str) and "<run_dir>" in setting.value:
             return "owned", "a path inside rlbridge's run directory"
-        if key in ("data.prompt_dataset", "eval.dataset") and isinstance(setting.value, str) and not looks_local(setting.value):
-            return "action", "a hub dataset: rlbridge reads local data (jsonl, parquet, save_to_disk); download it and set data.train"
+        if (
+            key in ("data.prompt_dataset", "eval.dataset")
+            and isinstance(setting.value, str)
+            and not looks_local(setting.value)
+        ):
+            return (
+                "action",
+                "a hub dataset: rlbridge reads local data (jsonl, parquet, save_to_disk); download it and set data.train",
+            )
         if key in ("data.prompt_dataset", "eval.dataset") and isinstance(setting.value, str) and "," in setting.value:
             return "action", "several datasets: point data.train at one file"
         return None
@@ -336,15 +400,23 @@ class OpenRLHFRecipeImporter:
         """train_ppo_ray's own argparse defaults for this version (flags spelled as the recipe's keys): what
         a recipe that leaves a flag unset runs with (e.g. --rollout.n_samples_per_prompt 1, KL k1 in the reward)."""
         if recipe.extras.get("stage"):
-            note = (None, f"flags the recipe leaves unset: the {recipe.extras['stage']} script's own defaults are not read here; "
-                          "they take rlbridge's")
+            note = (
+                None,
+                f"flags the recipe leaves unset: the {recipe.extras['stage']} script's own defaults are not read here; "
+                "they take rlbridge's",
+            )
             if note not in recipe.notes:
                 recipe.notes.append(note)
             return {}
         found = parser_defaults(recipe.version)
         if found is None:
-            recipe.notes.append((None, f"OpenRLHF {recipe.version}'s defaults are unknown here (no environment, no vendored copy): "
-                                       "flags the recipe leaves unset take rlbridge's defaults"))
+            recipe.notes.append(
+                (
+                    None,
+                    f"OpenRLHF {recipe.version}'s defaults are unknown here (no environment, no vendored copy): "
+                    "flags the recipe leaves unset take rlbridge's defaults",
+                )
+            )
             return {}
         v = Version(recipe.version)
         return {(DOTTED.get(k, k) if v < DOTTED_SINCE else k): value for k, value in found.items()}
@@ -363,7 +435,11 @@ def async_start(recipe: Recipe) -> dict[str, Any]:
         return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else fallback
 
     rollout_gpus = value("vllm.num_engines", 1) * value("vllm.tensor_parallel_size", 1)
-    return {"rollout": {"max_staleness": value("train.async_queue_size", 1),
-                        "partial_rollouts": by_key.get("train.partial_rollout_enable") is True},
-            "placement": {"policy": "split", "args": {"rollout_gpus": rollout_gpus}},
-            "resources": {"gpus_per_node": value("actor.num_gpus_per_node", 1) + rollout_gpus}}
+    return {
+        "rollout": {
+            "max_staleness": value("train.async_queue_size", 1),
+            "partial_rollouts": by_key.get("train.partial_rollout_enable") is True,
+        },
+        "placement": {"policy": "split", "args": {"rollout_gpus": rollout_gpus}},
+        "resources": {"gpus_per_node": value("actor.num_gpus_per_node", 1) + rollout_gpus},
+    }

@@ -68,8 +68,9 @@ class ThreadPluginScorer(RewardScorer):
     def __init__(self, spec: dict[str, Any], settings: dict[str, Any], plugin_of_thread, fault_log: str | None) -> None:
         from rlbridge.engine.events import write_event
 
-        super().__init__([{**spec, "inline": True}], {**settings, "mode": "inline"}, fault_log=fault_log,
-                         on_fault=write_event)
+        super().__init__(
+            [{**spec, "inline": True}], {**settings, "mode": "inline"}, fault_log=fault_log, on_fault=write_event
+        )
         self._plugin_of_thread = plugin_of_thread
 
     def _inline_fn(self, name: str):
@@ -90,8 +91,17 @@ class SpawnedReward:
     samples by position, whatever order the chunks finish in. A chunk whose plugin raises or returns garbage
     faults only its own samples (ThreadPluginScorer: rollout_workers.on_error, as on the synchronous path)."""
 
-    def __init__(self, spec: dict[str, Any], index: int, answer_key: str, tokenizer_dir: str, concurrency: int = 1,
-                 batch_size: int = 32, workers: dict[str, Any] | None = None, fault_log: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        index: int,
+        answer_key: str,
+        tokenizer_dir: str,
+        concurrency: int = 1,
+        batch_size: int = 32,
+        workers: dict[str, Any] | None = None,
+        fault_log: str | None = None,
+    ) -> None:
         self.spec = spec
         self.index = index
         self.answer_key = answer_key
@@ -142,17 +152,27 @@ class SpawnedReward:
                 from transformers import PreTrainedTokenizerFast
 
                 self._tok = PreTrainedTokenizerFast.from_pretrained(self.tokenizer_dir)
-                self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"rlbridge-{self.__name__}")
-                self._scorer = ThreadPluginScorer(self.spec, {**self.workers, "batch_size": self.batch_size}, self._plugin,
-                                                  self.fault_log)
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.concurrency, thread_name_prefix=f"rlbridge-{self.__name__}"
+                )
+                self._scorer = ThreadPluginScorer(
+                    self.spec, {**self.workers, "batch_size": self.batch_size}, self._plugin, self.fault_log
+                )
             texts = [self._tok.decode(list(ids), skip_special_tokens=True) for ids in completion_ids]
         inputs = []
         for i, ids in enumerate(completion_ids):
             prompt = prompts[i][-1]["content"] if isinstance(prompts[i], list) else prompts[i]
             metadata = {k: v[i] for k, v in columns.items() if isinstance(v, list) and len(v) == len(completion_ids)}
-            inputs.append(RewardInput(prompt=prompt, completion=texts[i], completion_ids=list(ids),
-                                      answer=metadata.get(self.answer_key), metadata=metadata))
-        chunks = [inputs[lo:lo + self.batch_size] for lo in range(0, len(inputs), self.batch_size)]
+            inputs.append(
+                RewardInput(
+                    prompt=prompt,
+                    completion=texts[i],
+                    completion_ids=list(ids),
+                    answer=metadata.get(self.answer_key),
+                    metadata=metadata,
+                )
+            )
+        chunks = [inputs[lo : lo + self.batch_size] for lo in range(0, len(inputs), self.batch_size)]
         futures = [self._pool.submit(self._score_chunk, chunk) for chunk in chunks]
         scores = [s for future in futures for s in future.result()]  # in the samples' order
         weight = float(self.spec.get("weight", 1.0))
@@ -167,10 +187,12 @@ def _devices(native: dict[str, Any]) -> tuple[list[int], list[int]]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [int(d) for d in visible.split(",") if d.strip().isdigit()] if visible else list(range(wanted))
     actor = ids[: layout["actor"]]
-    rollout = actor if layout["shared"] else ids[layout["actor"]: wanted]
+    rollout = actor if layout["shared"] else ids[layout["actor"] : wanted]
     if len(actor) != layout["actor"] or len(rollout) != layout["rollout"]:
-        raise RuntimeError(f"placement: {layout['actor']} training and {layout['rollout']} rollout device(s) asked, "
-                           f"{len(ids)} visible ({ids})")
+        raise RuntimeError(
+            f"placement: {layout['actor']} training and {layout['rollout']} rollout device(s) asked, "
+            f"{len(ids)} visible ({ids})"
+        )
     return actor, rollout
 
 
@@ -180,10 +202,19 @@ def write_placement(run_dir: Path, trainer_devices: list[int], server) -> None:
     node = {"node_id": "local", "alive": True}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     trainer_gpus = [int(d) for d in visible.split(",") if d.strip().isdigit()] or trainer_devices
-    placed = {"nodes": [node], "actors": [
-        {"class_name": "AsyncGRPOTrainer", "node_id": "local", "state": "ALIVE", "pid": os.getpid(), "gpus": trainer_gpus},
-        {"class_name": "vllm serve", "node_id": "local", "state": "ALIVE", **server.placement()},
-    ]}
+    placed = {
+        "nodes": [node],
+        "actors": [
+            {
+                "class_name": "AsyncGRPOTrainer",
+                "node_id": "local",
+                "state": "ALIVE",
+                "pid": os.getpid(),
+                "gpus": trainer_gpus,
+            },
+            {"class_name": "vllm serve", "node_id": "local", "state": "ALIVE", **server.placement()},
+        ],
+    }
     (run_dir / "placement.json").write_text(json.dumps(placed, indent=1))
 
 
@@ -201,8 +232,10 @@ def run_async(plan, ctx) -> None:
     if importlib.util.find_spec("vllm") is None:
         from rlbridge.errors import ConfigError
 
-        raise ConfigError("rollout.max_staleness: TRL's AsyncGRPOTrainer generates through a vLLM server, and this engine "
-                          "environment has no vLLM: set engine_version: 1.16.0-vllm (rlbridge env create trl==1.16.0-vllm)")
+        raise ConfigError(
+            "rollout.max_staleness: TRL's AsyncGRPOTrainer generates through a vLLM server, and this engine "
+            "environment has no vLLM: set engine_version: 1.16.0-vllm (rlbridge env create trl==1.16.0-vllm)"
+        )
     os.environ.update(native["env"])
     check_drift(PATCHES, native, str(ctx.run_dir / "patches_drift.json"))
     (ctx.run_dir / "patches.json").write_text(json.dumps(apply_patches(PATCHES, native), indent=2))
@@ -218,31 +251,54 @@ def run_async(plan, ctx) -> None:
         tok.chat_template = PASSTHROUGH_TEMPLATE
     if getattr(tok, "response_template", None) is None and getattr(tok, "response_schema", None) is None:
         # no tools here: a completion is its text up to the end-of-sequence token
-        tok.response_template = {"defaults": {"role": "assistant"},
-                                 "fields": {"content": {"close_pattern": re.escape(tok.eos_token) + r"\s*", "content": "text"}}}
+        tok.response_template = {
+            "defaults": {"role": "assistant"},
+            "fields": {"content": {"close_pattern": re.escape(tok.eos_token) + r"\s*", "content": "text"}},
+        }
     data = {**native["data"], "use_chat_template": True}  # TRL's rollout worker renders conversations only
-    train_ds = build_dataset(load_rows(config.data.train, config, "data.train", ctx.plugins), {**native, "data": data}, tok,
-                             "data.train")
+    train_ds = build_dataset(
+        load_rows(config.data.train, config, "data.train", ctx.plugins), {**native, "data": data}, tok, "data.train"
+    )
     if native["shuffle"]:  # AsyncGRPOTrainer reads its dataset in order (data.shuffle is approximated: once)
         train_ds = train_ds.shuffle(seed=int(native["args"]["seed"]))
     tok_dir = str(ctx.run_dir / "tokenizer")
     tok.save_pretrained(tok_dir)  # what the spawned reward functions decode with
     scoring = native.get("scoring") or {}
-    rewards = [SpawnedReward(spec, i, native["data"]["answer_key"], tok_dir, concurrency=scoring.get("concurrency", 1),
-                             batch_size=scoring.get("batch_size", 32), workers=scoring.get("workers"),
-                             fault_log=str(ctx.run_dir / "reward_faults.jsonl"))
-               for i, spec in enumerate(native["rewards"])]
+    rewards = [
+        SpawnedReward(
+            spec,
+            i,
+            native["data"]["answer_key"],
+            tok_dir,
+            concurrency=scoring.get("concurrency", 1),
+            batch_size=scoring.get("batch_size", 32),
+            workers=scoring.get("workers"),
+            fault_log=str(ctx.run_dir / "reward_faults.jsonl"),
+        )
+        for i, spec in enumerate(native["rewards"])
+    ]
 
     server_opts = native["server"]
-    server = VLLMServer(model_path, rollout_devices, ctx.run_dir / "vllm_server.log", dtype=native["model"]["dtype"],
-                        max_model_len=server_opts["max_model_len"], seed=int(native["args"]["seed"]),
-                        max_num_seqs=server_opts["max_num_seqs"], gpu_memory_utilization=server_opts["gpu_memory_utilization"],
-                        on_cpu=on_cpu, threads=native["torch_threads"])
+    server = VLLMServer(
+        model_path,
+        rollout_devices,
+        ctx.run_dir / "vllm_server.log",
+        dtype=native["model"]["dtype"],
+        max_model_len=server_opts["max_model_len"],
+        seed=int(native["args"]["seed"]),
+        max_num_seqs=server_opts["max_num_seqs"],
+        gpu_memory_utilization=server_opts["gpu_memory_utilization"],
+        on_cpu=on_cpu,
+        threads=native["torch_threads"],
+    )
     transfer = None
     try:
         started = server.wait_ready(server_opts["start_timeout_s"])
-        print(f"rlbridge: vLLM server for TRL's async trainer up at {server.url} in {started:.0f} s "
-              f"(devices {rollout_devices}, log {server.log_path})", flush=True)
+        print(
+            f"rlbridge: vLLM server for TRL's async trainer up at {server.url} in {started:.0f} s "
+            f"(devices {rollout_devices}, log {server.log_path})",
+            flush=True,
+        )
         write_placement(ctx.run_dir, trainer_devices, server)
         native["args"]["vllm_server_base_url"] = server.url
         transfer = SharedMemoryWeightTransfer(server.url, pause_mode=native["pause_mode"])
@@ -250,8 +306,15 @@ def run_async(plan, ctx) -> None:
         from trl.experimental.async_grpo import AsyncGRPOTrainer
 
         callback = AsyncMetrics(ctx, native["updates_per_step"], transfer)
-        trainer = AsyncGRPOTrainer(model=model_path, reward_funcs=rewards, args=args, train_dataset=train_ds,
-                                   processing_class=tok, callbacks=[callback], weight_transfer=transfer)
+        trainer = AsyncGRPOTrainer(
+            model=model_path,
+            reward_funcs=rewards,
+            args=args,
+            train_dataset=train_ds,
+            processing_class=tok,
+            callbacks=[callback],
+            weight_transfer=transfer,
+        )
         trainer.remove_callback(PrinterCallback)
         try:
             trainer.train()

@@ -47,12 +47,18 @@ GRPO_ONLY: dict[str, tuple[Any, str]] = {
     "beta": (0.0, "algorithm.kl_coef: AsyncGRPOTrainer has no reference model (no KL term); use kl_coef 0"),
     "num_iterations": (1, "algorithm.epochs_per_rollout: AsyncGRPOTrainer trains each sample once; use 1"),
     "loss_type": ("dapo", "algorithm.loss_aggregation: AsyncGRPOTrainer's loss is the token mean (token_mean)"),
-    "scale_rewards": ("group", "algorithm.advantage_normalization: AsyncGRPOTrainer normalises within each group "
-                      "((r - mean) / std); use group"),
+    "scale_rewards": (
+        "group",
+        "algorithm.advantage_normalization: AsyncGRPOTrainer normalises within each group "
+        "((r - mean) / std); use group",
+    ),
     "entropy_coef": (0.0, "algorithm.entropy_coef: AsyncGRPOTrainer has no entropy bonus; use 0"),
     # set (False) whenever rollout.engine is vllm; a correction on is refused with rollout_correction
-    "vllm_importance_sampling_correction": (False, "algorithm.rollout_correction: AsyncGRPOTrainer's ratio is against "
-                                           "vLLM's sampling log-probabilities already; use rollout_correction: none"),
+    "vllm_importance_sampling_correction": (
+        False,
+        "algorithm.rollout_correction: AsyncGRPOTrainer's ratio is against "
+        "vLLM's sampling log-probabilities already; use rollout_correction: none",
+    ),
     "generation_batch_size": (None, ""),  # a step is per_device_train_batch_size x gradient_accumulation_steps samples
     "reward_weights": (None, ""),  # applied by rlbridge's reward functions (AsyncGRPOTrainer sums with weight 1)
     "shuffle_dataset": (None, ""),  # rlbridge shuffles the rows (launch.shuffle)
@@ -85,13 +91,17 @@ def _check_staleness(config: RunConfig) -> str | None:
 
     version = str(TRLBackend.target_version(config))
     if not any(version == v or version.startswith(v + ".") for v in VERIFIED):
-        return (f"rlbridge drives TRL's AsyncGRPOTrainer as read in TRL {', '.join(VERIFIED)} (TRL renamed its config "
-                f"fields in 1.18); TRL {version} is not verified: use engine_version 1.16.0")
+        return (
+            f"rlbridge drives TRL's AsyncGRPOTrainer as read in TRL {', '.join(VERIFIED)} (TRL renamed its config "
+            f"fields in 1.18); TRL {version} is not verified: use engine_version 1.16.0"
+        )
     if config.placement.policy not in ("split", "colocate"):
         return f"TRL's AsyncGRPOTrainer runs with placement.policy split or colocate (got {config.placement.policy})"
     if rollout_layout(config)["actor"] != 1:
-        return ("the TRL adapter runs one training process (multi-GPU AsyncGRPOTrainer needs `accelerate launch`); "
-                "give training one device: resources.gpus_per_node = rollout_gpus + 1 (or 0 on CPU)")
+        return (
+            "the TRL adapter runs one training process (multi-GPU AsyncGRPOTrainer needs `accelerate launch`); "
+            "give training one device: resources.gpus_per_node = rollout_gpus + 1 (or 0 on CPU)"
+        )
     if config.rollout.engine == "hf":
         return "AsyncGRPOTrainer generates with vLLM only; set rollout.engine: vllm (or auto)"
     if config.algorithm.name != "grpo":
@@ -99,17 +109,23 @@ def _check_staleness(config: RunConfig) -> str | None:
     if config.environment is not None:
         return "rlbridge drives environments through GRPOTrainer's rollout_func, which AsyncGRPOTrainer has not; remove environment"
     if config.model.lora is not None:
-        return ("AsyncGRPOTrainer syncs a LoRA adapter by file to a server started with --enable-lora, which rlbridge "
-                "does not start; remove model.lora")
+        return (
+            "AsyncGRPOTrainer syncs a LoRA adapter by file to a server started with --enable-lora, which rlbridge "
+            "does not start; remove model.lora"
+        )
     if config.data.eval is not None:
         return "AsyncGRPOTrainer has no evaluation loop; remove data.eval"
     if config.algorithm.rollout_correction != "none":
-        return ("AsyncGRPOTrainer's clipped ratio is taken against vLLM's own sampling log-probabilities, which already "
-                "corrects the off-policy gap; it has no separate importance-sampling correction: use rollout_correction: none")
+        return (
+            "AsyncGRPOTrainer's clipped ratio is taken against vLLM's own sampling log-probabilities, which already "
+            "corrects the off-policy gap; it has no separate importance-sampling correction: use rollout_correction: none"
+        )
     if config.training.steps is None:
         return "AsyncGRPOTrainer streams samples without epochs here; set training.steps"
     if config.checkpoint.resume:
-        return "resuming AsyncGRPOTrainer (its rollout_state.json) is not verified by rlbridge; remove checkpoint.resume"
+        return (
+            "resuming AsyncGRPOTrainer (its rollout_state.json) is not verified by rlbridge; remove checkpoint.resume"
+        )
     if config.training.deterministic:
         return "AsyncGRPOTrainer's rollout order depends on the timing of its concurrent requests; remove training.deterministic"
     if any(spec.model for spec in config.reward):
@@ -122,9 +138,13 @@ def _check_staleness(config: RunConfig) -> str | None:
 
 def _sync_value(config: RunConfig, key: str) -> Any:
     algo = config.algorithm
-    return {"beta": algo.kl_coef, "num_iterations": algo.epochs_per_rollout, "entropy_coef": algo.entropy_coef,
-            "loss_type": {"token_mean": "dapo"}.get(algo.loss_aggregation, algo.loss_aggregation),
-            "scale_rewards": algo.effective_advantage_normalization}.get(key)
+    return {
+        "beta": algo.kl_coef,
+        "num_iterations": algo.epochs_per_rollout,
+        "entropy_coef": algo.entropy_coef,
+        "loss_type": {"token_mean": "dapo"}.get(algo.loss_aggregation, algo.loss_aggregation),
+        "scale_rewards": algo.effective_advantage_normalization,
+    }.get(key)
 
 
 def _check_partial(config: RunConfig) -> str | None:
@@ -133,16 +153,23 @@ def _check_partial(config: RunConfig) -> str | None:
 
 def capabilities() -> list[Capability]:
     return [
-        honoured("rollout.partial_rollouts", "launch.pause_mode", _check_partial,
-                 note="the vLLM server's pause mode at a weight sync: keep (in-flight requests continue with the new "
-                      "weights) or wait (the sync waits until they finish)"),
+        honoured(
+            "rollout.partial_rollouts",
+            "launch.pause_mode",
+            _check_partial,
+            note="the vLLM server's pause mode at a weight sync: keep (in-flight requests continue with the new "
+            "weights) or wait (the sync waits until they finish)",
+        ),
         honoured("rollout.weight_sync_interval", "weight_sync_steps"),
-        honoured("rollout.max_staleness", ("launch.trainer", "max_staleness", "max_inflight_tasks", "queue_maxsize"),
-                 _check_staleness,
-                 note="k >= 1: AsyncGRPOTrainer(max_staleness=k) against a vLLM server rlbridge starts on the rollout "
-                      "devices (split) or the training device (colocate); samples more than k policy versions old are "
-                      "dropped, and generation runs at most k policy versions' samples ahead of the trainer "
-                      "(max_inflight_tasks + queue_maxsize + the rollout worker's score queue: rollout_bounds)"),
+        honoured(
+            "rollout.max_staleness",
+            ("launch.trainer", "max_staleness", "max_inflight_tasks", "queue_maxsize"),
+            _check_staleness,
+            note="k >= 1: AsyncGRPOTrainer(max_staleness=k) against a vLLM server rlbridge starts on the rollout "
+            "devices (split) or the training device (colocate); samples more than k policy versions old are "
+            "dropped, and generation runs at most k policy versions' samples ahead of the trainer "
+            "(max_inflight_tasks + queue_maxsize + the rollout worker's score queue: rollout_bounds)",
+        ),
     ]
 
 
@@ -155,9 +182,11 @@ def check_placement(config: RunConfig) -> str | None:
     if config.placement.policy == "split":
         # TRL's own split is GRPOTrainer's vllm_mode="server", whose weight sync (VLLMClient.init_communicator) is
         # vLLM's NCCL transfer engine: it raises off CUDA, and rlbridge's server is built for the async trainer
-        return ("TRL's split placement is its asynchronous trainer against a vLLM server rlbridge starts: set "
-                "rollout.max_staleness >= 1 (AsyncGRPOTrainer); GRPOTrainer's own vllm_mode: server syncs weights over "
-                "NCCL (CUDA only). Or use placement.policy: colocate")
+        return (
+            "TRL's split placement is its asynchronous trainer against a vLLM server rlbridge starts: set "
+            "rollout.max_staleness >= 1 (AsyncGRPOTrainer); GRPOTrainer's own vllm_mode: server syncs weights over "
+            "NCCL (CUDA only). Or use placement.policy: colocate"
+        )
     return f"TRL places its roles with colocate or split only (got {config.placement.policy})"
 
 
@@ -170,13 +199,16 @@ def translate(config: RunConfig, sync_native: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"rollout.max_staleness: {why}")  # the capability check says it first
     leftover = sorted(k for k in args if k.startswith("vllm_") or k in _OTHER_GRPO_ONLY)
     if leftover:
-        raise ConfigError(f"rollout.max_staleness: AsyncGRPOConfig has no {', '.join(leftover)}, which this plan sets; "
-                          "remove the knob or backend_options that set it (rlbridge plan --explain names it)")
+        raise ConfigError(
+            f"rollout.max_staleness: AsyncGRPOConfig has no {', '.join(leftover)}, which this plan sets; "
+            "remove the knob or backend_options that set it (rlbridge plan --explain names it)"
+        )
     ro = config.rollout
     workers = config.rollout_workers
     concurrency = workers.max_concurrency or workers.num_workers
-    samples_per_version = int(args["per_device_train_batch_size"]) * int(args["gradient_accumulation_steps"]) \
-        * ro.weight_sync_interval  # one optimizer step's samples (one process), times the steps between syncs
+    samples_per_version = (
+        int(args["per_device_train_batch_size"]) * int(args["gradient_accumulation_steps"]) * ro.weight_sync_interval
+    )  # one optimizer step's samples (one process), times the steps between syncs
     bounds = rollout_bounds(ro.max_staleness, samples_per_version, config.algorithm.group_size, concurrency)
     args.update(
         max_staleness=ro.max_staleness,
@@ -208,12 +240,22 @@ def translate(config: RunConfig, sync_native: dict[str, Any]) -> dict[str, Any]:
             "start_timeout_s": 600.0,
         },
         # each reward's calls in TRL's rollout process (async_run.SpawnedReward)
-        "scoring": {"concurrency": concurrency, "batch_size": workers.batch_size,
-                    "workers": {"on_error": workers.on_error, "error_threshold": workers.error_threshold}},
-        "env": {**sync_native["env"], "TRL_EXPERIMENTAL_SILENCE": "1",
-                SCORING_ENV: json.dumps({"score_groups": bounds["score_groups"],
-                                         "score_queue_groups": bounds["score_queue_groups"],
-                                         "threads": bounds["score_groups"] * max(len(config.reward), 1)})},
+        "scoring": {
+            "concurrency": concurrency,
+            "batch_size": workers.batch_size,
+            "workers": {"on_error": workers.on_error, "error_threshold": workers.error_threshold},
+        },
+        "env": {
+            **sync_native["env"],
+            "TRL_EXPERIMENTAL_SILENCE": "1",
+            SCORING_ENV: json.dumps(
+                {
+                    "score_groups": bounds["score_groups"],
+                    "score_queue_groups": bounds["score_queue_groups"],
+                    "threads": bounds["score_groups"] * max(len(config.reward), 1),
+                }
+            ),
+        },
     }
 
 
@@ -229,12 +271,30 @@ def rollout_bounds(max_staleness: int, samples_per_version: int, group_size: int
     rest = groups - score_groups - 1
     queued = max(1, rest // 2)
     inflight = max(1, rest - queued)
-    return {"max_inflight_tasks": inflight * group_size, "queue_maxsize": queued * group_size,
-            "score_groups": score_groups, "score_queue_groups": 1}
+    return {
+        "max_inflight_tasks": inflight * group_size,
+        "queue_maxsize": queued * group_size,
+        "score_groups": score_groups,
+        "score_queue_groups": 1,
+    }
 
 
 # GRPOConfig-only fields the synchronous plan may set through other knobs (adapters/trl/knobs.py)
-_OTHER_GRPO_ONLY = {"mask_truncated_completions", "generation_kwargs", "importance_sampling_level", "top_entropy_quantile",
-                    "cast_lm_head_to_fp32", "disable_dropout", "pad_to_multiple_of", "multi_objective_aggregation",
-                    "num_generations_eval", "steps_per_generation", "sync_ref_model", "ref_model_sync_steps",
-                    "ref_model_mixup_alpha", "delta", "epsilon_high_delta", "off_policy_mask_threshold"}
+_OTHER_GRPO_ONLY = {
+    "mask_truncated_completions",
+    "generation_kwargs",
+    "importance_sampling_level",
+    "top_entropy_quantile",
+    "cast_lm_head_to_fp32",
+    "disable_dropout",
+    "pad_to_multiple_of",
+    "multi_objective_aggregation",
+    "num_generations_eval",
+    "steps_per_generation",
+    "sync_ref_model",
+    "ref_model_sync_steps",
+    "ref_model_mixup_alpha",
+    "delta",
+    "epsilon_high_delta",
+    "off_policy_mask_threshold",
+}

@@ -11,7 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from rlbridge.contract.backend import (
-    Backend, Capability, flatten, gpus_per_node, launch_settings, resolved_dtype,
+    Backend,
+    Capability,
+    flatten,
+    gpus_per_node,
+    launch_settings,
+    resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
@@ -55,9 +60,13 @@ class TRLBackend(Backend):
     supported_versions = SUPPORTED_VERSIONS
     default_version = DEFAULT_VERSION
     native_arm = "rlbridge_adapters.trl.native"  # the bench's arm of kind native
-    native_key_spelling = "`GRPOConfig`/`RLOOConfig` fields (the offline stages': `SFTConfig`, `DPOConfig`, `RewardConfig`)"
-    description = ("Hugging Face TRL: GRPOTrainer (grpo, dr_grpo) and RLOOTrainer (rloo), HF generate or colocated vLLM; "
-                   "SFTTrainer, DPOTrainer and RewardTrainer (sft, dpo, reward_model)")
+    native_key_spelling = (
+        "`GRPOConfig`/`RLOOConfig` fields (the offline stages': `SFTConfig`, `DPOConfig`, `RewardConfig`)"
+    )
+    description = (
+        "Hugging Face TRL: GRPOTrainer (grpo, dr_grpo) and RLOOTrainer (rloo), HF generate or colocated vLLM; "
+        "SFTTrainer, DPOTrainer and RewardTrainer (sft, dpo, reward_model)"
+    )
     # the TRL+vLLM cell's end-to-end runs: vLLM colocated, and the async loop with its own vLLM server
     test_kinds = {"e2e-cpu-vllm": ["tests/test_trl_vllm.py", "tests/engines/test_trl_async_in_env.py", "-m", "engine"]}
     partial_weight_sync = True  # TRL's vLLM weight generator is the seam (patch.py); colocated vLLM keeps its weights
@@ -100,7 +109,9 @@ class TRLBackend(Backend):
             "num_train_epochs": tr.epochs or 1,
             "learning_rate": tr.lr,
             # transformers' "constant" ignores warmup_steps (get_constant_schedule); verl's and OpenRLHF's warm up
-            "lr_scheduler_type": "constant_with_warmup" if tr.lr_schedule == "constant" and tr.warmup_steps else tr.lr_schedule,
+            "lr_scheduler_type": "constant_with_warmup"
+            if tr.lr_schedule == "constant" and tr.warmup_steps
+            else tr.lr_schedule,
             "warmup_steps": tr.warmup_steps * per_step,
             "weight_decay": tr.weight_decay,
             "per_device_train_batch_size": micro,
@@ -152,7 +163,9 @@ class TRLBackend(Backend):
                 vllm_enable_sleep_mode=False,
             )
         lora = knobs.translate(config, args, trainer)
-        passthrough = dict(config.backend_options.get("trl", {}))  # refused where a knob owns it (Backend.check_backend_options)
+        passthrough = dict(
+            config.backend_options.get("trl", {})
+        )  # refused where a knob owns it (Backend.check_backend_options)
         args.update(passthrough)
         env = {"TOKENIZERS_PARALLELISM": "false"}
         if ro.engine == "vllm" and gpus == 0:

@@ -24,7 +24,8 @@ EFFECTS = {
     "algorithm.kl_estimator": REFUSED,  # k3 in GRPOTrainer's loss, fixed
     "algorithm.entropy_coef": {"entropy_coef": 0.01},
     "algorithm.rollout_correction": KnobEffect(
-        {"vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "token_truncate"}, context=VLLM),
+        {"vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "token_truncate"}, context=VLLM
+    ),
     "algorithm.rollout_correction_threshold": KnobEffect({"vllm_importance_sampling_clip_max": 4.0}, context=VLLM),
     "model.path": {"launch.model.path": "org/model"},
     "model.dtype": {"model_init_kwargs.dtype": "float16"},
@@ -55,7 +56,10 @@ EFFECTS = {
     "training.epochs": {"num_train_epochs": 2, "max_steps": -1},
     "training.lr": {"learning_rate": 0.001},
     "training.lr_schedule": {"lr_scheduler_type": "cosine"},
-    "training.warmup_steps": {"warmup_steps": 3, "lr_scheduler_type": "constant_with_warmup"},  # transformers' "constant" has no warmup
+    "training.warmup_steps": {
+        "warmup_steps": 3,
+        "lr_scheduler_type": "constant_with_warmup",
+    },  # transformers' "constant" has no warmup
     "training.weight_decay": {"weight_decay": 0.01},
     "training.batch_size": {"generation_batch_size": 32},
     "training.mini_batch_size": {"per_device_train_batch_size": 16, "max_steps": 150 * 4},
@@ -77,7 +81,10 @@ EFFECTS = {
     "offline.max_length": KnobEffect({"max_length": 256}, context=SFT_STAGE),
     "offline.completion_only_loss": KnobEffect({"completion_only_loss": False}, context=SFT_STAGE),
     # bfd packing is padding-free, which needs flash attention (a GPU)
-    "offline.packing": KnobEffect({"packing": True, "packing_strategy": "bfd"}, context=(*SFT_STAGE, "resources.gpus_per_node=1", "model.dtype=float32")),
+    "offline.packing": KnobEffect(
+        {"packing": True, "packing_strategy": "bfd"},
+        context=(*SFT_STAGE, "resources.gpus_per_node=1", "model.dtype=float32"),
+    ),
     "offline.dpo_loss": KnobEffect({"loss_type": ["ipo"]}, context=DPO_STAGE),
     "offline.dpo_beta": KnobEffect({"beta": 0.5}, context=DPO_STAGE),
     "offline.reference_model": KnobEffect({"launch.reference_model": "org/reference"}, context=DPO_STAGE),

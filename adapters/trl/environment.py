@@ -81,7 +81,11 @@ class EnvironmentRollout:
         active = list(range(n))
         # one completion per prompt given: TRL >= 1.16 takes num_generations; before, the colocated and
         # HF paths always give one per prompt (server mode, which deduplicates, is refused by the TRL adapter)
-        one_each = {"num_generations": 1} if "num_generations" in inspect.signature(trainer._generate_single_turn).parameters else {}
+        one_each = (
+            {"num_generations": 1}
+            if "num_generations" in inspect.signature(trainer._generate_single_turn).parameters
+            else {}
+        )
         while active:
             new_ids, new_logprobs = trainer._generate_single_turn(
                 [prompt_ids[i] + completion[i] for i in active], None, {}, **one_each
@@ -138,8 +142,13 @@ class EnvironmentRollout:
     def _prompt_ids(self, prompts: list, trainer) -> list[list[int]]:
         if self.schemas and prompts and isinstance(prompts[0], list):
             return trainer.processing_class.apply_chat_template(
-                conversation=prompts, tools=self.schemas, add_generation_prompt=True, tokenize=True, return_dict=True,
-                chat_template=getattr(trainer, "chat_template", None), **(getattr(trainer, "chat_template_kwargs", None) or {}),
+                conversation=prompts,
+                tools=self.schemas,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+                chat_template=getattr(trainer, "chat_template", None),
+                **(getattr(trainer, "chat_template_kwargs", None) or {}),
             )["input_ids"]
         return [list(ids) for ids in trainer._tokenize_prompts(prompts)[0]]
 

@@ -29,10 +29,16 @@ STAGE_CLASSES = {"SFTConfig": "sft", "DPOConfig": "dpo", "RewardConfig": "reward
 OWNED = {
     "report_to": "logging: rlbridge writes metrics.jsonl and telemetry sinks (telemetry.sinks)",
     "logging_steps": "logging: rlbridge logs once per canonical step",
-    "logging_strategy": "logging", "logging_first_step": "logging", "logging_dir": "logging", "run_name": "logging",
-    "log_completions": "logging", "num_completions_to_print": "logging", "log_level": "logging",
+    "logging_strategy": "logging",
+    "logging_first_step": "logging",
+    "logging_dir": "logging",
+    "run_name": "logging",
+    "log_completions": "logging",
+    "num_completions_to_print": "logging",
+    "log_level": "logging",
     "disable_tqdm": "rlbridge shows its own progress bar",
-    "push_to_hub": "rlbridge does not upload models", "hub_model_id": "rlbridge does not upload models",
+    "push_to_hub": "rlbridge does not upload models",
+    "hub_model_id": "rlbridge does not upload models",
     "remove_unused_columns": "rlbridge passes every data column to its reward plugins",
     "save_strategy": "rlbridge sets it from checkpoint.interval",
 }
@@ -44,15 +50,27 @@ SCRIPT_KEYS = {  # keys of `trl grpo --config` that are not config fields
     "dataset_test_split": "a hub dataset's split: see dataset_name",
     "reward_funcs": "the recipe's reward functions: rlbridge rewards are plugins (reward: [{name: ...}]); port them to reward plugins",
     "reward_model_name_or_path": "a neural reward model: reward: [{model: PATH}]",
-    "dtype": None, "torch_dtype": None,
+    "dtype": None,
+    "torch_dtype": None,
     # LoRA (peft; TRL scripts' ModelConfig): model.lora, read back from the plan's peft settings in view()
-    "use_peft": None, "lora_r": None, "lora_alpha": None, "lora_dropout": None, "lora_target_modules": None,
+    "use_peft": None,
+    "lora_r": None,
+    "lora_alpha": None,
+    "lora_dropout": None,
+    "lora_target_modules": None,
     "lora_task_type": None,
     "attn_implementation": "the model's attention implementation: set by the engine",
     "trust_remote_code": "rlbridge loads local models",
 }
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.Mod: operator.mod}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Pow: operator.pow,
+    ast.Mod: operator.mod,
+}
 
 
 def config_fields(class_name: str) -> dict[str, Any] | None:
@@ -101,7 +119,11 @@ def _constants(tree: ast.Module) -> dict[str, Any]:
     """Module-level NAME = <literal> assignments (later ones win, as when the file runs top to bottom)."""
     constants: dict[str, Any] = {}
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else ([node.target] if isinstance(node, ast.AnnAssign) and node.value else [])
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else ([node.target] if isinstance(node, ast.AnnAssign) and node.value else [])
+        )
         for target in targets:
             if isinstance(target, ast.Name):
                 try:
@@ -129,7 +151,9 @@ class TRLRecipeImporter:
     def read(self, source: str, version: str | None) -> Recipe:
         path = Path(source)
         if not path.is_file():
-            raise ConfigError(f"{source}: no such file; --from trl reads a GRPOConfig/RLOOConfig as YAML, JSON or a Python file")
+            raise ConfigError(
+                f"{source}: no such file; --from trl reads a GRPOConfig/RLOOConfig as YAML, JSON or a Python file"
+            )
         version = version or self.default_version
         if path.suffix == ".py":
             recipe = self._read_python(path, version)
@@ -150,7 +174,9 @@ class TRLRecipeImporter:
         recipe = Recipe("trl", str(path), version, [], extras={"config_class": class_name})
         recipe.settings.append(Setting("config_class", class_name, None, class_name))
         for key, value in data.items():
-            recipe.settings.append(Setting(_key(key), value, lines.get(key), f"{key}: {value}", key if _key(key) != key else ""))
+            recipe.settings.append(
+                Setting(_key(key), value, lines.get(key), f"{key}: {value}", key if _key(key) != key else "")
+            )
         return recipe
 
     def _read_python(self, path: Path, version: str) -> Recipe:
@@ -161,41 +187,84 @@ class TRLRecipeImporter:
         constants = _constants(tree)
         calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n) in CONFIG_CLASSES]
         if not calls:
-            raise ConfigError(f"{path}: no GRPOConfig(...) or RLOOConfig(...) call found; rlbridge import reads the config's keyword arguments")
+            raise ConfigError(
+                f"{path}: no GRPOConfig(...) or RLOOConfig(...) call found; rlbridge import reads the config's keyword arguments"
+            )
         call = min(calls, key=lambda n: n.lineno)
         class_name = _call_name(call)
         recipe = Recipe("trl", str(path), version, [], extras={"config_class": class_name})
         if class_name in STAGE_CLASSES:
             recipe.extras["stage"] = STAGE_CLASSES[class_name]
         if len(calls) > 1:
-            recipe.notes.append((call.lineno, f"{len(calls)} config calls; the first ({class_name}, line {call.lineno}) is imported"))
+            recipe.notes.append(
+                (call.lineno, f"{len(calls)} config calls; the first ({class_name}, line {call.lineno}) is imported")
+            )
         recipe.settings.append(Setting("config_class", class_name, call.lineno, class_name))
         if call.args:
-            raise ConfigError(f"{path}:{call.lineno}: {class_name}(...) has positional arguments; rlbridge import reads keyword arguments only")
+            raise ConfigError(
+                f"{path}:{call.lineno}: {class_name}(...) has positional arguments; rlbridge import reads keyword arguments only"
+            )
         for kw in call.keywords:
             if kw.arg is None:
-                raise ConfigError(f"{path}:{kw.value.lineno}: {class_name}(**{ast.unparse(kw.value)}) cannot be read without running the file; "
-                                  "write the arguments out as keyword=literal")
+                raise ConfigError(
+                    f"{path}:{kw.value.lineno}: {class_name}(**{ast.unparse(kw.value)}) cannot be read without running the file; "
+                    "write the arguments out as keyword=literal"
+                )
             try:
                 value = _literal(kw.value, constants)
             except _Unreadable as exc:
-                raise ConfigError(f"{path}:{exc.node.lineno}: {class_name} argument {kw.arg}={ast.unparse(kw.value)} cannot be read without "
-                                  f"running the file ({exc}); write the value as a literal") from None
-            recipe.settings.append(Setting(_key(kw.arg), value, kw.value.lineno, f"{kw.arg}={ast.unparse(kw.value)}",
-                                           kw.arg if _key(kw.arg) != kw.arg else ""))
+                raise ConfigError(
+                    f"{path}:{exc.node.lineno}: {class_name} argument {kw.arg}={ast.unparse(kw.value)} cannot be read without "
+                    f"running the file ({exc}); write the value as a literal"
+                ) from None
+            recipe.settings.append(
+                Setting(
+                    _key(kw.arg),
+                    value,
+                    kw.value.lineno,
+                    f"{kw.arg}={ast.unparse(kw.value)}",
+                    kw.arg if _key(kw.arg) != kw.arg else "",
+                )
+            )
         # the trainer call: its model (a literal) and what it passes that rlbridge does not import
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and _call_name(node) in ("GRPOTrainer", "RLOOTrainer", "SFTTrainer", "DPOTrainer", "RewardTrainer"):
+            if isinstance(node, ast.Call) and _call_name(node) in (
+                "GRPOTrainer",
+                "RLOOTrainer",
+                "SFTTrainer",
+                "DPOTrainer",
+                "RewardTrainer",
+            ):
                 for kw in node.keywords:
                     if kw.arg == "model":
                         try:
-                            recipe.settings.append(Setting("model_name_or_path", _literal(kw.value, constants), kw.value.lineno,
-                                                           f"model={ast.unparse(kw.value)}"))
+                            recipe.settings.append(
+                                Setting(
+                                    "model_name_or_path",
+                                    _literal(kw.value, constants),
+                                    kw.value.lineno,
+                                    f"model={ast.unparse(kw.value)}",
+                                )
+                            )
                         except _Unreadable:
-                            recipe.notes.append((kw.value.lineno, f"model={ast.unparse(kw.value)} is not a literal; set model.path"))
-                    elif kw.arg in ("reward_funcs", "train_dataset", "eval_dataset", "peft_config", "environment_factory"):
-                        recipe.settings.append(Setting(f"{_call_name(node)}.{kw.arg}", ast.unparse(kw.value), kw.value.lineno,
-                                                       f"{kw.arg}={ast.unparse(kw.value)}"))
+                            recipe.notes.append(
+                                (kw.value.lineno, f"model={ast.unparse(kw.value)} is not a literal; set model.path")
+                            )
+                    elif kw.arg in (
+                        "reward_funcs",
+                        "train_dataset",
+                        "eval_dataset",
+                        "peft_config",
+                        "environment_factory",
+                    ):
+                        recipe.settings.append(
+                            Setting(
+                                f"{_call_name(node)}.{kw.arg}",
+                                ast.unparse(kw.value),
+                                kw.value.lineno,
+                                f"{kw.arg}={ast.unparse(kw.value)}",
+                            )
+                        )
         return recipe
 
     def _check_known(self, recipe: Recipe) -> None:
@@ -209,8 +278,10 @@ class TRLRecipeImporter:
         for s in recipe.settings:
             if s.key in fields or s.key in SCRIPT_KEYS or s.key == "config_class" or "." in s.key:
                 continue
-            raise ConfigError(f"{recipe.where(s.line)}: unknown TRL {installed} {recipe.extras['config_class']} field "
-                              f"'{s.spelling or s.key}'{did_you_mean(s.key, fields)}")
+            raise ConfigError(
+                f"{recipe.where(s.line)}: unknown TRL {installed} {recipe.extras['config_class']} field "
+                f"'{s.spelling or s.key}'{did_you_mean(s.key, fields)}"
+            )
         self._check_types(recipe, installed)
 
     @staticmethod
@@ -240,8 +311,10 @@ class TRLRecipeImporter:
                 adapter.validate_python(s.value)
             except ValidationError:
                 shown = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-                raise ConfigError(f"{recipe.where(s.line)}: {s.spelling or s.key}: {s.value!r} is not a valid value for TRL {installed} "
-                                  f"{cls.__name__}.{s.key} (declared {shown})") from None
+                raise ConfigError(
+                    f"{recipe.where(s.line)}: {s.spelling or s.key}: {s.value!r} is not a valid value for TRL {installed} "
+                    f"{cls.__name__}.{s.key} (declared {shown})"
+                ) from None
 
     def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
         out = dict(native["args"])
@@ -251,8 +324,13 @@ class TRLRecipeImporter:
         lora = native.get("lora")
         out["use_peft"] = lora is not None
         if lora is not None:
-            out.update(lora_r=lora["r"], lora_alpha=lora["lora_alpha"], lora_dropout=lora["lora_dropout"],
-                       lora_target_modules=lora["target_modules"], lora_task_type=lora["task_type"])
+            out.update(
+                lora_r=lora["r"],
+                lora_alpha=lora["lora_alpha"],
+                lora_dropout=lora["lora_dropout"],
+                lora_target_modules=lora["target_modules"],
+                lora_task_type=lora["task_type"],
+            )
         return out
 
     def special(self, setting: Setting) -> tuple[str, str] | None:
@@ -270,7 +348,11 @@ class TRLRecipeImporter:
                 "peft_config": "a peft config object (code): set model.lora",
                 "environment_factory": "a TRL environment: write an rlbridge environment plugin",
             }.get(what, "trainer argument")
-        if key == "model_init_kwargs" and isinstance(setting.value, dict) and set(setting.value) <= {"dtype", "torch_dtype"}:
+        if (
+            key == "model_init_kwargs"
+            and isinstance(setting.value, dict)
+            and set(setting.value) <= {"dtype", "torch_dtype"}
+        ):
             return None
         return None
 
@@ -287,7 +369,14 @@ class TRLRecipeImporter:
 
         if recipe.extras.get("stage"):
             return []  # an offline stage has no reward
-        funcs = next((s for s in recipe.settings if s.key in ("reward_funcs", "GRPOTrainer.reward_funcs", "RLOOTrainer.reward_funcs")), None)
+        funcs = next(
+            (
+                s
+                for s in recipe.settings
+                if s.key in ("reward_funcs", "GRPOTrainer.reward_funcs", "RLOOTrainer.reward_funcs")
+            ),
+            None,
+        )
         weights = next((s for s in recipe.settings if s.key == "reward_weights"), None)
         model = next((s for s in recipe.settings if s.key == "reward_model_name_or_path"), None)
         found: list[tuple[dict[str, Any], Setting]] = []
@@ -299,7 +388,10 @@ class TRLRecipeImporter:
                 return []
             found += [(item, funcs) for item in items]
         if weights is not None and isinstance(weights.value, list) and len(weights.value) == len(found):
-            return [RecipeReward({**spec, "weight": float(w)}, [used, weights]) for (spec, used), w in zip(found, weights.value)]
+            return [
+                RecipeReward({**spec, "weight": float(w)}, [used, weights])
+                for (spec, used), w in zip(found, weights.value)
+            ]
         return [RecipeReward(spec, [used]) for spec, used in found]
 
     def defaults(self, recipe: Recipe) -> dict[str, Any]:
@@ -317,7 +409,10 @@ class TRLRecipeImporter:
         # without a GPU: retry as use_cpu (only the device changes), then without the recipe's device flags
         for drop, extra in (((), {}), ((), {"use_cpu": True}), (("bf16", "fp16", "tf32"), {"use_cpu": True})):
             try:
-                cfg = cls(**{k: v for k, v in kwargs.items() if k not in drop}, **{k: v for k, v in extra.items() if k not in kwargs})
+                cfg = cls(
+                    **{k: v for k, v in kwargs.items() if k not in drop},
+                    **{k: v for k, v in extra.items() if k not in kwargs},
+                )
                 break
             except Exception:  # noqa: BLE001 - TRL's own validation of the recipe; retried for this machine
                 cfg = None
@@ -329,17 +424,30 @@ class TRLRecipeImporter:
                 if "divisible" in first:
                     # a batch check on this one process (generation_batch_size = per-device batch x processes x
                     # steps_per_generation): the recipe is for several processes, so TRL's declared defaults stand
-                    recipe.notes.append((None, f"TRL {class_name} checks batch sizes on one process here ({first}); the "
-                                               "recipe is for several, so the defaults are the class's declared ones"))
+                    recipe.notes.append(
+                        (
+                            None,
+                            f"TRL {class_name} checks batch sizes on one process here ({first}); the "
+                            "recipe is for several, so the defaults are the class's declared ones",
+                        )
+                    )
                     # None is left out: for these fields (output_dir, generation_batch_size...) TRL computes the value
-                    out = {name: f.default for name, f in fields.items() if name not in ("use_cpu", "bf16", "fp16", "tf32")
-                           and isinstance(f.default, (int, float, str, bool))}
+                    out = {
+                        name: f.default
+                        for name, f in fields.items()
+                        if name not in ("use_cpu", "bf16", "fp16", "tf32")
+                        and isinstance(f.default, (int, float, str, bool))
+                    }
                     out["config_class"] = class_name
                     return out
-                line = next((s.line for s in recipe.settings if isinstance(s.value, str) and s.value and s.value in first), None)
+                line = next(
+                    (s.line for s in recipe.settings if isinstance(s.value, str) and s.value and s.value in first), None
+                )
                 raise ConfigError(f"{recipe.where(line)}: TRL {class_name} refuses the recipe: {first}") from None
             return {}
-        injected = {k for k in ("use_cpu", "bf16", "fp16", "tf32") if k not in kwargs}  # device flags: the machine's, not the recipe's
+        injected = {
+            k for k in ("use_cpu", "bf16", "fp16", "tf32") if k not in kwargs
+        }  # device flags: the machine's, not the recipe's
         if "output_dir" not in {s.key for s in recipe.settings}:
             injected.add("output_dir")  # the placeholder above, not a TRL default
         out = {}
@@ -391,7 +499,9 @@ def _reward_items(setting: Setting, recipe: Recipe) -> list[dict[str, Any]] | No
         if isinstance(name, tuple):
             if name[1] not in defined:
                 return None
-            out.append({"native": "trl", "function": f"{Path(recipe.source).resolve()}:{name[1]}"})  # the file itself, wherever the config goes
+            out.append(
+                {"native": "trl", "function": f"{Path(recipe.source).resolve()}:{name[1]}"}
+            )  # the file itself, wherever the config goes
         elif not isinstance(name, str):
             return None
         elif name in _trl_reward_names():

@@ -26,8 +26,11 @@ def _check_kl_estimator(config: RunConfig) -> str | None:
         return None
     standard = "k1" if algo.name == "rloo" else "k3"
     if algo.kl_estimator != standard:
-        where = "RLOOTrainer subtracts the k1 estimate from the reward" if algo.name == "rloo" else (
-            "GRPOTrainer puts the k3 estimate in the loss")
+        where = (
+            "RLOOTrainer subtracts the k1 estimate from the reward"
+            if algo.name == "rloo"
+            else ("GRPOTrainer puts the k3 estimate in the loss")
+        )
         return f"TRL's {where}; set kl_estimator: {standard} (or leave it unset), or use backend: verl or openrlhf"
     return None
 
@@ -44,8 +47,10 @@ def _check_rollout_correction(config: RunConfig) -> str | None:
     if config.algorithm.name == "rloo":
         return "TRL's RLOOTrainer has no importance-sampling correction (GRPOTrainer has); use algorithm.name: grpo"
     if config.rollout.engine != "vllm":
-        return ("TRL corrects only vLLM rollouts: with rollout.engine hf the trainer's own model samples, so there is "
-                "no mismatch to correct. Use rollout.engine: vllm, or remove it")
+        return (
+            "TRL corrects only vLLM rollouts: with rollout.engine hf the trainer's own model samples, so there is "
+            "no mismatch to correct. Use rollout.engine: vllm, or remove it"
+        )
     return None
 
 
@@ -65,10 +70,14 @@ def _check_algorithm(config: RunConfig) -> str | None:
     if name == "ppo":
         return "TRL removed PPOTrainer in 1.13 (trl.experimental.ppo existed only in 1.10-1.12); use backend: verl or backend: openrlhf for PPO"
     if name == "reinforce_pp":
-        return "TRL has no REINFORCE++ trainer; use backend: verl (adv_estimator reinforce_plus_plus) or backend: openrlhf"
+        return (
+            "TRL has no REINFORCE++ trainer; use backend: verl (adv_estimator reinforce_plus_plus) or backend: openrlhf"
+        )
     if name == "reinforce_pp_baseline":
-        return ("TRL has no REINFORCE++-baseline trainer; its nearest is algorithm.name: grpo with advantage_normalization: "
-                "batch (GRPOTrainer scale_rewards='batch': group-mean baseline, batch std), or use backend: verl or openrlhf")
+        return (
+            "TRL has no REINFORCE++-baseline trainer; its nearest is algorithm.name: grpo with advantage_normalization: "
+            "batch (GRPOTrainer scale_rewards='batch': group-mean baseline, batch std), or use backend: verl or openrlhf"
+        )
     return None
 
 
@@ -79,7 +88,9 @@ def _check_kl_placement(config: RunConfig) -> str | None:
     if name in ("grpo", "dr_grpo") and placement != "loss":
         return "TRL's GRPOTrainer puts KL in the loss only; use kl_placement: loss, or algorithm.name: rloo (KL in the reward)"
     if name == "rloo" and placement != "reward":
-        return "TRL's RLOOTrainer subtracts KL from the reward only; set kl_placement: reward, or use algorithm.name: grpo"
+        return (
+            "TRL's RLOOTrainer subtracts KL from the reward only; set kl_placement: reward, or use algorithm.name: grpo"
+        )
     return None
 
 
@@ -101,7 +112,9 @@ def _check_tp(config: RunConfig) -> str | None:
 
 def _check_environment(config: RunConfig) -> str | None:
     if config.environment is not None and config.algorithm.name == "rloo":
-        return "TRL's RLOOTrainer has no rollout_func, which runs environments on TRL; use algorithm.name: grpo or dr_grpo"
+        return (
+            "TRL's RLOOTrainer has no rollout_func, which runs environments on TRL; use algorithm.name: grpo or dr_grpo"
+        )
     return None
 
 
@@ -122,12 +135,20 @@ def capabilities() -> list[Capability]:
     """How TRL treats every canonical knob: `TRLBackend.capabilities()`, the table's one home."""
     vllm_util = _only_for_vllm("gpu_memory_utilization", 0.3)
     return [
-        honoured("algorithm.name", ("launch.trainer", "launch.config_class"), _check_algorithm,
-                 note="grpo, dr_grpo: GRPOTrainer; rloo: RLOOTrainer; sft, dpo, reward_model: SFTTrainer, DPOTrainer, RewardTrainer"),
+        honoured(
+            "algorithm.name",
+            ("launch.trainer", "launch.config_class"),
+            _check_algorithm,
+            note="grpo, dr_grpo: GRPOTrainer; rloo: RLOOTrainer; sft, dpo, reward_model: SFTTrainer, DPOTrainer, RewardTrainer",
+        ),
         honoured("algorithm.group_size", "num_generations"),
         honoured("algorithm.kl_coef", "beta"),
-        honoured("algorithm.kl_placement", (), _check_kl_placement,
-                 note="fixed by the trainer: GRPOTrainer puts KL in the loss, RLOOTrainer in the reward"),
+        honoured(
+            "algorithm.kl_placement",
+            (),
+            _check_kl_placement,
+            note="fixed by the trainer: GRPOTrainer puts KL in the loss, RLOOTrainer in the reward",
+        ),
         honoured("algorithm.clip_low", "epsilon"),
         honoured("algorithm.clip_high", "epsilon_high"),
         approximated(
@@ -148,12 +169,24 @@ def capabilities() -> list[Capability]:
         honoured("data.eval_interval", "eval_steps", note="eval_steps = interval x updates per step"),
         honoured("data.prompt_key", "launch.data.prompt_key"),
         honoured("data.answer_key", "launch.data.answer_key", note="column passed to rewards"),
-        approximated("data.shuffle", ("shuffle_dataset", "train_sampling_strategy", "launch.shuffle"),
-                     "with rollout.max_staleness >= 1 rlbridge shuffles the rows once (training.seed); AsyncGRPOTrainer "
-                     "reads them in order and repeats that order on later passes. Otherwise honoured (offline stages: "
-                     "train_sampling_strategy)", when=lambda c: asynchrony.wants_async(c) and c.data.shuffle),
-        honoured("rollout.engine", ("use_vllm", "vllm_mode"), lambda c: None if c.rollout.engine != "sglang" else (
-            "TRL has no SGLang rollout; use rollout.engine: vllm or hf, or backend: verl for SGLang"), note="auto: hf"),
+        approximated(
+            "data.shuffle",
+            ("shuffle_dataset", "train_sampling_strategy", "launch.shuffle"),
+            "with rollout.max_staleness >= 1 rlbridge shuffles the rows once (training.seed); AsyncGRPOTrainer "
+            "reads them in order and repeats that order on later passes. Otherwise honoured (offline stages: "
+            "train_sampling_strategy)",
+            when=lambda c: asynchrony.wants_async(c) and c.data.shuffle,
+        ),
+        honoured(
+            "rollout.engine",
+            ("use_vllm", "vllm_mode"),
+            lambda c: (
+                None
+                if c.rollout.engine != "sglang"
+                else ("TRL has no SGLang rollout; use rollout.engine: vllm or hf, or backend: verl for SGLang")
+            ),
+            note="auto: hf",
+        ),
         honoured("rollout.max_new_tokens", "max_completion_length"),
         approximated(
             "rollout.max_prompt_tokens",
@@ -166,75 +199,136 @@ def capabilities() -> list[Capability]:
         honoured("rollout.top_k", "top_k"),
         honoured("rollout.gpu_memory_utilization", "vllm_gpu_memory_utilization", vllm_util),
         honoured("rollout.tensor_parallel_size", "vllm_tensor_parallel_size", _check_tp),
-        honoured("reward", ("reward_weights", "launch.rewards"),
-                 note="reward_funcs + reward_weights; a reward model is passed as its path (TRL's model reward)"),
-        approximated("environment", ("launch.environment", "reward_weights"),
-                     "GRPOTrainer rollout_func drives the environment (adapters/trl/environment.py); its reward is a reward "
-                     "function named after it. TRL's environment_factory continues an episode only through tool calls (no per-turn reward, done or "
-                     "feedback), so rlbridge drives episodes through rollout_func; feedback and tool messages are rendered "
-                     "one message at a time with the chat template, tool calls parsed in the hermes <tool_call> format",
-                     check=_check_environment, when=lambda c: c.environment is not None),
+        honoured(
+            "reward",
+            ("reward_weights", "launch.rewards"),
+            note="reward_funcs + reward_weights; a reward model is passed as its path (TRL's model reward)",
+        ),
+        approximated(
+            "environment",
+            ("launch.environment", "reward_weights"),
+            "GRPOTrainer rollout_func drives the environment (adapters/trl/environment.py); its reward is a reward "
+            "function named after it. TRL's environment_factory continues an episode only through tool calls (no per-turn reward, done or "
+            "feedback), so rlbridge drives episodes through rollout_func; feedback and tool messages are rendered "
+            "one message at a time with the chat template, tool calls parsed in the hermes <tool_call> format",
+            check=_check_environment,
+            when=lambda c: c.environment is not None,
+        ),
         honoured("training.steps", "max_steps", note="max_steps = steps x updates per step"),
-        honoured("training.epochs", ("num_train_epochs", "max_steps"), one_stop_condition("TRL's max_steps overrides num_train_epochs")),
+        honoured(
+            "training.epochs",
+            ("num_train_epochs", "max_steps"),
+            one_stop_condition("TRL's max_steps overrides num_train_epochs"),
+        ),
         honoured("training.lr", "learning_rate"),
         honoured("training.lr_schedule", "lr_scheduler_type"),
-        honoured("training.warmup_steps", ("warmup_steps", "lr_scheduler_type"),
-                 note="warmup_steps x updates per step; lr_schedule constant becomes constant_with_warmup"),
+        honoured(
+            "training.warmup_steps",
+            ("warmup_steps", "lr_scheduler_type"),
+            note="warmup_steps x updates per step; lr_schedule constant becomes constant_with_warmup",
+        ),
         honoured("training.weight_decay", "weight_decay"),
-        honoured("training.batch_size", ("generation_batch_size", "gradient_accumulation_steps", "per_device_train_batch_size"),
-                 note="generation_batch_size = batch_size x group_size; offline stages: batch_size rows per step"),
-        honoured("training.mini_batch_size", ("gradient_accumulation_steps", "per_device_train_batch_size", "max_steps"),
-                 note="gradient_accumulation_steps = mini / micro; max_steps counts updates"),
+        honoured(
+            "training.batch_size",
+            ("generation_batch_size", "gradient_accumulation_steps", "per_device_train_batch_size"),
+            note="generation_batch_size = batch_size x group_size; offline stages: batch_size rows per step",
+        ),
+        honoured(
+            "training.mini_batch_size",
+            ("gradient_accumulation_steps", "per_device_train_batch_size", "max_steps"),
+            note="gradient_accumulation_steps = mini / micro; max_steps counts updates",
+        ),
         honoured("training.micro_batch_size", ("per_device_train_batch_size", "gradient_accumulation_steps")),
         honoured("training.grad_clip", "max_grad_norm", note="null: 0 (disabled)"),
-        honoured("training.seed", ("seed", "data_seed"),
-                 note="transformers.set_seed (init, HF sampling), the data order, and the colocated vLLM engine's seed "
-                      "(process index + seed, adapters/trl/patch.py)"),
+        honoured(
+            "training.seed",
+            ("seed", "data_seed"),
+            note="transformers.set_seed (init, HF sampling), the data order, and the colocated vLLM engine's seed "
+            "(process index + seed, adapters/trl/patch.py)",
+        ),
         honoured("training.torch_threads", "launch.torch_threads", note="torch.set_num_threads"),
-        honoured("training.deterministic", "full_determinism",
-                 note="transformers.enable_full_determinism: seeds, torch.use_deterministic_algorithms, cuDNN/cuBLAS "
-                      "deterministic modes (without torch's NaN fill of new tensors: 3.5x the update time on CPU); the "
-                      "data order and vLLM's engine seed follow training.seed already"),
+        honoured(
+            "training.deterministic",
+            "full_determinism",
+            note="transformers.enable_full_determinism: seeds, torch.use_deterministic_algorithms, cuDNN/cuBLAS "
+            "deterministic modes (without torch's NaN fill of new tensors: 3.5x the update time on CPU); the "
+            "data order and vLLM's engine seed follow training.seed already",
+        ),
         rejected("resources.nodes", "rlbridge starts a private single-node run; use resources.nodes: 1"),
         rejected("resources.ray_address", "TRL runs in one process without Ray; leave resources.ray_address unset"),
         honoured("resources.gpus_per_node", "use_cpu", _check_resources, note="use_cpu when 0"),
-        approximated("resources.cpus_per_node", "launch.torch_threads", "TRL runs one process; cpus_per_node caps torch's threads unless training.torch_threads is set",
-                     when=lambda c: c.resources.cpus_per_node is not None),
-        honoured("placement.policy", ("launch.trainer", "launch.placement.actor", "launch.placement.rollout"), _check_placement,
-                 note="colocate: one process (or a colocated vLLM); split (with rollout.max_staleness >= 1): "
-                      "AsyncGRPOTrainer on the training device, a vLLM server rlbridge starts on rollout_gpus"),
+        approximated(
+            "resources.cpus_per_node",
+            "launch.torch_threads",
+            "TRL runs one process; cpus_per_node caps torch's threads unless training.torch_threads is set",
+            when=lambda c: c.resources.cpus_per_node is not None,
+        ),
+        honoured(
+            "placement.policy",
+            ("launch.trainer", "launch.placement.actor", "launch.placement.rollout"),
+            _check_placement,
+            note="colocate: one process (or a colocated vLLM); split (with rollout.max_staleness >= 1): "
+            "AsyncGRPOTrainer on the training device, a vLLM server rlbridge starts on rollout_gpus",
+        ),
         honoured("placement.args", "launch.placement.rollout", note="checked by the placement policy"),
         honoured("checkpoint.dir", "output_dir"),
-        honoured("checkpoint.interval", ("save_strategy", "save_steps"), note="save_steps = interval x updates per step"),
+        honoured(
+            "checkpoint.interval", ("save_strategy", "save_steps"), note="save_steps = interval x updates per step"
+        ),
         honoured("checkpoint.resume", "launch.resume", note="trainer.train(resume_from_checkpoint=...)"),
         honoured("checkpoint.keep_last", "save_total_limit"),
-        honoured("algorithm.kl_estimator", (), _check_kl_estimator,
-                 note="fixed by the trainer: k3 in GRPOTrainer's loss, k1 in RLOOTrainer's reward"),
+        honoured(
+            "algorithm.kl_estimator",
+            (),
+            _check_kl_estimator,
+            note="fixed by the trainer: k3 in GRPOTrainer's loss, k1 in RLOOTrainer's reward",
+        ),
         honoured("algorithm.entropy_coef", "entropy_coef", _check_entropy, note="GRPO only"),
         rejected("algorithm.gamma", NO_PPO + " (REINFORCE++ neither); discounting needs one of them"),
         rejected("algorithm.gae_lambda", NO_PPO),
-        rejected("algorithm.dynamic_sampling",
-                 "TRL's GRPOTrainer keeps every group (frac_reward_zero_std is only logged); use backend: openrlhf "
-                 "(--algo.dynamic_filtering_enable) or verl 0.9 on GPUs (algorithm.filter_groups)"),
-        honoured("algorithm.rollout_correction", ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode"),
-                 _check_rollout_correction, note="GRPO with rollout.engine vllm"),
+        rejected(
+            "algorithm.dynamic_sampling",
+            "TRL's GRPOTrainer keeps every group (frac_reward_zero_std is only logged); use backend: openrlhf "
+            "(--algo.dynamic_filtering_enable) or verl 0.9 on GPUs (algorithm.filter_groups)",
+        ),
+        honoured(
+            "algorithm.rollout_correction",
+            ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode"),
+            _check_rollout_correction,
+            note="GRPO with rollout.engine vllm",
+        ),
         honoured("algorithm.rollout_correction_threshold", "vllm_importance_sampling_clip_max"),
         honoured("model.chat_template_kwargs", "chat_template_kwargs"),
-        honoured("model.lora", ("launch.lora.r", "launch.lora.lora_alpha", "launch.lora.lora_dropout", "launch.lora.target_modules"),
-                 note="peft.LoraConfig given to the trainer as peft_config"),
-        honoured("rollout.drop_overlong_prompts", "launch.data.drop_overlong_prompts", note="rlbridge drops them when it loads the data"),
+        honoured(
+            "model.lora",
+            ("launch.lora.r", "launch.lora.lora_alpha", "launch.lora.lora_dropout", "launch.lora.target_modules"),
+            note="peft.LoraConfig given to the trainer as peft_config",
+        ),
+        honoured(
+            "rollout.drop_overlong_prompts",
+            "launch.data.drop_overlong_prompts",
+            note="rlbridge drops them when it loads the data",
+        ),
         honoured("training.gradient_checkpointing", "gradient_checkpointing"),
-        rejected("training.forward_micro_batch_size",
-                 "TRL computes the old-policy and reference log-probs in chunks of the training micro batch "
-                 "(per_device_train_batch_size); set training.micro_batch_size, or use backend: verl or openrlhf"),
-        rejected("training.max_tokens_per_device",
-                 "TRL batches by samples (per_device_train_batch_size); set training.micro_batch_size, or use backend: "
-                 "verl or openrlhf for token-budget batching"),
-        rejected("training.sequence_packing",
-                 "TRL's GRPO/RLOO trainers pad completions and have no packing (padding_free is SFT/DPO only); "
-                 "use backend: verl or openrlhf"),
-        rejected("training.sequence_parallel_size",
-                 "the TRL adapter runs one training process; use backend: verl (Ulysses) or openrlhf (ring attention)"),
+        rejected(
+            "training.forward_micro_batch_size",
+            "TRL computes the old-policy and reference log-probs in chunks of the training micro batch "
+            "(per_device_train_batch_size); set training.micro_batch_size, or use backend: verl or openrlhf",
+        ),
+        rejected(
+            "training.max_tokens_per_device",
+            "TRL batches by samples (per_device_train_batch_size); set training.micro_batch_size, or use backend: "
+            "verl or openrlhf for token-budget batching",
+        ),
+        rejected(
+            "training.sequence_packing",
+            "TRL's GRPO/RLOO trainers pad completions and have no packing (padding_free is SFT/DPO only); "
+            "use backend: verl or openrlhf",
+        ),
+        rejected(
+            "training.sequence_parallel_size",
+            "the TRL adapter runs one training process; use backend: verl (Ulysses) or openrlhf (ring attention)",
+        ),
         rejected("critic.path", NO_PPO),
         rejected("critic.lr", NO_PPO),
         rejected("critic.value_clip", NO_PPO),
@@ -243,6 +337,7 @@ def capabilities() -> list[Capability]:
         *asynchrony.capabilities(),
         *stages.capabilities(),
     ]
+
 
 def translate(config: RunConfig, args: dict[str, Any], trainer: str) -> dict[str, Any] | None:
     """Add this module's GRPOConfig/RLOOConfig fields to `args` (in place); return the LoRA settings
@@ -263,5 +358,10 @@ def translate(config: RunConfig, args: dict[str, Any], trainer: str) -> dict[str
     lora = config.model.lora
     if lora is None:
         return None
-    return {"r": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout,
-            "target_modules": lora.target_modules, "task_type": "CAUSAL_LM"}
+    return {
+        "r": lora.rank,
+        "lora_alpha": lora.alpha,
+        "lora_dropout": lora.dropout,
+        "target_modules": lora.target_modules,
+        "task_type": "CAUSAL_LM",
+    }

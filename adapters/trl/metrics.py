@@ -39,8 +39,13 @@ def to_canonical(logs: dict[str, float]) -> dict[str, float]:
 # The offline stages' own names (SFTTrainer, DPOTrainer, RewardTrainer logs of trl 1.16) -> canonical
 STAGE = {
     "sft": {"loss": "loss/sft", "mean_token_accuracy": "sft/token_accuracy"},
-    "dpo": {"loss": "loss/dpo", "rewards/chosen": "dpo/reward_chosen", "rewards/rejected": "dpo/reward_rejected",
-            "rewards/margins": "dpo/margin", "rewards/accuracies": "dpo/accuracy"},
+    "dpo": {
+        "loss": "loss/dpo",
+        "rewards/chosen": "dpo/reward_chosen",
+        "rewards/rejected": "dpo/reward_rejected",
+        "rewards/margins": "dpo/margin",
+        "rewards/accuracies": "dpo/accuracy",
+    },
     "reward_model": {"loss": "loss/reward_model", "accuracy": "rm/accuracy", "margin": "rm/margin"},
 }
 _STAGE_COMMON = {"grad_norm": "grad_norm", "learning_rate": "lr", "entropy": "entropy"}

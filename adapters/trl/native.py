@@ -29,8 +29,12 @@ def prepare(job_path: Path, out: Path) -> None:
     job["plan"]["native"]["args"]["output_dir"] = str((out / "trainer").absolute())
     trl_job = out / "trl_job.json"
     trl_job.write_text(json.dumps(job))
-    cmd = {"argv": [sys.executable, "-m", __spec__.name, "run", str(trl_job), str(out)], "env": {},
-           "metrics": str(out / "steps.jsonl"), "cwd": os.getcwd()}
+    cmd = {
+        "argv": [sys.executable, "-m", __spec__.name, "run", str(trl_job), str(out)],
+        "env": {},
+        "metrics": str(out / "steps.jsonl"),
+        "cwd": os.getcwd(),
+    }
     (out / "native_cmd.json").write_text(json.dumps(cmd, indent=1))
 
 
@@ -52,7 +56,9 @@ def run(job_path: Path, out: Path) -> None:
     if native.get("torch_threads"):
         torch.set_num_threads(native["torch_threads"])
     model_dir = job["model_dir"]
-    tok = (PreTrainedTokenizerFast if (Path(model_dir) / "tokenizer.json").exists() else AutoTokenizer).from_pretrained(model_dir)
+    tok = (PreTrainedTokenizerFast if (Path(model_dir) / "tokenizer.json").exists() else AutoTokenizer).from_pretrained(
+        model_dir
+    )
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     data = native["data"]
@@ -73,7 +79,9 @@ def run(job_path: Path, out: Path) -> None:
 
         def reward(prompts, completions, completion_ids, _fn=fn, **columns):
             answers = columns.get(data["answer_key"]) or [None] * len(prompts)
-            return _fn([RewardInput(p, c, list(i), a) for p, c, i, a in zip(prompts, completions, completion_ids, answers)])
+            return _fn(
+                [RewardInput(p, c, list(i), a) for p, c, i, a in zip(prompts, completions, completion_ids, answers)]
+            )
 
         reward.__name__ = spec["name"]
         reward_funcs.append(reward)
@@ -90,8 +98,11 @@ def run(job_path: Path, out: Path) -> None:
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs or "reward" not in logs or self.started is None:
                 return
-            row = {"step": state.global_step // per_step, "reward/mean": logs["reward"],
-                   "timing/step_s": time.perf_counter() - self.started}
+            row = {
+                "step": state.global_step // per_step,
+                "reward/mean": logs["reward"],
+                "timing/step_s": time.perf_counter() - self.started,
+            }
             if "completions/mean_length" in logs:
                 row["response_length/mean"] = logs["completions/mean_length"]
             self.started = None
@@ -100,8 +111,12 @@ def run(job_path: Path, out: Path) -> None:
 
     args = getattr(trl, native["config_class"])(**native["args"])
     trainer = getattr(trl, native["trainer"])(
-        model=model_dir, reward_funcs=reward_funcs, args=args, train_dataset=Dataset.from_list(records),
-        processing_class=tok, callbacks=[StepLog()],
+        model=model_dir,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=Dataset.from_list(records),
+        processing_class=tok,
+        callbacks=[StepLog()],
     )
     trainer.remove_callback(PrinterCallback)
     trainer.train()

@@ -48,7 +48,9 @@ def profiling_timers(timers: dict[str, float]):
         from rlbridge.engine.weight_sync import weights_to_send
 
         for name, tensor in weights_to_send("trl", original_iter(self)):  # a plugin may replace them
-            timers["weight_sync.bytes"] = timers.get("weight_sync.bytes", 0.0) + float(tensor.numel() * tensor.element_size())
+            timers["weight_sync.bytes"] = timers.get("weight_sync.bytes", 0.0) + float(
+                tensor.numel() * tensor.element_size()
+            )
             timers["weight_sync.tensors"] = timers.get("weight_sync.tensors", 0.0) + 1.0
             yield name, tensor
 

@@ -28,8 +28,10 @@ MODEL_DIR = "model"
 
 def _check_reference(config: RunConfig) -> str | None:
     if config.offline.reference_model is not None and config.model.lora is not None:
-        return ("with model.lora, TRL's DPOTrainer uses the policy with its adapter disabled as the reference; "
-                "remove offline.reference_model or model.lora")
+        return (
+            "with model.lora, TRL's DPOTrainer uses the policy with its adapter disabled as the reference; "
+            "remove offline.reference_model or model.lora"
+        )
     return None
 
 
@@ -37,24 +39,41 @@ def _check_packing(config: RunConfig) -> str | None:
     if config.offline.packing and gpus_per_node(config) == 0:
         # bfd packing is padding-free: rows of one sequence are kept apart by position_ids, which only
         # flash attention honours; sdpa/eager on CPU would attend across rows
-        return ("TRL packs rows padding-free (one sequence, position_ids restart per row), which needs flash "
-                "attention and so a GPU; set resources.gpus_per_node >= 1 or offline.packing: false")
+        return (
+            "TRL packs rows padding-free (one sequence, position_ids restart per row), which needs flash "
+            "attention and so a GPU; set resources.gpus_per_node >= 1 or offline.packing: false"
+        )
     return None
 
 
 def capabilities() -> list[Capability]:
     return [
-        honoured("offline.max_length", "max_length", offline_only("offline.max_length"),
-                 note="truncates prompt + completion (sft) or prompt + chosen / rejected (dpo, reward_model)"),
-        honoured("offline.completion_only_loss", "completion_only_loss", offline_only("offline.completion_only_loss"),
-                 note="chat rows: the last assistant message is the completion, the messages before it the prompt"),
-        honoured("offline.packing", ("packing", "packing_strategy"),
-                 lambda c: offline_only("offline.packing")(c) or _check_packing(c), note="bfd packing (padding-free)"),
+        honoured(
+            "offline.max_length",
+            "max_length",
+            offline_only("offline.max_length"),
+            note="truncates prompt + completion (sft) or prompt + chosen / rejected (dpo, reward_model)",
+        ),
+        honoured(
+            "offline.completion_only_loss",
+            "completion_only_loss",
+            offline_only("offline.completion_only_loss"),
+            note="chat rows: the last assistant message is the completion, the messages before it the prompt",
+        ),
+        honoured(
+            "offline.packing",
+            ("packing", "packing_strategy"),
+            lambda c: offline_only("offline.packing")(c) or _check_packing(c),
+            note="bfd packing (padding-free)",
+        ),
         honoured("offline.dpo_loss", "loss_type", offline_only("offline.dpo_loss")),
         honoured("offline.dpo_beta", "beta", offline_only("offline.dpo_beta")),
-        honoured("offline.reference_model", "launch.reference_model",
-                 lambda c: offline_only("offline.reference_model")(c) or _check_reference(c),
-                 note="DPOTrainer(ref_model=...); default: a frozen copy of the initial policy"),
+        honoured(
+            "offline.reference_model",
+            "launch.reference_model",
+            lambda c: offline_only("offline.reference_model")(c) or _check_reference(c),
+            note="DPOTrainer(ref_model=...); default: a frozen copy of the initial policy",
+        ),
     ]
 
 
@@ -75,7 +94,9 @@ def translate(config: RunConfig) -> dict[str, Any]:
         "max_steps": tr.steps * per_step if tr.steps else -1,
         "num_train_epochs": tr.epochs or 1,
         "learning_rate": tr.lr,
-        "lr_scheduler_type": "constant_with_warmup" if tr.lr_schedule == "constant" and tr.warmup_steps else tr.lr_schedule,
+        "lr_scheduler_type": "constant_with_warmup"
+        if tr.lr_schedule == "constant" and tr.warmup_steps
+        else tr.lr_schedule,
         "warmup_steps": tr.warmup_steps * per_step,
         "weight_decay": tr.weight_decay,
         "per_device_train_batch_size": micro,
@@ -126,8 +147,13 @@ def translate(config: RunConfig) -> dict[str, Any]:
             "use_chat_template": config.model.use_chat_template,
             "chat_template": config.model.chat_template,
         },
-        "lora": None if lora is None else {
-            "r": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout, "target_modules": lora.target_modules,
+        "lora": None
+        if lora is None
+        else {
+            "r": lora.rank,
+            "lora_alpha": lora.alpha,
+            "lora_dropout": lora.dropout,
+            "target_modules": lora.target_modules,
             "task_type": "SEQ_CLS" if stage == "reward_model" else "CAUSAL_LM",
         },
         "torch_threads": threads,
@@ -152,8 +178,10 @@ def trl_rows(rows: list[dict[str, Any]], fmt: str, native: dict[str, Any], field
                 out.append({"messages": messages})
                 continue
             if messages[-1]["role"] != "assistant":
-                raise ConfigError(f"{field_name}: row {i}: offline.completion_only_loss trains on the last assistant "
-                                  f"message, and this chat ends with a {messages[-1]['role']} message")
+                raise ConfigError(
+                    f"{field_name}: row {i}: offline.completion_only_loss trains on the last assistant "
+                    f"message, and this chat ends with a {messages[-1]['role']} message"
+                )
             out.append({"prompt": messages[:-1], "completion": messages[-1:]})
         elif not chat:
             out.append(dict(row))
@@ -202,8 +230,13 @@ def run_offline(plan, ctx) -> None:
     callback = CanonicalMetrics(ctx, native["updates_per_step"], {})
     callback.to_canonical = stage_to_canonical(native["stage"])
     trainer = getattr(trl, native["trainer"])(
-        model=model_path, args=make_args(native), train_dataset=train_ds, eval_dataset=eval_ds,
-        processing_class=tok, callbacks=[callback], **extra,
+        model=model_path,
+        args=make_args(native),
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tok,
+        callbacks=[callback],
+        **extra,
     )
     trainer.remove_callback(PrinterCallback)  # disable_tqdm prints every raw log; rlbridge shows its own progress
     resume = native["resume"]
@@ -231,7 +264,9 @@ def save_model(trainer, tok, source: str, target: Path) -> None:
     config_file = Path(source) / "tokenizer_config.json"
     if config_file.is_file():  # keep the source's tokenizer class (transformers 5 writes one that 4.x cannot load)
         saved = json.loads((tmp / "tokenizer_config.json").read_text())
-        saved["tokenizer_class"] = json.loads(config_file.read_text()).get("tokenizer_class", saved.get("tokenizer_class"))
+        saved["tokenizer_class"] = json.loads(config_file.read_text()).get(
+            "tokenizer_class", saved.get("tokenizer_class")
+        )
         if tok.chat_template:
             saved["chat_template"] = tok.chat_template
         (tmp / "tokenizer_config.json").write_text(json.dumps(saved, indent=2))

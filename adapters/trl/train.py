@@ -45,8 +45,12 @@ def prompt_tokens(tok, text: str, data: dict[str, Any]) -> int:
     """A prompt's length as the policy sees it: after the chat template (with its arguments) when one is used."""
     if not data["use_chat_template"]:
         return len(tok(text, add_special_tokens=False)["input_ids"])
-    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
-                                  **(data.get("chat_template_kwargs") or {}))
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": text}],
+        add_generation_prompt=True,
+        tokenize=True,
+        **(data.get("chat_template_kwargs") or {}),
+    )
     return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
@@ -73,7 +77,9 @@ def build_dataset(rows: list[dict[str, Any]], native: dict[str, Any], tok, field
         record["prompt"] = [{"role": "user", "content": text}] if data["use_chat_template"] else text
         records.append(record)
     if not records:
-        raise ConfigError(f"rollout.max_prompt_tokens: every prompt of {field_name} is longer than {cap} tokens; raise the cap")
+        raise ConfigError(
+            f"rollout.max_prompt_tokens: every prompt of {field_name} is longer than {cap} tokens; raise the cap"
+        )
     return Dataset.from_list(records)
 
 
@@ -120,7 +126,8 @@ def trl_reward(bound: BoundReward, answer_key: str, tokenizer, collector: Sample
             if isinstance(completion, list):
                 completion = "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
             metadata = {
-                k: v[i] for k, v in columns.items()
+                k: v[i]
+                for k, v in columns.items()
                 if k not in ("trainer_state", "log_extra", "log_metric", "environments") and isinstance(v, list)
             }
             inputs.append(
@@ -134,7 +141,11 @@ def trl_reward(bound: BoundReward, answer_key: str, tokenizer, collector: Sample
             )
         if scorer is not None:
             scored = scorer.score_plugin_result(bound.name, inputs)
-            scores, seen, extra = scored.per_plugin[bound.name], scored.raw[bound.name], scorer.last_metrics.get(bound.name)
+            scores, seen, extra = (
+                scored.per_plugin[bound.name],
+                scored.raw[bound.name],
+                scorer.last_metrics.get(bound.name),
+            )
         else:
             scores = seen = score(bound, inputs)
             extra = getattr(bound.fn, "last_metrics", None)
@@ -153,7 +164,9 @@ def trl_reward(bound: BoundReward, answer_key: str, tokenizer, collector: Sample
 class CanonicalMetrics(TrainerCallback):
     """Turns TRL's logs (one per rlbridge step, see logging_steps) into canonical metrics."""
 
-    def __init__(self, ctx, updates_per_step: int, timers: dict[str, float], samples: SampleCollector | None = None) -> None:
+    def __init__(
+        self, ctx, updates_per_step: int, timers: dict[str, float], samples: SampleCollector | None = None
+    ) -> None:
         self.ctx = ctx
         self.samples = samples
         self.per_step = updates_per_step
@@ -173,8 +186,10 @@ class CanonicalMetrics(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = dict(logs or {})
         if any(k.startswith("eval_") for k in logs):  # an evaluation on data.eval (eval_strategy steps)
-            native = {k[len("eval_"):]: v for k, v in logs.items() if k.startswith("eval_")}
-            self.ctx.emit_eval(state.global_step // self.per_step, {f"eval/{k}": v for k, v in self.to_canonical(native).items()})
+            native = {k[len("eval_") :]: v for k, v in logs.items() if k.startswith("eval_")}
+            self.ctx.emit_eval(
+                state.global_step // self.per_step, {f"eval/{k}": v for k, v in self.to_canonical(native).items()}
+            )
             return
         if "train_runtime" in logs or self.step_started is None:  # the final summary log
             return
@@ -289,7 +304,9 @@ def run_trl(plan, ctx) -> None:
 
     scorer = RewardScorer(
         specs_with_factories([s.model_dump(mode="json") for s in config.reward], ctx.plugins),
-        config.rollout_workers, rewards=bound, fault_log=ctx.run_dir / "reward_faults.jsonl",
+        config.rollout_workers,
+        rewards=bound,
+        fault_log=ctx.run_dir / "reward_faults.jsonl",
     )
     scorer.start_in_background()  # the reward workers start while TRL loads the model and builds the trainer
     rewards = [trl_reward(b, native["data"]["answer_key"], tok, collector, scorer) for b in bound]
@@ -300,7 +317,11 @@ def run_trl(plan, ctx) -> None:
     trainer_class = getattr(trl, native["trainer"])
     extra: dict[str, Any] = {}
     if native.get("environment"):
-        from rlbridge_adapters.trl.environment import EnvironmentRollout, environment_reward, trainer_class as recording_rows
+        from rlbridge_adapters.trl.environment import (
+            EnvironmentRollout,
+            environment_reward,
+            trainer_class as recording_rows,
+        )
 
         spec = native["environment"]
         events = ctx.run_dir / "trl_events.jsonl"  # episode rewards, as the other engines' drivers report them
@@ -308,7 +329,9 @@ def run_trl(plan, ctx) -> None:
         os.environ[EVENTS_ENV] = str(events.resolve())
         trainer_class = recording_rows(trainer_class)
         rewards = [environment_reward(spec["name"]), *rewards]
-        extra["rollout_func"] = EnvironmentRollout(spec, native["data"]["prompt_key"], native["data"]["use_chat_template"])
+        extra["rollout_func"] = EnvironmentRollout(
+            spec, native["data"]["prompt_key"], native["data"]["use_chat_template"]
+        )
     if native.get("lora"):
         from peft import LoraConfig
 

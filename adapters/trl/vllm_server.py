@@ -38,21 +38,52 @@ class VLLMServer:
     """`vllm serve` (vLLM's OpenAI server, dev endpoints on) for one run, on `devices` (logical GPU ids:
     CUDA_VISIBLE_DEVICES on a GPU node; on CPU the same label, which the placement read-back reports)."""
 
-    def __init__(self, model: str, devices: list[int], log_path: Path, *, dtype: str, max_model_len: int | None,
-                 seed: int, max_num_seqs: int, gpu_memory_utilization: float, on_cpu: bool,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        devices: list[int],
+        log_path: Path,
+        *,
+        dtype: str,
+        max_model_len: int | None,
+        seed: int,
+        max_num_seqs: int,
+        gpu_memory_utilization: float,
+        on_cpu: bool,
+        threads: int | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.devices = devices
         self.log_path = log_path
-        argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
-                "--port", str(self.port), "--dtype", dtype, "--seed", str(seed),
-                "--max-num-seqs", str(max_num_seqs), "--worker-extension-cls", WORKER_EXTENSION,
-                "--tensor-parallel-size", "1"]
+        argv = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            dtype,
+            "--seed",
+            str(seed),
+            "--max-num-seqs",
+            str(max_num_seqs),
+            "--worker-extension-cls",
+            WORKER_EXTENSION,
+            "--tensor-parallel-size",
+            "1",
+        ]
         if max_model_len:  # else the model's own context length
             argv += ["--max-model-len", str(max_model_len)]
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1",  # /pause, /resume, /collective_rpc
-               "CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))}
+        env = {
+            **os.environ,
+            "VLLM_SERVER_DEV_MODE": "1",  # /pause, /resume, /collective_rpc
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, devices)),
+        }
         if on_cpu:
             argv.append("--enforce-eager")
             env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
@@ -72,15 +103,19 @@ class VLLMServer:
         started = time.time()
         while time.time() - started < timeout_s:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the vLLM server exited with code {self.proc.returncode} before it answered: "
-                                   f"{' | '.join(_last_error(self.log_path))} (log: {self.log_path})")
+                raise RuntimeError(
+                    f"the vLLM server exited with code {self.proc.returncode} before it answered: "
+                    f"{' | '.join(_last_error(self.log_path))} (log: {self.log_path})"
+                )
             try:
                 if requests.get(f"{self.url}/health", timeout=5).status_code == 200:
                     return time.time() - started
             except requests.RequestException:
                 pass
             time.sleep(1.0)
-        raise TimeoutError(f"the vLLM server at {self.url} did not answer /health in {timeout_s:.0f} s (log: {self.log_path})")
+        raise TimeoutError(
+            f"the vLLM server at {self.url} did not answer /health in {timeout_s:.0f} s (log: {self.log_path})"
+        )
 
     def stop(self, grace_s: float = 20.0) -> None:
         """End the server and everything it started (vLLM's engine-core process); idempotent."""
@@ -131,7 +166,9 @@ class SharedMemoryWeightTransfer:
     weights to a safetensors file in /dev/shm, have every vLLM worker load it (/collective_rpc), resume.
     `last` holds the last sync's seconds, bytes and tensors (the run's weight-sync metrics)."""
 
-    def __init__(self, url: str, pause_mode: str = "keep", timeout_s: float = 600.0, directory: str = "/dev/shm") -> None:
+    def __init__(
+        self, url: str, pause_mode: str = "keep", timeout_s: float = 600.0, directory: str = "/dev/shm"
+    ) -> None:
         self.url = url
         # "keep": in-flight requests freeze and continue with the new weights (rollout.partial_rollouts: true, TRL's
         # own choice); "wait": the pause waits until they finish, so no sample spans a sync
@@ -203,14 +240,19 @@ class SharedMemoryWeightTransfer:
         # safetensors refuses tensors that share memory (tied embeddings): each is written as its own copy
         tensors = {name: tensor.detach().to("cpu").contiguous().clone() for name, tensor in counted}
         save_file(tensors, self.path)
-        loaded = self._post("/collective_rpc", json={"method": "rlbridge_load_weights", "args": [self.path],
-                                                     "timeout": self.timeout_s})
+        loaded = self._post(
+            "/collective_rpc", json={"method": "rlbridge_load_weights", "args": [self.path], "timeout": self.timeout_s}
+        )
         counts = [int(n) for n in (loaded or {}).get("results", [])]
         if not counts or any(n != len(tensors) for n in counts):
             raise RuntimeError(f"the vLLM workers loaded {counts} of the {len(tensors)} tensors sent")
         counted.report()
         self.syncs += 1
-        self.last = {"seconds": time.perf_counter() - started, "bytes": float(counted.bytes), "tensors": float(counted.tensors)}
+        self.last = {
+            "seconds": time.perf_counter() - started,
+            "bytes": float(counted.bytes),
+            "tensors": float(counted.tensors),
+        }
 
     def resume(self) -> None:
         self._post("/resume")

@@ -45,8 +45,10 @@ def capabilities() -> list[Capability]:
 FULLY_ASYNC = "verl.experimental.fully_async_policy.fully_async_main"
 ONE_STEP_OFF = "verl.experimental.one_step_off_policy.main_ppo"
 # each entry point's packaged config, composed over ppo_trainer.yaml (verl/experimental/<package>/config/)
-ENTRY_CONFIGS = {FULLY_ASYNC: ("fully_async_policy", "fully_async_ppo_trainer.yaml"),
-                 ONE_STEP_OFF: ("one_step_off_policy", "one_step_off_ppo_trainer.yaml")}
+ENTRY_CONFIGS = {
+    FULLY_ASYNC: ("fully_async_policy", "fully_async_ppo_trainer.yaml"),
+    ONE_STEP_OFF: ("one_step_off_policy", "one_step_off_ppo_trainer.yaml"),
+}
 ENTRY = "entry_point"
 """The pseudo-key translate() gives the module an async launch runs (`python -m MODULE overrides...`)."""
 # native keys of the async trainers with no canonical knob: kept as backend_options.verl and passed through
@@ -63,7 +65,8 @@ STALENESS_APPROXIMATION = (
     "the trainer consumes required_samples x trigger_parameter_sync_step of them, and the rest (in flight or queued "
     "at reset_staleness) are trained after the sync, oldest first: a backlog of at most s versions' worth of samples, "
     "so a sample is at most ceil(s) versions old. rollout.max_staleness = ceil(s) is that bound; s itself is kept "
-    "as backend_options.verl.async_training.staleness_threshold, which is what verl runs")
+    "as backend_options.verl.async_training.staleness_threshold, which is what verl runs"
+)
 
 
 def staleness_bound(threshold: float) -> int:
@@ -93,13 +96,17 @@ def translate(config: RunConfig) -> dict[str, Any]:
     if ro.max_staleness == 0:
         raise ConfigError("verl's async trainers need rollout.max_staleness >= 1")
     if config.placement.policy != "split":
-        raise ConfigError("verl's async trainers run the rollout on devices of its own: set placement.policy: split "
-                          "with placement.args.rollout_gpus")
+        raise ConfigError(
+            "verl's async trainers run the rollout on devices of its own: set placement.policy: split "
+            "with placement.args.rollout_gpus"
+        )
     nodes = config.resources.nodes
     rollout_gpus = int(config.placement.args.get("rollout_gpus", 1))
     if rollout_gpus % nodes:
-        raise ConfigError(f"placement.args.rollout_gpus {rollout_gpus} must be a multiple of resources.nodes {nodes} "
-                          "(verl's rollout.n_gpus_per_node is per node)")
+        raise ConfigError(
+            f"placement.args.rollout_gpus {rollout_gpus} must be a multiple of resources.nodes {nodes} "
+            "(verl's rollout.n_gpus_per_node is per node)"
+        )
     out: dict[str, Any] = {
         "actor_rollout_ref.hybrid_engine": False,
         "rollout.nnodes": nodes,
@@ -110,14 +117,26 @@ def translate(config: RunConfig) -> dict[str, Any]:
     if one_step:
         return {ENTRY: ONE_STEP_OFF, **out}
     threshold = passed.get("async_training.staleness_threshold", float(ro.max_staleness))
-    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or staleness_bound(threshold) != ro.max_staleness:
-        raise ConfigError(f"backend_options.verl.async_training.staleness_threshold {threshold!r} bounds staleness at "
-                          f"{staleness_bound(threshold) if isinstance(threshold, (int, float)) else '?'} version(s), not "
-                          f"rollout.max_staleness {ro.max_staleness}: set max_staleness to ceil(staleness_threshold)")
+    if (
+        not isinstance(threshold, (int, float))
+        or isinstance(threshold, bool)
+        or staleness_bound(threshold) != ro.max_staleness
+    ):
+        raise ConfigError(
+            f"backend_options.verl.async_training.staleness_threshold {threshold!r} bounds staleness at "
+            f"{staleness_bound(threshold) if isinstance(threshold, (int, float)) else '?'} version(s), not "
+            f"rollout.max_staleness {ro.max_staleness}: set max_staleness to ceil(staleness_threshold)"
+        )
     samples = config.training.batch_size * config.algorithm.group_size
     mini = config.training.mini_batch_size or samples  # rows per optimizer update (verl: ppo_mini_batch_size prompts)
-    return {ENTRY: FULLY_ASYNC, **out, **passed,
-            "data.train_batch_size": 0, "data.gen_batch_size": 1, "async_training.require_batches": samples // mini,
-            "async_training.staleness_threshold": threshold,
-            "async_training.trigger_parameter_sync_step": ro.weight_sync_interval,
-            "async_training.partial_rollout": ro.partial_rollouts}
+    return {
+        ENTRY: FULLY_ASYNC,
+        **out,
+        **passed,
+        "data.train_batch_size": 0,
+        "data.gen_batch_size": 1,
+        "async_training.require_batches": samples // mini,
+        "async_training.staleness_threshold": threshold,
+        "async_training.trigger_parameter_sync_step": ro.weight_sync_interval,
+        "async_training.partial_rollout": ro.partial_rollouts,
+    }

@@ -39,9 +39,9 @@ OWNED = {
 }
 ACTION = {
     "reward.custom_reward_function.": "the recipe's reward function: rlbridge rewards are plugins (reward: [{name: ...}]); "
-                                      "port compute_score to a reward plugin",
+    "port compute_score to a reward plugin",
     "custom_reward_function.": "the recipe's reward function: rlbridge rewards are plugins (reward: [{name: ...}]); "
-                               "port compute_score to a reward plugin",
+    "port compute_score to a reward plugin",
     "reward_model.reward_manager": "rlbridge calls its reward plugins through its own reward manager",
     "reward.reward_manager.": "rlbridge calls its reward plugins through its own reward manager",
     "reward_model.enable": "a neural reward model: not a canonical reward kind yet",
@@ -112,7 +112,10 @@ class VerlRecipeImporter:
                 # and a mini-batch of ppo_mini_batch_size prompts (rows: x rollout.n), so both keys are reproduced
                 by_key = {s.key: s.value for s in recipe.settings}
                 defaults = _defaults_of(recipe) or {}
-                mini, n = (by_key.get(k, defaults.get(k)) for k in ("actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.rollout.n"))
+                mini, n = (
+                    by_key.get(k, defaults.get(k))
+                    for k in ("actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.rollout.n")
+                )
                 recipe.extras["base"]["training"] = {"batch_size": _async_batch(recipe)}
                 if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (mini, n)):
                     recipe.extras["base"]["training"]["mini_batch_size"] = mini * n
@@ -122,7 +125,15 @@ class VerlRecipeImporter:
     def _read_script(self, text: str, name: str, version: str) -> Recipe:
         cmd = find_command(text, MARKERS, name, "`python -m verl.trainer.main_ppo`")
         recipe = Recipe("verl", name, version, [], list(cmd.notes))
-        entry = next((m for m in asynchrony.ENTRY_CONFIGS for w in cmd.words if w.text.replace("/", ".").removesuffix(".py").endswith(m)), None)
+        entry = next(
+            (
+                m
+                for m in asynchrony.ENTRY_CONFIGS
+                for w in cmd.words
+                if w.text.replace("/", ".").removesuffix(".py").endswith(m)
+            ),
+            None,
+        )
         if entry:  # verl's async trainers (adapters/verl/asynchrony.py): their own packaged config, async knobs
             recipe.extras["async_entry"] = entry
             recipe.extras["async_line"] = cmd.line
@@ -132,7 +143,9 @@ class VerlRecipeImporter:
         for tok in cmd.args:
             if tok.text.startswith("-"):
                 if tok.text.startswith(("--config-name", "--config-path", "-cn", "-cp", "--config-dir")):
-                    recipe.notes.append((tok.line, f"{tok.text}: the recipe composes its own config; only its overrides are imported"))
+                    recipe.notes.append(
+                        (tok.line, f"{tok.text}: the recipe composes its own config; only its overrides are imported")
+                    )
                 else:
                     recipe.notes.append((tok.line, f"{tok.text}: a Hydra command-line flag, ignored"))
                 continue
@@ -140,14 +153,18 @@ class VerlRecipeImporter:
         for tok in overrides:
             key, eq, value = tok.text.partition("=")
             if eq and ("$(" in value or "`" in value):  # a command substitution, kept literally (noted): a string value
-                recipe.settings.append(Setting(key.lstrip("+"), value, tok.line, tok.text, key if key.startswith("+") else ""))
+                recipe.settings.append(
+                    Setting(key.lstrip("+"), value, tok.line, tok.text, key if key.startswith("+") else "")
+                )
                 continue
             recipe.settings.append(self._override(tok.text, tok.line, name))
         engine = next((s for s in recipe.settings if s.key == "model_engine"), None)
         if engine is not None and engine.value not in ("dp", "fsdp"):
-            raise ConfigError(f"{recipe.where(engine.line)}: model_engine={engine.value} composes verl's {engine.value} trainer config; "
-                              "rlbridge runs verl's FSDP engine (model_engine=dp, the default), so this recipe's "
-                              f"{engine.value} keys have no meaning there: import the FSDP variant of the recipe")
+            raise ConfigError(
+                f"{recipe.where(engine.line)}: model_engine={engine.value} composes verl's {engine.value} trainer config; "
+                "rlbridge runs verl's FSDP engine (model_engine=dp, the default), so this recipe's "
+                f"{engine.value} keys have no meaning there: import the FSDP variant of the recipe"
+            )
         return recipe
 
     @staticmethod
@@ -155,13 +172,17 @@ class VerlRecipeImporter:
         try:
             from hydra.core.override_parser.overrides_parser import OverridesParser
         except ImportError:
-            raise ConfigError("--from verl parses Hydra overrides with Hydra's parser: pip install 'rlbridge[import]'") from None
+            raise ConfigError(
+                "--from verl parses Hydra overrides with Hydra's parser: pip install 'rlbridge[import]'"
+            ) from None
         try:
             (override,) = OverridesParser.create().parse_overrides([text])
         except Exception as exc:  # Hydra's OverrideParseException and friends
             raise ConfigError(f"{source}:{line}: not a Hydra override: {text!r} ({str(exc).splitlines()[0]})") from exc
         if override.is_delete():
-            raise ConfigError(f"{source}:{line}: {text!r} deletes a key of verl's config; rlbridge import cannot express a deletion, remove it")
+            raise ConfigError(
+                f"{source}:{line}: {text!r} deletes a key of verl's config; rlbridge import cannot express a deletion, remove it"
+            )
         key = override.key_or_group
         prefix = "++" if override.is_force_add() else ("+" if override.is_add() else "")
         return Setting(key, _plain(override.value()), line, text, prefix + key if prefix else "")
@@ -186,14 +207,21 @@ class VerlRecipeImporter:
         for key, value in flatten(data).items():
             if key in defaults and _same_default(defaults[key], value):
                 continue
-            recipe.settings.append(Setting(key, value, lines.get(key), f"{key}: {value}", "" if key in defaults else f"+{key}"))
+            recipe.settings.append(
+                Setting(key, value, lines.get(key), f"{key}: {value}", "" if key in defaults else f"+{key}")
+            )
         recipe.notes.append((None, f"values equal to verl {version}'s packaged defaults were skipped"))
         return recipe
 
     def _check_known(self, recipe: Recipe) -> None:
         defaults = _defaults_of(recipe)
         if defaults is None:
-            recipe.notes.append((None, f"keys not checked: no verl {recipe.version} environment or defaults here (`rlbridge env create verl=={recipe.version}`)"))
+            recipe.notes.append(
+                (
+                    None,
+                    f"keys not checked: no verl {recipe.version} environment or defaults here (`rlbridge env create verl=={recipe.version}`)",
+                )
+            )
             return
         prefixes = {k.rsplit(".", i)[0] for k in defaults for i in range(1, k.count(".") + 1)}
         for s in recipe.settings:
@@ -242,16 +270,27 @@ class VerlRecipeImporter:
             return []  # an offline stage has no reward
         by_key = {s.key: s for s in recipe.settings}
         out = []
-        for enable, path in (("reward_model.enable", "reward_model.model.path"),
-                             ("reward.reward_model.enable", "reward.reward_model.model_path")):
-            if enable in by_key and by_key[enable].value is True and isinstance(getattr(by_key.get(path), "value", None), str):
+        for enable, path in (
+            ("reward_model.enable", "reward_model.model.path"),
+            ("reward.reward_model.enable", "reward.reward_model.model_path"),
+        ):
+            if (
+                enable in by_key
+                and by_key[enable].value is True
+                and isinstance(getattr(by_key.get(path), "value", None), str)
+            ):
                 out.append(RecipeReward({"model": by_key[path].value}, [by_key[enable], by_key[path]]))
         for prefix in ("custom_reward_function.", "reward.custom_reward_function."):
             function = by_key.get(prefix + "path")
             if function is not None and isinstance(function.value, str) and function.value.endswith(".py"):
                 name = by_key.get(prefix + "name")
                 used = [function] + ([name] if name is not None else [])
-                out.append(RecipeReward({"native": "verl", "function": f"{function.value}:{name.value if name else 'compute_score'}"}, used))
+                out.append(
+                    RecipeReward(
+                        {"native": "verl", "function": f"{function.value}:{name.value if name else 'compute_score'}"},
+                        used,
+                    )
+                )
         if not out:
             # no reward of its own: verl scores with its built-in default_compute_score, chosen by each row's
             # data_source (gsm8k, math, ...); the import keeps that function, run unchanged (where verl is installed)
@@ -281,35 +320,54 @@ class VerlRecipeImporter:
         nodes, rollout_per_node, trainer_per_node = _async_devices(recipe)
         if entry == asynchrony.ONE_STEP_OFF:
             knobs = {"rollout.max_staleness": 1, "rollout.partial_rollouts": False, "rollout.weight_sync_interval": 1}
-            how = {"rollout.max_staleness": "rollout.max_staleness=1: one_step_off_policy generates batch n+1 while batch n "
-                                            "trains, from the weights synced after step n-1 (ray_trainer.py)"}
+            how = {
+                "rollout.max_staleness": "rollout.max_staleness=1: one_step_off_policy generates batch n+1 while batch n "
+                "trains, from the weights synced after step n-1 (ray_trainer.py)"
+            }
         else:
             threshold = value("async_training.staleness_threshold", 0.1)
             threshold = threshold if isinstance(threshold, (int, float)) and not isinstance(threshold, bool) else 0.1
-            knobs = {"rollout.max_staleness": asynchrony.staleness_bound(threshold),
-                     "rollout.partial_rollouts": value("async_training.partial_rollout", True) is True,
-                     "rollout.weight_sync_interval": count("async_training.trigger_parameter_sync_step", 1)}
-            how = {"async_training.staleness_threshold":
-                       f"rollout.max_staleness={knobs['rollout.max_staleness']} (approximated: {asynchrony.STALENESS_APPROXIMATION})",
-                   "async_training.trigger_parameter_sync_step": f"rollout.weight_sync_interval={knobs['rollout.weight_sync_interval']}",
-                   "async_training.partial_rollout": f"rollout.partial_rollouts={knobs['rollout.partial_rollouts']}"}
+            knobs = {
+                "rollout.max_staleness": asynchrony.staleness_bound(threshold),
+                "rollout.partial_rollouts": value("async_training.partial_rollout", True) is True,
+                "rollout.weight_sync_interval": count("async_training.trigger_parameter_sync_step", 1),
+            }
+            how = {
+                "async_training.staleness_threshold": f"rollout.max_staleness={knobs['rollout.max_staleness']} (approximated: {asynchrony.STALENESS_APPROXIMATION})",
+                "async_training.trigger_parameter_sync_step": f"rollout.weight_sync_interval={knobs['rollout.weight_sync_interval']}",
+                "async_training.partial_rollout": f"rollout.partial_rollouts={knobs['rollout.partial_rollouts']}",
+            }
             if knobs["rollout.max_staleness"] == 0:  # the async trainer kept on-policy: no canonical value
                 how["async_training.staleness_threshold"] = (
                     "staleness_threshold 0 runs fully_async_main on-policy on devices of its own, which has no canonical value: "
-                    "rollout.max_staleness 0 is main_ppo's synchronous loop, which the config keeps")
+                    "rollout.max_staleness 0 is main_ppo's synchronous loop, which the config keeps"
+                )
         if entry == asynchrony.FULLY_ASYNC:
             batch = f"training.batch_size={_async_batch(recipe)} (ppo_mini_batch_size x require_batches: the prompts of one trainer step)"
-            how.update({"data.train_batch_size": f"{batch}; fully_async_main asserts 0 (fully_async_rollouter.py)",
-                        "data.gen_batch_size": "fully_async_main asserts 1: the rollouter takes one prompt at a time",
-                        "async_training.require_batches": batch})
-        knobs.update({"placement.policy": "split", "placement.args": {"rollout_gpus": nodes * rollout_per_node},
-                      "resources.gpus_per_node": trainer_per_node + rollout_per_node})
+            how.update(
+                {
+                    "data.train_batch_size": f"{batch}; fully_async_main asserts 0 (fully_async_rollouter.py)",
+                    "data.gen_batch_size": "fully_async_main asserts 1: the rollouter takes one prompt at a time",
+                    "async_training.require_batches": batch,
+                }
+            )
+        knobs.update(
+            {
+                "placement.policy": "split",
+                "placement.args": {"rollout_gpus": nodes * rollout_per_node},
+                "resources.gpus_per_node": trainer_per_node + rollout_per_node,
+            }
+        )
         placement = f"placement.policy=split, placement.args.rollout_gpus={nodes * rollout_per_node}"
-        how.update({"actor_rollout_ref.hybrid_engine": placement + " (the rollout on devices of its own)",
-                    "rollout.nnodes": placement + " (resources.nodes nodes of rollout_gpus / nodes each)",
-                    "rollout.n_gpus_per_node": placement,
-                    "trainer.n_gpus_per_node": f"resources.gpus_per_node={trainer_per_node + rollout_per_node} minus the "
-                                               f"rollout's {rollout_per_node} per node"})
+        how.update(
+            {
+                "actor_rollout_ref.hybrid_engine": placement + " (the rollout on devices of its own)",
+                "rollout.nnodes": placement + " (resources.nodes nodes of rollout_gpus / nodes each)",
+                "rollout.n_gpus_per_node": placement,
+                "trainer.n_gpus_per_node": f"resources.gpus_per_node={trainer_per_node + rollout_per_node} minus the "
+                f"rollout's {rollout_per_node} per node",
+            }
+        )
         consumed = [s for s in recipe.settings if s.key in how or asynchrony.is_async_key(s.key)]
         options = {(s.spelling or s.key).lstrip("+"): s.value for s in consumed if asynchrony.is_async_key(s.key)}
         if entry == asynchrony.FULLY_ASYNC and "async_training.staleness_threshold" not in options:
@@ -317,13 +375,21 @@ class VerlRecipeImporter:
         for key in options:
             how.setdefault(key, "no canonical knob: passed to verl's fully_async_main unchanged")
         if knobs["rollout.max_staleness"] and "async_training.staleness_threshold" in how:
-            how["async_training.staleness_threshold"] += "; the fraction itself is kept as backend_options.verl.async_training.staleness_threshold"
+            how["async_training.staleness_threshold"] += (
+                "; the fraction itself is kept as backend_options.verl.async_training.staleness_threshold"
+            )
         line = recipe.extras.get("async_line")
         entry_setting = Setting(asynchrony.ENTRY, entry, line, f"python -m {entry}")
         how[asynchrony.ENTRY] = ", ".join(f"{k}={v}" for k, v in knobs.items() if k.startswith("rollout."))
-        return RecipeAsync(knobs, options, [entry_setting, *consumed], how, asynchrony.translate,
-                           note=f"the config's async knobs are verl's {entry}, which rlbridge's verl plan refuses here: "
-                                f"{asynchrony.NO_ASYNC}")
+        return RecipeAsync(
+            knobs,
+            options,
+            [entry_setting, *consumed],
+            how,
+            asynchrony.translate,
+            note=f"the config's async knobs are verl's {entry}, which rlbridge's verl plan refuses here: "
+            f"{asynchrony.NO_ASYNC}",
+        )
 
     def difference_reason(self, key: str, config: RunConfig) -> str | None:
         """Why rlbridge's plan sets `key` to other than verl's default (None: the knob that sets it says why)."""
@@ -343,7 +409,9 @@ class VerlRecipeImporter:
         # (auto), which would become checkpoint.resume: true and refuse a fresh run directory
         skip = {"trainer.experiment_name", "trainer.resume_mode"}
         if recipe.extras.get("async_entry") == asynchrony.FULLY_ASYNC:
-            skip |= set(asynchrony.BATCH_KEYS)  # translate() computes them (main_ppo's data.train_batch_size 1024 it asserts 0)
+            skip |= set(
+                asynchrony.BATCH_KEYS
+            )  # translate() computes them (main_ppo's data.train_batch_size 1024 it asserts 0)
         return {k: v for k, v in defaults.items() if not (isinstance(v, str) and "${" in v) and k not in skip}
 
 
@@ -364,7 +432,10 @@ def _async_batch(recipe: Recipe) -> int:
     fully_async_trainer.py), the recipe's values, else verl's."""
     defaults = _defaults_of(recipe) or {}
     by_key = {s.key: s.value for s in recipe.settings}
-    values = [by_key.get(k, defaults.get(k)) for k in ("actor_rollout_ref.actor.ppo_mini_batch_size", "async_training.require_batches")]
+    values = [
+        by_key.get(k, defaults.get(k))
+        for k in ("actor_rollout_ref.actor.ppo_mini_batch_size", "async_training.require_batches")
+    ]
     ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
     return values[0] * values[1] if ok else 1
 
@@ -402,16 +473,26 @@ def _check_type(recipe: Recipe, s: Setting, default: Any) -> None:
     """A value of another kind than verl's packaged default for its key (a number, a bool) is refused with its
     line, as verl's config dataclasses would refuse it when the run starts (`data.train_batch_size=fast`)."""
     value = s.value
-    if default is None or value is None or (isinstance(value, str) and ("${" in value or "$(" in value or "`" in value)):
+    if (
+        default is None
+        or value is None
+        or (isinstance(value, str) and ("${" in value or "$(" in value or "`" in value))
+    ):
         return  # no declared kind, or an interpolation / a command substitution the reader does not run
     want = "a boolean" if isinstance(default, bool) else "a number" if isinstance(default, (int, float)) else None
     if want is None:
         return
-    ok = isinstance(value, bool) if want == "a boolean" else isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = (
+        isinstance(value, bool)
+        if want == "a boolean"
+        else isinstance(value, (int, float)) and not isinstance(value, bool)
+    )
     if not ok:
         shown = "empty (an unset variable?)" if value == "" else repr(value)
-        raise ConfigError(f"{recipe.where(s.line)}: {s.spelling or s.key}: {shown} is not {want}; verl {recipe.version}'s "
-                          f"config has {s.key}: {default!r}")
+        raise ConfigError(
+            f"{recipe.where(s.line)}: {s.spelling or s.key}: {shown} is not {want}; verl {recipe.version}'s "
+            f"config has {s.key}: {default!r}"
+        )
 
 
 def _plain(value: Any) -> Any:

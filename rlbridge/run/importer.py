@@ -33,8 +33,19 @@ from rlbridge.run.recipe import Recipe, Setting, same
 
 # Canonical fields the solver does not search: the core's own (the runner fills them), and the
 # plugin lists, which a recipe's reward code cannot be translated into (the report says so).
-_NOT_SEARCHED = {"backend", "output_dir", "engine_env", "engine_version", "telemetry", "backend_options",
-                 "reward", "environment", "placement.args", "data.train.args", "data.eval.args"}
+_NOT_SEARCHED = {
+    "backend",
+    "output_dir",
+    "engine_env",
+    "engine_version",
+    "telemetry",
+    "backend_options",
+    "reward",
+    "environment",
+    "placement.args",
+    "data.train.args",
+    "data.eval.args",
+}
 _PLACEHOLDER_REWARD = {"name": "digit_match"}
 KINDS = {
     "mapped": "mapped to a canonical knob",
@@ -124,15 +135,25 @@ class Difference:
     reason: str
 
 
-def default_differences(backend: Backend, config: RunConfig, native: dict[str, Any], skip: set[str] = frozenset(),
-                        knobs_of: dict[str, list[str]] | None = None, recipe: Recipe | None = None) -> list[Difference]:
+def default_differences(
+    backend: Backend,
+    config: RunConfig,
+    native: dict[str, Any],
+    skip: set[str] = frozenset(),
+    knobs_of: dict[str, list[str]] | None = None,
+    recipe: Recipe | None = None,
+) -> list[Difference]:
     """Every key of the engine's own defaults that the plan sets to another value (keys in `skip`, the
     recipe's own, left out), each with the reason: the adapter's stated one (`difference_reason`), else the
     canonical knob that sets it. A key the plan leaves out keeps the engine's default."""
     importer = backend.recipe_importer()
     if importer is None:
         return []
-    version = str(backend.target_version(config)) if config.engine_version or backend.installed_version() else importer.default_version
+    version = (
+        str(backend.target_version(config))
+        if config.engine_version or backend.installed_version()
+        else importer.default_version
+    )
     extras = {"config_class": native["config_class"]} if "config_class" in native else {}
     if recipe is None:  # plan --explain: the engine's defaults of an empty recipe
         recipe = Recipe(backend.name, "<plan>", version, [], extras=extras)
@@ -150,7 +171,11 @@ def default_differences(backend: Backend, config: RunConfig, native: dict[str, A
         if isinstance(value, str) and ("${" in value or "rlbridge-import" in value):
             continue  # an interpolation (its value is another key's), or the importer's placeholder output_dir
         knobs = (knobs_of or {}).get(key) or ([owners[key]] if key in owners else [])
-        if knobs_of is None and knobs and all(not same(_dump(_value_at(config, k)), _dump(_default_at(k))) for k in knobs):
+        if (
+            knobs_of is None
+            and knobs
+            and all(not same(_dump(_value_at(config, k)), _dump(_default_at(k))) for k in knobs)
+        ):
             continue  # plan --explain: a knob the config sets itself (the table above shows it), not a silent change
         reason = reason_of(key, config)
         if reason is None and knobs:
@@ -179,8 +204,10 @@ class ImportResult:
         counts = ", ".join(f"{len(self.by_kind(k))} {k}" for k in KINDS)
         lines.append(f"# {len(self.entries)} settings: {counts}")
         if self.defaults_matched[1]:
-            lines.append(f"# {r.engine} defaults the recipe leaves unset, reproduced: {self.defaults_matched[0]} of {self.defaults_matched[1]}"
-                         + (f"; the {len(self.differences)} others are listed under 'differs'" if self.differences else ""))
+            lines.append(
+                f"# {r.engine} defaults the recipe leaves unset, reproduced: {self.defaults_matched[0]} of {self.defaults_matched[1]}"
+                + (f"; the {len(self.differences)} others are listed under 'differs'" if self.differences else "")
+            )
         for kind, title in KINDS.items():
             entries = self.by_kind(kind)
             if not entries:
@@ -190,9 +217,13 @@ class ImportResult:
                 where = f"{r.source}:{e.line}" if e.line else r.source
                 lines.append(f"  {e.key}={_show(e.value)}  ({where})" + (f"\n      -> {e.detail}" if e.detail else ""))
         if self.differences:
-            lines.append(f"\ndiffers: {r.engine}'s own defaults of keys the recipe leaves unset, which the plan changes")
+            lines.append(
+                f"\ndiffers: {r.engine}'s own defaults of keys the recipe leaves unset, which the plan changes"
+            )
             for d in self.differences:
-                lines.append(f"  {d.key}: {r.engine} {_show(d.engine)}, rlbridge {_show(d.planned)}\n      -> {d.reason}")
+                lines.append(
+                    f"  {d.key}: {r.engine} {_show(d.engine)}, rlbridge {_show(d.planned)}\n      -> {d.reason}"
+                )
         for line, note in r.notes:
             lines.append(f"note: {r.where(line)}: {note}")
         for note in self.notes:
@@ -201,15 +232,24 @@ class ImportResult:
 
     def report_data(self) -> dict[str, Any]:
         return {
-            "source": self.recipe.source, "engine": self.recipe.engine, "version": self.recipe.version,
-            "settings": [{"key": e.key, "value": e.value, "line": e.line, "kind": e.kind, "detail": e.detail} for e in self.entries],
+            "source": self.recipe.source,
+            "engine": self.recipe.engine,
+            "version": self.recipe.version,
+            "settings": [
+                {"key": e.key, "value": e.value, "line": e.line, "kind": e.kind, "detail": e.detail}
+                for e in self.entries
+            ],
             "notes": [f"{self.recipe.where(line)}: {n}" for line, n in self.recipe.notes] + self.notes,
-            "differences": [{"key": d.key, "engine": d.engine, "planned": d.planned, "reason": d.reason} for d in self.differences],
+            "differences": [
+                {"key": d.key, "engine": d.engine, "planned": d.planned, "reason": d.reason} for d in self.differences
+            ],
         }
 
     def to_yaml(self) -> str:
-        head = (f"# imported by `rlbridge import {self.recipe.source} --from {self.recipe.engine}` "
-                f"({self.recipe.engine} {self.recipe.version}); the import report lists what did not map\n")
+        head = (
+            f"# imported by `rlbridge import {self.recipe.source} --from {self.recipe.engine}` "
+            f"({self.recipe.engine} {self.recipe.version}); the import report lists what did not map\n"
+        )
         return head + yaml.safe_dump(self.config, sort_keys=False)
 
 
@@ -217,11 +257,15 @@ def _show(value: Any) -> str:
     if isinstance(value, dict):
         value = {k: v for k, v in value.items() if v not in (None, {}, [])}
     if isinstance(value, (list, dict)) or value is None:
-        return json.dumps(value, default=lambda o: o.model_dump(mode="json", exclude_defaults=True) if isinstance(o, BaseModel) else str(o))
+        return json.dumps(
+            value,
+            default=lambda o: o.model_dump(mode="json", exclude_defaults=True) if isinstance(o, BaseModel) else str(o),
+        )
     return str(value)
 
 
 # --- entry point --------------------------------------------------------------------------------
+
 
 def import_recipe(
     source: str,
@@ -244,7 +288,9 @@ def import_recipe(
     except SyntaxError as exc:  # a truncated or broken Python recipe (TRL), as Python itself reports it
         raise ConfigError(f"{exc.filename or source}:{exc.lineno}: not valid Python: {exc.msg}") from None
     if version and not backend.version_supported(version):
-        raise ConfigError(f"--engine-version {version}: outside the range backend '{engine}' supports ({backend.supported_versions})")
+        raise ConfigError(
+            f"--engine-version {version}: outside the range backend '{engine}' supports ({backend.supported_versions})"
+        )
     return Solver(backend, importer, recipe, explicit_version=version is not None, rewards=rewards).run()
 
 
@@ -259,17 +305,22 @@ def _check_text(source: str) -> None:
         raise ConfigError(f"{source}: cannot read the recipe ({exc.strerror})") from None
     if b"\0" in data:
         line = data.count(b"\n", 0, data.index(b"\0")) + 1
-        raise ConfigError(f"{source}:{line}: not a text file (a NUL byte); rlbridge import reads a launch script, "
-                          "a command line or a config file")
+        raise ConfigError(
+            f"{source}:{line}: not a text file (a NUL byte); rlbridge import reads a launch script, "
+            "a command line or a config file"
+        )
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{source}:{line}: not a text file (byte {exc.start} is not UTF-8); rlbridge import reads a "
-                          "launch script, a command line or a config file") from None
+        raise ConfigError(
+            f"{source}:{line}: not a text file (byte {exc.start} is not UTF-8); rlbridge import reads a "
+            "launch script, a command line or a config file"
+        ) from None
 
 
 # --- the solver ---------------------------------------------------------------------------------
+
 
 @dataclass
 class Leaf:
@@ -368,8 +419,14 @@ def data_source(path: str) -> dict[str, Any]:
 
 
 class Solver:
-    def __init__(self, backend: Backend, importer: RecipeImporter, recipe: Recipe, explicit_version: bool = False,
-                 rewards: list[dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        backend: Backend,
+        importer: RecipeImporter,
+        recipe: Recipe,
+        explicit_version: bool = False,
+        rewards: list[dict[str, Any]] | None = None,
+    ):
         self.backend, self.importer, self.recipe = backend, importer, recipe
         self.explicit_version = explicit_version
         self.rewards = rewards
@@ -398,16 +455,26 @@ class Solver:
                 self.entries.append(Entry(s.spelling or s.key, s.value, s.line, special[0], special[1]))
             elif s.key in self.target and not same(self.target[s.key], s.value):
                 first = self.lines[s.key]
-                self.entries.append(Entry(s.spelling or s.key, s.value, s.line, "conflict",
-                                          f"set twice; line {first.line} set {_show(first.value)}, the later value wins as in the engine"))
+                self.entries.append(
+                    Entry(
+                        s.spelling or s.key,
+                        s.value,
+                        s.line,
+                        "conflict",
+                        f"set twice; line {first.line} set {_show(first.value)}, the later value wins as in the engine",
+                    )
+                )
                 self.target[s.key] = s.value
                 self.lines[s.key] = s
             else:
                 self.target[s.key] = s.value
                 self.lines[s.key] = s
         async_keys = {s.key for s in self.asynchrony.settings} if self.asynchrony else set()
-        self.defaults = {k: v for k, v in importer.defaults(recipe).items()  # (the async keys are set by the recipe)
-                         if k not in self.target and k not in async_keys and not importer.special(Setting(k, v))}
+        self.defaults = {
+            k: v
+            for k, v in importer.defaults(recipe).items()  # (the async keys are set by the recipe)
+            if k not in self.target and k not in async_keys and not importer.special(Setting(k, v))
+        }
         self.knob_count: dict[str, int] = {}
 
     # -- evaluating a candidate config --
@@ -459,9 +526,15 @@ class Solver:
         stage = self.recipe.extras.get("stage")
         if stage:  # an offline stage's recipe (e.g. verl's sft_trainer): no reward (docs/stages.md)
             # the reader may start the search where the engine's script does (OpenRLHF's count epochs, not steps)
-            return {"backend": self.backend.name, "engine_version": self.recipe.version, "run_name": "run",
-                    "algorithm": {"name": stage}, "reward": [], "resources": {"gpus_per_node": 1},
-                    **self.recipe.extras.get("base", {})}
+            return {
+                "backend": self.backend.name,
+                "engine_version": self.recipe.version,
+                "run_name": "run",
+                "algorithm": {"name": stage},
+                "reward": [],
+                "resources": {"gpus_per_node": 1},
+                **self.recipe.extras.get("base", {}),
+            }
         return {
             "backend": self.backend.name,
             "engine_version": self.recipe.version,
@@ -480,10 +553,14 @@ class Solver:
                 data.pop(key, None)
             data.setdefault("resources", {"gpus_per_node": 1})
         if self.view(data) is None and data["reward"] != [_PLACEHOLDER_REWARD]:
-            self.unplanned_rewards = True  # the recipe's rewards do not plan here (e.g. a model path not on this machine)
+            self.unplanned_rewards = (
+                True  # the recipe's rewards do not plan here (e.g. a model path not on this machine)
+            )
             data["reward"] = [_PLACEHOLDER_REWARD]
         if self.view(data) is None:
-            raise ConfigError(f"backend '{self.backend.name}' cannot plan its own default config for {self.recipe.engine} {self.recipe.version}")
+            raise ConfigError(
+                f"backend '{self.backend.name}' cannot plan its own default config for {self.recipe.engine} {self.recipe.version}"
+            )
         all_leaves = leaves()
         data = self.settle(data, all_leaves)
         for _ in range(2):  # then knobs moved jointly, and coordinate moves again from there
@@ -531,8 +608,11 @@ class Solver:
             if not options or len(options) > 6:
                 continue
             section = switch.path.rsplit(".", 1)[0]
-            partners = [leaf for leaf in all_leaves if leaf.path.rsplit(".", 1)[0] == section and not leaf.options
-                        and leaf.kinds and leaf is not switch]
+            partners = [
+                leaf
+                for leaf in all_leaves
+                if leaf.path.rsplit(".", 1)[0] == section and not leaf.options and leaf.kinds and leaf is not switch
+            ]
             for option in options:
                 if same(option, get_path(best, switch.path)):
                     continue
@@ -574,14 +654,19 @@ class Solver:
                     best, best_score, improved = trial, trial_score, True
         return best, improved
 
-    def influence(self, data: dict[str, Any], leaf: Leaf, view: dict[str, Any]) -> tuple[set[str], list[tuple[Any, dict[str, Any]]]]:
+    def influence(
+        self, data: dict[str, Any], leaf: Leaf, view: dict[str, Any]
+    ) -> tuple[set[str], list[tuple[Any, dict[str, Any]]]]:
         """Native keys that move when the knob moves, and the probes (value, view)."""
         current = get_path(data, leaf.path)
         probes: list[Any] = []
         if leaf.options:
             probes += [o for o in leaf.options if o != current]
         if leaf.source:
-            probes += [{"type": "jsonl", "path": "/rlbridge-probe/a.jsonl"}, {"type": "parquet", "path": "/rlbridge-probe/b.parquet"}]
+            probes += [
+                {"type": "jsonl", "path": "/rlbridge-probe/a.jsonl"},
+                {"type": "parquet", "path": "/rlbridge-probe/b.parquet"},
+            ]
         elif str in leaf.kinds:
             probes += ["rlbridge-probe-a", "/rlbridge-probe/b"]
         numeric = leaf.kinds & {int, float}
@@ -622,15 +707,25 @@ class Solver:
                 out.append(p)
         return out
 
-    def candidates(self, data: dict[str, Any], leaf: Leaf, moved: set[str], probes: list[tuple[Any, dict[str, Any]]],
-                   view: dict[str, Any]) -> list[Any]:
+    def candidates(
+        self,
+        data: dict[str, Any],
+        leaf: Leaf,
+        moved: set[str],
+        probes: list[tuple[Any, dict[str, Any]]],
+        view: dict[str, Any],
+    ) -> list[Any]:
         current = get_path(data, leaf.path)
         out: list[Any] = list(leaf.options or [])
         if leaf.nullable:
             out.append(None)
         if leaf.default in (leaf.options or []) or type(leaf.default) in leaf.kinds or (leaf.source and leaf.default):
             out.append(leaf.default)
-        points = [(current, view)] + probes if isinstance(current, (int, float)) and not isinstance(current, bool) else probes
+        points = (
+            [(current, view)] + probes
+            if isinstance(current, (int, float)) and not isinstance(current, bool)
+            else probes
+        )
         numeric_points = [(v, pv) for v, pv in points if isinstance(v, (int, float)) and not isinstance(v, bool)]
         for key in sorted(moved):
             target = self.target.get(key, self.defaults.get(key, _MISSING))
@@ -655,7 +750,9 @@ class Solver:
         return unique
 
     @staticmethod
-    def linear(points: list[tuple[Any, dict[str, Any]]], key: str, index: int | None, x: float, leaf: Leaf) -> list[Any]:
+    def linear(
+        points: list[tuple[Any, dict[str, Any]]], key: str, index: int | None, x: float, leaf: Leaf
+    ) -> list[Any]:
         """The knob value that gives native value x, if the probes show a linear relation."""
         samples = []
         for v, pv in points:
@@ -710,7 +807,11 @@ class Solver:
             x = self.target[key]
             if key in view and same(view[key], x):
                 knobs = knobs_of.get(key, [])
-                if not knobs and key in owners and not same(_dump(_value_at(config, owners[key])), _dump(_default_at(owners[key]))):
+                if (
+                    not knobs
+                    and key in owners
+                    and not same(_dump(_value_at(config, owners[key])), _dump(_default_at(owners[key])))
+                ):
                     # no probe moved it (a switch only the knob's default turns off: --train.async_enable from
                     # max_staleness 1), but the capability table names the knob that writes it, and that knob is set
                     knobs = [owners[key]]
@@ -718,7 +819,9 @@ class Solver:
                     detail = self.knob_detail(config, knobs)
                     self.entries.append(Entry(setting.spelling or key, x, setting.line, "mapped", detail))
                 else:
-                    self.entries.append(Entry(setting.spelling or key, x, setting.line, "same", "no canonical knob needed"))
+                    self.entries.append(
+                        Entry(setting.spelling or key, x, setting.line, "same", "no canonical knob needed")
+                    )
                 continue
             pending.append((key, setting))
         for key, setting in pending:
@@ -726,11 +829,23 @@ class Solver:
             opt_key, opt_value = self.importer.option(setting)
             trial = set_path(data, "backend_options", {self.backend.name: {**options, opt_key: opt_value}})
             trial_view = self.view(trial)
-            if trial_view is not None and key in trial_view and same(trial_view[key], x) and self.score(trial_view)[0] >= self.score(view)[0]:
+            if (
+                trial_view is not None
+                and key in trial_view
+                and same(trial_view[key], x)
+                and self.score(trial_view)[0] >= self.score(view)[0]
+            ):
                 options[opt_key] = opt_value
                 view = trial_view
-                self.entries.append(Entry(setting.spelling or key, x, setting.line, "option",
-                                          f"backend_options.{self.backend.name}.{opt_key}"))
+                self.entries.append(
+                    Entry(
+                        setting.spelling or key,
+                        x,
+                        setting.line,
+                        "option",
+                        f"backend_options.{self.backend.name}.{opt_key}",
+                    )
+                )
                 continue
             knobs = knobs_of.get(key, [])
             planned = view.get(key, _MISSING)
@@ -764,12 +879,20 @@ class Solver:
         matched = sum(1 for k, v in self.defaults.items() if k in final_view and same(final_view[k], v))
         defaults_seen = sum(1 for k in self.defaults if k in final_view)  # keys the plan leaves out keep the default
         final_config = resolve_config(data)
-        differences = default_differences(self.backend, final_config, self.backend.plan(final_config).native,
-                                          skip=set(self.target) | {s.key for s, _ in self.reward_settings}
-                                          | {s.key for s in (self.asynchrony.settings if self.asynchrony else [])}, knobs_of=knobs_of,
-                                          recipe=self.recipe)
+        differences = default_differences(
+            self.backend,
+            final_config,
+            self.backend.plan(final_config).native,
+            skip=set(self.target)
+            | {s.key for s, _ in self.reward_settings}
+            | {s.key for s in (self.asynchrony.settings if self.asynchrony else [])},
+            knobs_of=knobs_of,
+            recipe=self.recipe,
+        )
         data = self.classify_async(data)  # after the differences: the plan may refuse the async knobs here (verl)
-        return ImportResult(self.output(data), self.entries, self.recipe, self.output_notes(data), (matched, defaults_seen), differences)
+        return ImportResult(
+            self.output(data), self.entries, self.recipe, self.output_notes(data), (matched, defaults_seen), differences
+        )
 
     def classify_async(self, data: dict[str, Any]) -> dict[str, Any]:
         """The async settings (RecipeAsync): the config with their knobs and options, and each setting mapped
@@ -781,8 +904,11 @@ class Solver:
         for path, value in found.knobs.items():
             trial = set_path(trial, path, value)
         if found.options:
-            trial = set_path(trial, "backend_options", {self.backend.name: {**trial.get("backend_options", {}).get(self.backend.name, {}),
-                                                                            **found.options}})
+            trial = set_path(
+                trial,
+                "backend_options",
+                {self.backend.name: {**trial.get("backend_options", {}).get(self.backend.name, {}), **found.options}},
+            )
         try:
             native = found.native(RunConfig.model_validate(trial))
         except ValidationError as exc:
@@ -795,8 +921,10 @@ class Solver:
             for path, value in found.knobs.items():  # a knob the search had solved (verl: the trainer's devices)
                 before = get_path(data, path)
                 if before is not _MISSING and not same(before, value):
-                    self.async_notes.append(f"{path}: the other settings were solved with {_show(before)}; the config has "
-                                            f"{_show(value)}, the async launch's (the report's details above show the former)")
+                    self.async_notes.append(
+                        f"{path}: the other settings were solved with {_show(before)}; the config has "
+                        f"{_show(value)}, the async launch's (the report's details above show the former)"
+                    )
             data = trial  # a config that does not load is not written: its settings are conflicts, each saying why
         for s in found.settings:
             detail = found.details.get(s.key, "")
@@ -805,8 +933,11 @@ class Solver:
                 kind = "option" if s.key in found.options and not any(k in detail for k in found.knobs) else "mapped"
             else:
                 kind = "conflict"
-                detail = (f"{detail}; " if detail else "") + (f"the async knobs do not load: {failed}" if failed else
-                                                              f"the async translation has {_show(native.get(s.key))}")
+                detail = (f"{detail}; " if detail else "") + (
+                    f"the async knobs do not load: {failed}"
+                    if failed
+                    else f"the async translation has {_show(native.get(s.key))}"
+                )
             self.entries.append(Entry(s.spelling or s.key, s.value, s.line, kind, detail))
         return data
 
@@ -824,8 +955,11 @@ class Solver:
         values = self.candidates(data, leaf, moved | {key}, probes, view)
         if not isinstance(x, bool) and type(x) in leaf.kinds and not any(same(x, v) for v in values):
             values.insert(0, x)
-        cleared = [other.path for other in all_leaves if other.nullable and other is not leaf
-                   and get_path(data, other.path) not in (None, _MISSING)]
+        cleared = [
+            other.path
+            for other in all_leaves
+            if other.nullable and other is not leaf and get_path(data, other.path) not in (None, _MISSING)
+        ]
         for value in values:
             trial = set_path(data, leaf.path, value)
             trials = [(trial, "")] + [(set_path(trial, path, None), f" and {path}=null") for path in cleared]
@@ -833,14 +967,25 @@ class Solver:
                 trial_view = self.view(candidate)
                 if trial_view is None or key not in trial_view or not same(trial_view[key], x):
                     continue
-                lost = [(k, s) for k, s in self.lines.items() if k != key and k in view and same(view[k], self.target[k])
-                        and not (k in trial_view and same(trial_view[k], self.target[k]))]
+                lost = [
+                    (k, s)
+                    for k, s in self.lines.items()
+                    if k != key
+                    and k in view
+                    and same(view[k], self.target[k])
+                    and not (k in trial_view and same(trial_view[k], self.target[k]))
+                ]
                 if not lost:
                     continue
-                shown = "; ".join(f"line {s.line} {s.spelling or k}={_show(self.target[k])} (would become "
-                                  f"{_show(trial_view.get(k, None)) if k in trial_view else 'unset'})" for k, s in lost[:3])
-                return (f"conflicts with the recipe's own line {', '.join(str(s.line) for _, s in lost[:3])}: {leaf.path}={_show(value)}{extra} "
-                        f"reproduces it, but then the plan no longer reproduces {shown}; the import keeps those")
+                shown = "; ".join(
+                    f"line {s.line} {s.spelling or k}={_show(self.target[k])} (would become "
+                    f"{_show(trial_view.get(k, None)) if k in trial_view else 'unset'})"
+                    for k, s in lost[:3]
+                )
+                return (
+                    f"conflicts with the recipe's own line {', '.join(str(s.line) for _, s in lost[:3])}: {leaf.path}={_show(value)}{extra} "
+                    f"reproduces it, but then the plan no longer reproduces {shown}; the import keeps those"
+                )
         return None
 
     def classify_rewards(self, view: dict[str, Any]) -> None:
@@ -890,7 +1035,9 @@ class Solver:
         from rlbridge.run.runner import resolve
 
         try:
-            config = resolve(RunConfig.model_validate(set_path(data, "backend_options", {self.backend.name: {key: value}})))
+            config = resolve(
+                RunConfig.model_validate(set_path(data, "backend_options", {self.backend.name: {key: value}}))
+            )
             self.backend.plan(config)
         except RLBridgeError as exc:
             return str(exc)
@@ -921,23 +1068,37 @@ class Solver:
     def output_notes(self, data: dict[str, Any]) -> list[str]:
         notes = ([self.asynchrony.note] if self.asynchrony and self.asynchrony.note else []) + self.async_notes
         if self.unplanned_rewards:
-            notes.append("reward: the recipe's own rewards do not plan on this machine (is the model path there?); "
-                         "the settings were solved with a placeholder reward")
+            notes.append(
+                "reward: the recipe's own rewards do not plan on this machine (is the model path there?); "
+                "the settings were solved with a placeholder reward"
+            )
         if not self.rewards and any(".py:" in r.spec.get("function", "") for r in self.recipe_rewards):
-            notes.append("reward: a reward function file's path is as the recipe wrote it (relative to where the recipe was "
-                         "launched); rlbridge reads FILE.py relative to the config file, so check it there")
-        elif not self.rewards and any(r.spec.get("function") == "verl.utils.reward_score:default_compute_score" for r in self.recipe_rewards):
-            notes.append("reward: the recipe names no reward, so verl scores with its built-in default_compute_score (by each "
-                         "row's data_source: gsm8k, math, ...); the config runs that function unchanged, which needs verl "
-                         "importable where the rewards run (verl's environment; other engines' environments do not have it)")
+            notes.append(
+                "reward: a reward function file's path is as the recipe wrote it (relative to where the recipe was "
+                "launched); rlbridge reads FILE.py relative to the config file, so check it there"
+            )
+        elif not self.rewards and any(
+            r.spec.get("function") == "verl.utils.reward_score:default_compute_score" for r in self.recipe_rewards
+        ):
+            notes.append(
+                "reward: the recipe names no reward, so verl scores with its built-in default_compute_score (by each "
+                "row's data_source: gsm8k, math, ...); the config runs that function unchanged, which needs verl "
+                "importable where the rewards run (verl's environment; other engines' environments do not have it)"
+            )
         elif not self.rewards and not self.recipe_rewards and not self.recipe.extras.get("stage"):
-            notes.append("reward: the config has none yet; rlbridge rewards are plugins (`rlbridge plugins`): "
-                         "add one with --reward NAME or edit reward:, see the 'action' settings above")
+            notes.append(
+                "reward: the config has none yet; rlbridge rewards are plugins (`rlbridge plugins`): "
+                "add one with --reward NAME or edit reward:, see the 'action' settings above"
+            )
         if not self.explicit_version:
-            notes.append(f"engine_version is not written: the plan above was made for {self.recipe.engine} {self.recipe.version}, "
-                         f"and the config plans for whichever {self.recipe.engine} version runs it (--engine-version pins it)")
+            notes.append(
+                f"engine_version is not written: the plan above was made for {self.recipe.engine} {self.recipe.version}, "
+                f"and the config plans for whichever {self.recipe.engine} version runs it (--engine-version pins it)"
+            )
         if "train" not in data.get("data", {}):
-            notes.append("data.train: the recipe names no training data rlbridge can read; the config keeps rlbridge's default generator")
+            notes.append(
+                "data.train: the recipe names no training data rlbridge can read; the config keeps rlbridge's default generator"
+            )
         return notes
 
 
@@ -968,7 +1129,11 @@ def _default_at(path: str) -> Any:
     model: Any = RunConfig
     parts = path.split(".")
     for part in parts[:-1]:
-        args = [a for a in _union_args(model.model_fields[part].annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        args = [
+            a
+            for a in _union_args(model.model_fields[part].annotation)
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
         if not args:
             return None
         model = args[0]

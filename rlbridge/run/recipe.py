@@ -58,6 +58,7 @@ class Token:
 
 # --- shell scripts -------------------------------------------------------------------------
 
+
 @dataclass
 class ShellCommand:
     """A command found in a shell script: its words (with the line of each) after the marker word."""
@@ -75,8 +76,13 @@ def find_command(text: str, markers: tuple[str, ...], source: str, what: str) ->
     from rlbridge.run.shell import read_launch
 
     found = read_launch(text, source, lambda word: any(_is_marker(word, m) for m in markers), what)
-    return ShellCommand([Token(f.text, f.line) for f in found.words], [Token(f.text, f.line) for f in found.args],
-                        found.line, found.variables, found.notes)
+    return ShellCommand(
+        [Token(f.text, f.line) for f in found.words],
+        [Token(f.text, f.line) for f in found.args],
+        found.line,
+        found.variables,
+        found.notes,
+    )
 
 
 def _is_marker(word: str, marker: str) -> bool:
@@ -84,6 +90,7 @@ def _is_marker(word: str, marker: str) -> bool:
 
 
 # --- values and config files ---------------------------------------------------------------
+
 
 def scalar(text: str) -> Any:
     """A command-line value as a number when it is one, else the string."""
@@ -117,7 +124,9 @@ def read_mapping(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"{path}:{mark.line + 1 if mark else '?'}: YAML syntax error: {getattr(exc, 'problem', exc)}") from exc
+        raise ConfigError(
+            f"{path}:{mark.line + 1 if mark else '?'}: YAML syntax error: {getattr(exc, 'problem', exc)}"
+        ) from exc
     lines: dict[str, int] = {}
     if isinstance(node, yaml.MappingNode):
         _node_lines(node, "", lines)

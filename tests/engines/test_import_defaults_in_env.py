@@ -33,7 +33,9 @@ def _flat(cfg):
 
 
 # one script in CI (the gsm8k example); the others in `make compat` (each import takes 1-6 min on 2 busy cores)
-CASES = [pytest.param(p, marks=[] if p.name == "gsm8k_example.sh" else [pytest.mark.matrix_only], id=p.name) for p in SCRIPTS]
+CASES = [
+    pytest.param(p, marks=[] if p.name == "gsm8k_example.sh" else [pytest.mark.matrix_only], id=p.name) for p in SCRIPTS
+]
 
 
 @pytest.mark.parametrize("script", CASES)

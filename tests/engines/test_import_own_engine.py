@@ -28,11 +28,21 @@ pytestmark = pytest.mark.skipif(BACKEND is None, reason="needs verl 0.9.1 or Ope
 # recipe, and what a 2-core CPU changes in it (the recipe's GPU counts, tensor parallelism and batch sizes)
 CASES = {
     "verl": ("reward_function.sh", ["resources.gpus_per_node=0", "rollout.tensor_parallel_size=1", "training.steps=3"]),
-    "openrlhf": ("grpo_hybrid_engine.sh", [
-        "resources.gpus_per_node=0", "rollout.tensor_parallel_size=1", "training.steps=2", "training.batch_size=2",
-        "training.mini_batch_size=null", "training.micro_batch_size=null", "rollout.max_new_tokens=8",
-        "rollout.max_prompt_tokens=16", "training.sequence_packing=false", "backend_options={}",
-    ]),
+    "openrlhf": (
+        "grpo_hybrid_engine.sh",
+        [
+            "resources.gpus_per_node=0",
+            "rollout.tensor_parallel_size=1",
+            "training.steps=2",
+            "training.batch_size=2",
+            "training.mini_batch_size=null",
+            "training.micro_batch_size=null",
+            "rollout.max_new_tokens=8",
+            "rollout.max_prompt_tokens=16",
+            "training.sequence_packing=false",
+            "backend_options={}",
+        ],
+    ),
 }
 
 
@@ -54,11 +64,18 @@ def test_imported_recipe_trains_on_its_own_engine(tmp_path, monkeypatch):
     monkeypatch.setenv("MODEL_PATH", str(builtin_model_dir("tiny-digits")))
     name, overrides = CASES[BACKEND]
     result = import_recipe(str(RECIPES / BACKEND / name), BACKEND, rewards=[{"name": "digit_match"}])
-    assert not [e for e in result.entries if e.kind == "conflict" and not e.detail.startswith("conflicts with the recipe's own")]
+    assert not [
+        e for e in result.entries if e.kind == "conflict" and not e.detail.startswith("conflicts with the recipe's own")
+    ]
     data = dict(result.config)
     assert data["backend"] == BACKEND and data["data"]["train"]["path"].startswith(str(tmp_path))
-    for item in overrides + ["engine_env=current", "checkpoint.dir=null", "checkpoint.resume=false",
-                             f"output_dir={tmp_path / 'run'}", "telemetry.progress=false"]:
+    for item in overrides + [
+        "engine_env=current",
+        "checkpoint.dir=null",
+        "checkpoint.resume=false",
+        f"output_dir={tmp_path / 'run'}",
+        "telemetry.progress=false",
+    ]:
         apply_override(data, item)
     summary = train(validate_config(data))
     assert summary["status"] == "completed"

@@ -21,9 +21,18 @@ from rlbridge.run.loading import load_config  # noqa: E402
 from rlbridge.run.runner import train  # noqa: E402
 from rlbridge.testing import QUICKSTART  # noqa: E402
 
-OVERRIDES = ["backend=trl", "engine_env=current", "training.steps=3", "training.batch_size=2", "algorithm.group_size=4",
-             "rollout.max_new_tokens=8", "rollout.max_staleness=1", "training.lr=1e-2",
-             "placement.policy=split", "placement.args={rollout_gpus: 1}"]
+OVERRIDES = [
+    "backend=trl",
+    "engine_env=current",
+    "training.steps=3",
+    "training.batch_size=2",
+    "algorithm.group_size=4",
+    "rollout.max_new_tokens=8",
+    "rollout.max_staleness=1",
+    "training.lr=1e-2",
+    "placement.policy=split",
+    "placement.args={rollout_gpus: 1}",
+]
 
 
 def _alive(pid: int) -> bool:
@@ -50,8 +59,14 @@ def test_async_trl_run_keeps_staleness_within_the_bound(tmp_path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     for row in rows:
-        for name in ("async/staleness_mean", "async/staleness_max", "async/trainer_idle_s", "async/partial_rollouts",
-                     "timing/weight_sync_s", "reward/mean"):
+        for name in (
+            "async/staleness_mean",
+            "async/staleness_max",
+            "async/trainer_idle_s",
+            "async/partial_rollouts",
+            "timing/weight_sync_s",
+            "reward/mean",
+        ):
             assert name in row, (name, row)
         assert 0 <= row["async/staleness_mean"] <= row["async/staleness_max"] <= 1, row
         assert row["async/partial_rollouts"] == 0  # partial_rollouts false: a sync waits for in-flight requests
@@ -63,8 +78,12 @@ def test_async_trl_run_keeps_staleness_within_the_bound(tmp_path):
     synced = [r for r in rows if "weight_sync/bytes" in r]
     assert synced and all(r["weight_sync/bytes"] > 0 and r["weight_sync/tensors"] > 0 for r in synced), rows
     by_patch = json.loads((run / "patches.json").read_text())["by_patch"]
-    for name in ("trl-async-grpo-cpu-tree-attention", "trl-async-grpo-peak-flops-off-cuda", "trl-async-grpo-concurrent-scoring",
-                 "trl-vllm-cpu-unpacked-linear"):
+    for name in (
+        "trl-async-grpo-cpu-tree-attention",
+        "trl-async-grpo-peak-flops-off-cuda",
+        "trl-async-grpo-concurrent-scoring",
+        "trl-vllm-cpu-unpacked-linear",
+    ):
         assert by_patch[name]["applied_in"], (name, by_patch)  # the last one in the vLLM server's worker
     servers = [a for a in json.loads((run / "placement.json").read_text())["actors"] if a["class_name"] == "vllm serve"]
     assert servers and not _alive(servers[0]["pid"])  # stopped with the run
@@ -76,10 +95,21 @@ def test_async_trl_run_keeps_staleness_within_the_bound(tmp_path):
 def test_ctrl_c_leaves_no_vllm_server(tmp_path):
     """Ctrl-C on `rlbridge train` while the async run trains: the run stops, and the vLLM server with it."""
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rlbridge", "train", str(QUICKSTART), *[x for o in OVERRIDES for x in ("-s", o)],
-           "-s", "training.steps=200", "-s", f"output_dir={run}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlbridge",
+        "train",
+        str(QUICKSTART),
+        *[x for o in OVERRIDES for x in ("-s", o)],
+        "-s",
+        "training.steps=200",
+        "-s",
+        f"output_dir={run}",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
+
         def trained() -> bool:  # a step written, and the server's process recorded
             metrics = run / "metrics.jsonl"
             return metrics.exists() and metrics.read_text().strip() != "" and (run / "placement.json").exists()
@@ -89,7 +119,9 @@ def test_ctrl_c_leaves_no_vllm_server(tmp_path):
             assert proc.poll() is None, "the run ended before its first step"
             time.sleep(1)
         assert trained(), "no step in 300 s"
-        server = next(a for a in json.loads((run / "placement.json").read_text())["actors"] if a["class_name"] == "vllm serve")
+        server = next(
+            a for a in json.loads((run / "placement.json").read_text())["actors"] if a["class_name"] == "vllm serve"
+        )
         assert _alive(server["pid"])
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends to the foreground group
         proc.wait(120)

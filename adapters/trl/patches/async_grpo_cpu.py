@@ -28,25 +28,40 @@ class TorchVarlenAttention:
     """The `flash_attn_varlen_func` subset tree_attention calls, in PyTorch (CPU or any device)."""
 
     @staticmethod
-    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None,
-                               causal=True, window_size=(-1, -1), softcap=None, **unused):
+    def flash_attn_varlen_func(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale=None,
+        causal=True,
+        window_size=(-1, -1),
+        softcap=None,
+        **unused,
+    ):
         import torch
         import torch.nn.functional as F
 
         if tuple(window_size) != (-1, -1) or softcap:
-            raise NotImplementedError("rlbridge's CPU tree attention has no sliding window or softcapping "
-                                      f"(window_size={window_size}, softcap={softcap})")
+            raise NotImplementedError(
+                "rlbridge's CPU tree attention has no sliding window or softcapping "
+                f"(window_size={window_size}, softcap={softcap})"
+            )
         starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
         outputs = []
         for i in range(len(starts_q) - 1):
-            query = q[starts_q[i]:starts_q[i + 1]].transpose(0, 1)  # (heads, Lq, dim)
-            key = k[starts_k[i]:starts_k[i + 1]].transpose(0, 1)
-            value = v[starts_k[i]:starts_k[i + 1]].transpose(0, 1)
+            query = q[starts_q[i] : starts_q[i + 1]].transpose(0, 1)  # (heads, Lq, dim)
+            key = k[starts_k[i] : starts_k[i + 1]].transpose(0, 1)
+            value = v[starts_k[i] : starts_k[i + 1]].transpose(0, 1)
             lq, lk = query.shape[1], key.shape[1]
             # FlashAttention aligns the causal mask bottom-right: the segment's queries are the path's last lq keys
             mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(diagonal=lk - lq) if causal else None
-            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=softmax_scale,
-                                                 enable_gqa=query.shape[0] != key.shape[0])
+            out = F.scaled_dot_product_attention(
+                query, key, value, attn_mask=mask, scale=softmax_scale, enable_gqa=query.shape[0] != key.shape[0]
+            )
             outputs.append(out.transpose(0, 1))
         return torch.cat(outputs, 0)
 
@@ -75,8 +90,10 @@ ASYNC_GRPO_CPU_ATTENTION = Patch(
     probe=_off_cuda,
     apply=use_torch_tree_attention,
     when=lambda native: native.get("trainer") == "AsyncGRPOTrainer" and bool(native.get("args", {}).get("use_cpu")),
-    targets=(Target("trl.experimental.async_grpo.packing", "_flash_attn", ("07862b769d34",)),
-             Target("trl.experimental.async_grpo.packing", "tree_attention", ("331acdcef896",))),
+    targets=(
+        Target("trl.experimental.async_grpo.packing", "_flash_attn", ("07862b769d34",)),
+        Target("trl.experimental.async_grpo.packing", "tree_attention", ("331acdcef896",)),
+    ),
 )
 
 

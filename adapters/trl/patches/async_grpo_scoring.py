@@ -36,8 +36,11 @@ SCORING_ENV = "RLBRIDGE_TRL_SCORING"
 def scoring_settings() -> dict[str, int]:
     raw = json.loads(os.environ.get(SCORING_ENV) or "{}")
     groups = max(int(raw.get("score_groups", 1)), 1)
-    return {"score_groups": groups, "score_queue_groups": max(int(raw.get("score_queue_groups", 16)), 1),
-            "threads": max(int(raw.get("threads", groups)), 1)}
+    return {
+        "score_groups": groups,
+        "score_queue_groups": max(int(raw.get("score_queue_groups", 16)), 1),
+        "threads": max(int(raw.get("threads", groups)), 1),
+    }
 
 
 def _loop_class():
@@ -64,7 +67,8 @@ def _loop_class():
             # TRL's _score_group awaits each reward function in asyncio's default executor (min(32, cores + 4)
             # threads); groups scored at once need one thread per reward function each
             asyncio.get_running_loop().set_default_executor(
-                ThreadPoolExecutor(max_workers=self._score_threads, thread_name_prefix="rlbridge-score"))
+                ThreadPoolExecutor(max_workers=self._score_threads, thread_name_prefix="rlbridge-score")
+            )
             push_lock = asyncio.Lock()  # one group's samples reach the trainer's queue together
             scoring: set[asyncio.Task] = set()
             t_idle_start = time.monotonic()
@@ -103,14 +107,18 @@ def _loop_class():
             scoring_time = time.monotonic() - t0
             async with push_lock:
                 now = time.monotonic()
-                self._push_metrics({
-                    "rollout/score_s": scoring_time,
-                    "rollout/score_wait_s": wait_scoring,
-                    "rollout/score_queue_size": float(self._groups_to_score.qsize()),
-                    "rollout/inflight": float(self._inflight),
-                    "rollout/generated_tok_s": (float(self._total_completion_tokens - self._pushed_completion_tokens),
-                                                now - self._pushed_at),
-                })
+                self._push_metrics(
+                    {
+                        "rollout/score_s": scoring_time,
+                        "rollout/score_wait_s": wait_scoring,
+                        "rollout/score_queue_size": float(self._groups_to_score.qsize()),
+                        "rollout/inflight": float(self._inflight),
+                        "rollout/generated_tok_s": (
+                            float(self._total_completion_tokens - self._pushed_completion_tokens),
+                            now - self._pushed_at,
+                        ),
+                    }
+                )
                 self._pushed_completion_tokens = self._total_completion_tokens
                 self._pushed_at = now
                 self._total_groups_scored += 1
@@ -168,9 +176,11 @@ ASYNC_GRPO_CONCURRENT_SCORING = Patch(
     probe=_always,  # TRL 1.16's _score_loop is serial by construction (the fingerprint says when it changes)
     apply=use_concurrent_scoring,
     when=lambda native: native.get("trainer") == "AsyncGRPOTrainer",
-    targets=(Target("trl.experimental.async_grpo.async_rollout_worker", "_AsyncRolloutLoop._score_loop", ("91fb41de5e54",)),
-             Target("trl.experimental.async_grpo.async_rollout_worker", "_AsyncRolloutLoop._score_group", ("7563d0723e6b",)),
-             Target("trl.experimental.async_grpo.async_rollout_worker", "_AsyncRolloutLoop.__init__", ("769f3a6c43d8",))),
+    targets=(
+        Target("trl.experimental.async_grpo.async_rollout_worker", "_AsyncRolloutLoop._score_loop", ("91fb41de5e54",)),
+        Target("trl.experimental.async_grpo.async_rollout_worker", "_AsyncRolloutLoop._score_group", ("7563d0723e6b",)),
+        Target("trl.experimental.async_grpo.async_rollout_worker", "_AsyncRolloutLoop.__init__", ("769f3a6c43d8",)),
+    ),
     diff="""--- a/trl/experimental/async_grpo/async_rollout_worker.py
 +++ b/trl/experimental/async_grpo/async_rollout_worker.py
 @@ async def _score_loop(self, stop_event: asyncio.Event) -> None:
