@@ -259,6 +259,9 @@ class RayActorPool:
     cluster offers the custom resource ray_resource (CPU-only nodes), every actor asks for
     ray_num_cpus of it and so runs there. Needs Ray initialised in this process (a Ray engine's)."""
 
+    START_TIMEOUT_S = 300  # an actor's start: a worker process, the imports, the rewards built
+    START_ATTEMPTS = 2  # an actor that dies before it starts is started again once
+
     def __init__(self, settings: Settings, specs_json: str) -> None:
         import queue
         from concurrent.futures import ThreadPoolExecutor
@@ -281,11 +284,14 @@ class RayActorPool:
         self._actor_class = ray.remote(**options)(RewardActor)
         self._free: queue.Queue = queue.Queue()
         self._actors = []
+        self._starting: dict = {}  # actor -> the ref of its first where() call, until it has started
+        self.replaced = 0  # actors killed for a call's hang or death (the process pool's meaning)
+        self.restarted_at_start = 0  # actors that died before they started, started again
         for _ in range(settings.num_workers):
-            self._free.put(self._new_actor())
-        ray.get([a.where.remote() for a in self._actors], timeout=300)  # every actor built its rewards
+            self._new_actor()
+        for actor in list(self._actors):  # every actor built its rewards (they start in parallel)
+            self._free.put(self._started(actor))
         self._threads = ThreadPoolExecutor(max_workers=settings.num_workers, thread_name_prefix="rlbridge-ray-pool")
-        self.replaced = 0
         log.info(
             "rollout_workers: %d Ray actors of %s CPU(s) %s",
             settings.num_workers,
@@ -296,6 +302,7 @@ class RayActorPool:
     def _new_actor(self):
         actor = self._actor_class.remote(self._specs_json)
         self._actors.append(actor)
+        self._starting[actor] = actor.where.remote()
         return actor
 
     def _replace(self, actor) -> Any:
@@ -303,8 +310,45 @@ class RayActorPool:
 
         ray.kill(actor, no_restart=True)
         self._actors.remove(actor)
+        self._starting.pop(actor, None)
         self.replaced += 1
         return self._new_actor()
+
+    def _started(self, actor) -> Any:
+        """`actor` once it has started (worker process, imports, the rewards built), so that no call's
+        timeout counts a start-up: a replacement starts while the cluster is busy, and its first call
+        would otherwise time out for the start's sake. An actor that dies before it starts (Ray could not
+        start its worker process) is started again, up to START_ATTEMPTS times in all."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        for attempt in range(1, self.START_ATTEMPTS + 1):
+            ref = self._starting.get(actor)
+            if ref is None:
+                return actor
+            try:
+                ray.get(ref, timeout=self.START_TIMEOUT_S)
+            except GetTimeoutError:
+                raise RLBridgeError(
+                    f"rollout_workers: a Ray reward actor of {self.settings.ray_num_cpus} CPU(s) {self.placement} "
+                    f"did not start in {self.START_TIMEOUT_S} s: the cluster has no free CPUs for it; lower "
+                    "rollout_workers.num_workers or rollout_workers.ray_num_cpus, or add CPU nodes"
+                ) from None
+            except RayActorError as exc:
+                if attempt == self.START_ATTEMPTS:
+                    raise RLBridgeError(
+                        f"rollout_workers: a Ray reward actor died before it started, {attempt} times: {exc}"
+                    ) from None
+                log.warning("rollout_workers: a Ray reward actor died before it started; starting another: %s", exc)
+                ray.kill(actor, no_restart=True)
+                self._actors.remove(actor)
+                self._starting.pop(actor, None)
+                self.restarted_at_start += 1
+                actor = self._new_actor()
+                continue
+            self._starting.pop(actor, None)
+            return actor
+        return actor  # not reached: the last attempt returns or raises
 
     def schedule(self, fn: Callable, args: tuple = (), timeout: float | None = None) -> Future:
         return self._threads.submit(self._run, fn, args, timeout)
@@ -315,6 +359,7 @@ class RayActorPool:
 
         actor = self._free.get()
         try:
+            actor = self._started(actor)  # a replacement's start-up is not part of this call's timeout
             ref = actor.run.remote(fn, args)
             try:
                 return ray.get(ref, timeout=timeout)
