@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +121,8 @@ def start_server(server: str, log_path: Path, timeout_s: float = 120.0) -> tuple
         env={**os.environ, "ENABLE_WEB_INTERFACE": "false"},
         start_new_session=True,
     )
+    import urllib.request  # here, not at module level: every command that loads plugins would pay for it
+
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + timeout_s
     while time.time() < deadline:

@@ -29,7 +29,6 @@ second model (e.g. `user-sim`'s LLM user) is refused when it asks for that agent
 
 from __future__ import annotations
 
-import asyncio
 import json
 import queue
 import threading
@@ -64,6 +63,8 @@ def _taskset_config(vf, taskset: str, args: dict[str, Any]):
 
 def _run(coro):
     """Run a coroutine to completion from sync code, also when called inside a running event loop."""
+    import asyncio  # here, not at module level: every command that loads plugins would pay for it (startup.py)
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -272,6 +273,8 @@ class VerifiersEnvironment(Environment):
     # -- the env's side, in its own thread -------------------------------------------------------
     async def _ask(self, feedback: str | None, inter: _Interaction):
         """Score the conversation so far, hand rlbridge the feedback, wait for the policy's turn."""
+        import asyncio
+
         score = (await _score(self.task, inter.trace))[0] if inter.trace.num_turns else 0.0
         self._waiting = asyncio.get_running_loop().create_future()  # before the event: step() resolves it
         self._events.put(("turn", feedback, score - self._scored))
@@ -297,6 +300,8 @@ class VerifiersEnvironment(Environment):
             pass
 
     async def _episode(self) -> None:
+        import asyncio
+
         vf = self.vf
         self._loop = asyncio.get_running_loop()
         try:
@@ -320,6 +325,8 @@ class VerifiersEnvironment(Environment):
 
     # -- rlbridge's side --------------------------------------------------------------------------
     def reset(self, row: dict[str, Any], prompt: str) -> str:
+        import asyncio
+
         self.close()
         task = _task(self.vf, row, self.taskset, self.taskset_args)
         if task is None:

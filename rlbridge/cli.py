@@ -12,6 +12,62 @@ import typer
 
 from rlbridge.errors import RLBridgeError
 
+
+class _ImportOnUse(type):
+    """Metaclass of a stand-in for a rich class: calling it or reading one of its attributes imports the real
+    class (from the module in `_module`) and hands over to it."""
+
+    def _real(cls):
+        import importlib
+
+        return getattr(importlib.import_module(cls._module), cls.__name__)
+
+    def __call__(cls, *args, **kwargs):
+        return cls._real()(*args, **kwargs)
+
+    def __getattr__(cls, name):
+        return getattr(cls._real(), name)
+
+
+class _RichUtilsWithoutUnusedImports:
+    """Imports typer.rich_utils (typer's help renderer, on first `--help` or usage error) with stand-ins for
+    rich.markdown's Markdown and rich.traceback's Traceback, which it imports at module level: they pull in
+    markdown-it, pygments, rich.pretty and attrs, a third of `rlbridge --help`'s start-up
+    (benchmarks/startup.py), and rlbridge uses neither (help text is in typer's "rich" markup mode and pretty
+    exceptions are off); a stand-in imports the real class if anything uses it. The output is typer's own."""
+
+    _deferred = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "typer.rich_utils":
+            return None
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            real_exec = spec.loader.exec_module
+            spec.loader.exec_module = lambda module: self._exec(real_exec, module)
+        return spec
+
+    def _exec(self, real_exec, module) -> None:
+        import types
+
+        stubs = {}
+        for module_name, class_name in self._deferred.items():
+            if module_name not in sys.modules:  # already imported: typer gets the real class
+                stubs[module_name] = types.ModuleType(module_name)
+                setattr(stubs[module_name], class_name, _ImportOnUse(class_name, (), {"_module": module_name}))
+        sys.modules.update(stubs)
+        try:
+            real_exec(module)
+        finally:
+            for module_name, stub in stubs.items():  # a later `import rich.markdown` loads the real module
+                if sys.modules.get(module_name) is stub:
+                    del sys.modules[module_name]
+
+
+sys.meta_path.insert(0, _RichUtilsWithoutUnusedImports())
+
 app = typer.Typer(
     help="One config, any RL post-training engine (TRL, verl, OpenRLHF).",
     no_args_is_help=True,

@@ -80,6 +80,7 @@ class PluginManager:
             load_from_env(self)  # the run's local plugin modules (config `plugins:` / -p), in engine processes too
 
     def _load_entry_points(self) -> None:
+        dist_names: dict[int, str] = {}  # Distribution.name parses the METADATA file again on every read
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             if self.pm.get_plugin(ep.name) is not None or self.pm.is_blocked(ep.name):
                 continue
@@ -90,7 +91,9 @@ class PluginManager:
                 raise RLBridgeError(
                     f"plugin '{ep.name}' from distribution '{dist}' ({ep.value}) failed to import: {exc}"
                 ) from exc
-            self.register(plugin, ep.name, distribution=ep.dist.name if ep.dist else "")
+            if ep.dist is not None and id(ep.dist) not in dist_names:
+                dist_names[id(ep.dist)] = ep.dist.name
+            self.register(plugin, ep.name, distribution=dist_names[id(ep.dist)] if ep.dist else "")
 
     def register(self, plugin: Any, name: str, distribution: str = "") -> None:
         self.pm.register(plugin, name=name)
