@@ -50,13 +50,15 @@ class _RichUtilsWithoutUnusedImports:
         return spec
 
     def _exec(self, real_exec, module) -> None:
+        import functools
         import types
 
         stubs = {}
         for module_name, class_name in self._deferred.items():
             if module_name not in sys.modules:  # already imported: typer gets the real class
-                stubs[module_name] = types.ModuleType(module_name)
-                setattr(stubs[module_name], class_name, _ImportOnUse(class_name, (), {"_module": module_name}))
+                stub = stubs[module_name] = types.ModuleType(module_name)
+                setattr(stub, class_name, _ImportOnUse(class_name, (), {"_module": module_name}))
+                stub.__getattr__ = functools.partial(self._real_attribute, module_name, stub)  # any other name
         sys.modules.update(stubs)
         try:
             real_exec(module)
@@ -64,6 +66,17 @@ class _RichUtilsWithoutUnusedImports:
             for module_name, stub in stubs.items():  # a later `import rich.markdown` loads the real module
                 if sys.modules.get(module_name) is stub:
                     del sys.modules[module_name]
+
+    @staticmethod
+    def _real_attribute(module_name: str, stub, name: str):
+        """A name the stand-in module lacks (another typer version may import more): the real module's."""
+        import importlib
+
+        if name.startswith("__"):  # the import system's own probes (__path__, __spec__...)
+            raise AttributeError(name)
+        if sys.modules.get(module_name) is stub:
+            del sys.modules[module_name]
+        return getattr(importlib.import_module(module_name), name)
 
 
 sys.meta_path.insert(0, _RichUtilsWithoutUnusedImports())

@@ -78,6 +78,13 @@ def test_the_stand_ins_hand_over_to_rich():
         "assert isinstance(ru.Markdown('*x*'), rich.markdown.Markdown)\n"
         "assert ru.Traceback.from_exception == rich.traceback.Traceback.from_exception\n"
         "assert rich.markdown.Markdown.__module__ == 'rich.markdown' and hasattr(rich.markdown, 'Heading')\n"
+        "del sys.modules['rich.markdown']\n"
+        "def other_typer(module):  # a typer version that imports a name the stand-in module lacks\n"
+        "    from rich.markdown import Heading\n"
+        "    module.Heading = Heading\n"
+        "module = type(sys)('probe')\n"
+        "rlbridge.cli._RichUtilsWithoutUnusedImports()._exec(other_typer, module)\n"
+        "assert module.Heading is sys.modules['rich.markdown'].Heading\n"
         "print('ok')\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
