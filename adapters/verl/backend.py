@@ -118,6 +118,9 @@ class VerlBackend(Backend):
     # verl's hybrid engine fuses actor, rollout and reference (and a colocated critic) into WorkerDict actors;
     # 0.9's vLLM server process (no logical GPU of its own: it serves on the WorkerDict's) is the rollout too
     actor_roles = {"WorkerDict": ("actor", "rollout", "reference"), "vLLMHttpServer": ("rollout",)}
+    # verl <= 0.5's register center: each worker reads rank zero's address from it while the worker group
+    # starts (verl/single_controller/base/register_center/ray.py), nothing after; 0.9 has none
+    startup_only_actors = ("WorkerGroupRegisterCenter",)
     default_version = DEFAULT_VERSION
     native_arm = "rlbridge_adapters.verl.native"  # the bench's arm of kind native
     native_key_spelling = "Hydra keys of `main_ppo`'s config"

@@ -341,6 +341,9 @@ class Backend(ABC):
     """Test kinds only this engine's matrix cells run (compat_matrix/matrix.yaml `tests:`): kind -> the
     pytest arguments, from the repository root, run inside the cell's engine environment. The kinds
     every cell may name (translate, e2e-cpu, e2e-gpu) are rlbridge.envs.compat.TEST_KINDS."""
+    startup_only_actors: ClassVar[tuple[str, ...]] = ()
+    """Ray actor class names the engine uses only while it starts (their death later changes nothing, so
+    there is nothing to restart): the conformance suite's chaos test does not pick them as its victim."""
     actor_roles: ClassVar[dict[str, tuple[str, ...]]] = {}
     """Ray actor class name (or fnmatch pattern) -> the canonical roles its processes hold (actor,
     rollout, reference, critic, reward): how rlbridge reads back where a Ray engine placed each role
