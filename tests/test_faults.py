@@ -152,6 +152,20 @@ def test_a_dead_vllm_ray_actor_is_named_the_vllm_engine(tmp_path):
     assert failure["kind"] == "vllm_engine_died" and "\x1b" not in failure["evidence"], failure
 
 
+@pytest.mark.parametrize("engine, exact", [("trl", True), ("verl", True), ("openrlhf", False)])
+def test_a_restart_resumes_from_the_checkpoint_the_run_recorded_where_the_engine_takes_a_path(tmp_path, engine, exact):
+    """A killed engine process's Ray workers may save a checkpoint or two more before they are stopped
+    (verl 0.5.0's chaos run: rows 1-4, then checkpoints 5 and 6 with no row, resumed from 6): a restart
+    resumes from the last checkpoint the run recorded, as a path, on every backend that honours one;
+    OpenRLHF's --ckpt.load_enable takes only a directory (the newest in it), declared approximated."""
+    from rlbridge.contract.registry import get_plugin_manager
+    from rlbridge.run.runner import _restart_point
+
+    config = load_config(write_config(tmp_path, MINIMAL), [f"backend={engine}", "checkpoint.interval=1"])
+    recorded = "/runs/x/checkpoints/global_step_4"
+    assert _restart_point(get_plugin_manager().backend(engine), config, recorded) == (recorded if exact else True)
+
+
 def test_a_sigkill_with_a_grown_oom_counter_is_an_oom_kill_and_without_one_a_kill(tmp_path, monkeypatch):
     exc = RuntimeError("the engine process exited with code -9")
     exc.failure = {"process": "engine process (pid 9)", "how": "was killed by SIGKILL", "error": []}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbridge import __version__
-from rlbridge.contract.backend import Backend, Plan
+from rlbridge.contract.backend import Backend, Plan, Support
 from rlbridge.contract.config import RunConfig, check_devices
 from rlbridge.contract.plugin_args import check_args
 from rlbridge.contract.data import check_source
@@ -400,11 +400,29 @@ def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, res
         if (
             checkpoint is not None
         ):  # an earlier run's checkpoints (checkpoint.resume already true) stay the base otherwise
-            config.checkpoint.resume = True
+            config.checkpoint.resume = _restart_point(backend, config, checkpoint)
         layout = plan.layout
         plan = backend.plan(config)  # the same plan, resuming
         plan.layout = layout
         ctx.restarted(plan, restarts[-1])
+
+
+def _restart_point(backend, config: RunConfig, checkpoint: str) -> str | bool:
+    """What a restart resumes from: the failed attempt's last checkpoint the run recorded, as a path where
+    the backend honours a path exactly, else the newest complete one (True). A killed engine process's
+    Ray workers can train on for a moment before they are stopped and save checkpoints of steps that
+    have no row in metrics.jsonl (seen on verl 0.5.0, whose steps take 0.1 s): resuming from the newest
+    would lose those steps' rows."""
+    cap = backend.capability_table().get("checkpoint.resume")
+    trial = config.model_copy(deep=True)
+    trial.checkpoint.resume = checkpoint
+    exact = cap is not None and (
+        cap.support is Support.HONOURED
+        or (
+            cap.support is Support.APPROXIMATED and cap.approximate_when is not None and not cap.approximate_when(trial)
+        )
+    )
+    return checkpoint if exact else True
 
 
 def _stop_leftovers(run_dir: Path) -> None:
