@@ -305,13 +305,17 @@ class RayActorPool:
         self._starting[actor] = actor.where.remote()
         return actor
 
-    def _replace(self, actor) -> Any:
+    def _replace(self, actor, at_start: bool = False) -> Any:
+        """Kill `actor` and start another in its place; `at_start`: it died before it started."""
         import ray
 
         ray.kill(actor, no_restart=True)
         self._actors.remove(actor)
         self._starting.pop(actor, None)
-        self.replaced += 1
+        if at_start:
+            self.restarted_at_start += 1
+        else:
+            self.replaced += 1
         return self._new_actor()
 
     def _started(self, actor) -> Any:
@@ -340,11 +344,7 @@ class RayActorPool:
                         f"rollout_workers: a Ray reward actor died before it started, {attempt} times: {exc}"
                     ) from None
                 log.warning("rollout_workers: a Ray reward actor died before it started; starting another: %s", exc)
-                ray.kill(actor, no_restart=True)
-                self._actors.remove(actor)
-                self._starting.pop(actor, None)
-                self.restarted_at_start += 1
-                actor = self._new_actor()
+                actor = self._replace(actor, at_start=True)
                 continue
             self._starting.pop(actor, None)
             return actor
