@@ -225,6 +225,38 @@ def logs_calls(path: str, seconds: float = 0.3):
 FRESH_PROCESS_ENV = "RLBRIDGE_TEST_FRESH_PROCESS"  # set in the process a test re-runs itself in
 
 
+def _rerun_in_a_fresh_process(test_name: str, tmp_path: Path) -> bool:
+    """Run this module's test `test_name` in an interpreter of its own; True once it passed there.
+
+    After an in-process verl run of an earlier test (its driver inits and shuts down Ray in the pytest
+    process), every actor that process creates later was cancelled before it started ("all references to
+    the actor were removed"): in make test's verl cell, in the compat matrix's verl 0.9.1 cell and in
+    `-k "test_two_step_run or ray_reward_pool"`. A test that starts Ray actors itself runs apart from them.
+    False in that fresh process: the caller goes on with the test.
+    """
+    if os.environ.get(FRESH_PROCESS_ENV):
+        return False
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            f"{__file__}::{test_name}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--basetemp",
+            str(tmp_path / "t"),
+        ],
+        env={**os.environ, FRESH_PROCESS_ENV: "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert res.returncode == 0 and "1 passed" in res.stdout, (res.stdout + res.stderr)[-6000:]
+    return True
+
+
 def _spec(factory: str, **args) -> dict:
     return {"name": factory, "weight": 1.0, "args": args, "factory": f"{__name__}:{factory}"}
 
@@ -241,31 +273,9 @@ def test_ray_reward_pool_runs_on_the_cpu_only_node_with_the_process_pools_fault_
     verl = pytest.importorskip("verl", reason="one Ray environment proves the pool: verl 0.9's")
     if tuple(int(x) for x in verl.__version__.split(".")[:2]) < (0, 9):
         pytest.skip("one Ray environment proves the pool: verl 0.9's")
-    if not os.environ.get(FRESH_PROCESS_ENV):
-        # The pool lives in an engine process that starts Ray once. After an in-process verl run of an
-        # earlier test (its driver inits and shuts down Ray here), every actor this process creates was
-        # cancelled before it started ("all references to the actor were removed"), in make test's verl
-        # cell and in `-k "test_two_step_run or ray_reward_pool"`: so the test runs in a process of its own
-        env = {**os.environ, FRESH_PROCESS_ENV: "1"}
-        test_id = f"{__file__}::test_ray_reward_pool_runs_on_the_cpu_only_node_with_the_process_pools_fault_semantics"
-        res = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                test_id,
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "--basetemp",
-                str(tmp_path / "t"),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert res.returncode == 0 and "1 passed" in res.stdout, (res.stdout + res.stderr)[-6000:]
+    if _rerun_in_a_fresh_process(
+        "test_ray_reward_pool_runs_on_the_cpu_only_node_with_the_process_pools_fault_semantics", tmp_path
+    ):
         return
     from ray.util.state import list_actors, list_tasks
 
@@ -357,6 +367,8 @@ def test_verl_scores_its_rewards_on_ray_actors_on_the_cpu_only_node(tmp_path, mo
     verl = pytest.importorskip("verl", reason="runs in the verl engine environment (rlbridge compat run --engine verl)")
     if tuple(int(x) for x in verl.__version__.split(".")[:2]) < (0, 9):
         pytest.skip("one engine version proves the seam: verl 0.9 (vLLM rollout on CPU)")
+    if _rerun_in_a_fresh_process("test_verl_scores_its_rewards_on_ray_actors_on_the_cpu_only_node", tmp_path):
+        return
     from ray.util.state import list_actors, list_tasks
 
     from rlbridge.run.loading import load_config
