@@ -46,11 +46,6 @@ def ray_cluster(
         # job-wide runtime_env, with which Ray starts every worker through its runtime-env agent instead
         # of from its pool of prestarted ones (measured on verl 0.9.1's quickstart: ~25 s more start-up)
         os.environ.update(env)
-        # Ray waits 30 s for its GCS to write its port (ray/_private/node.py start_gcs_server); on a
-        # busy 2-core machine (a compat cell's engine run beside another) a GCS took longer and the run
-        # failed before it began ("Timed out waiting for file .../gcs_server_port_..."). Ray's own
-        # override, unless the user set it.
-        os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
         init = {
             "address": "local",
             "num_cpus": num_cpus,

@@ -253,7 +253,10 @@ def _rerun_in_a_fresh_process(test_name: str, tmp_path: Path) -> bool:
         text=True,
         timeout=900,
     )
-    assert res.returncode == 0 and "1 passed" in res.stdout, (res.stdout + res.stderr)[-6000:]
+    log = tmp_path / "fresh-process.log"
+    log.write_text(res.stdout + res.stderr)
+    errors = [ln for ln in res.stdout.splitlines() if ln.startswith(("E ", "FAILED", "ERROR"))]
+    assert res.returncode == 0 and "1 passed" in res.stdout, "\n".join(errors[-60:]) + f"\n(all of it: {log})"
     return True
 
 

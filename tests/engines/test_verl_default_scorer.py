@@ -76,8 +76,12 @@ def test_gsm8k_example_trains_with_verls_default_scorer(tmp_path, monkeypatch):
     (home / "data" / "gsm8k").mkdir(parents=True)
     for split, n in (("train", 64), ("test", 8)):
         pd.DataFrame(_gsm8k_rows(n)).to_parquet(home / "data" / "gsm8k" / f"{split}.parquet")
-    monkeypatch.setenv("HOME", str(home))  # the recipe reads $HOME/data/gsm8k/*.parquet
-    result = import_recipe(str(RECIPE), "verl")
+    with monkeypatch.context() as m:
+        # the recipe reads $HOME/data/gsm8k/*.parquet. HOME is back before the run: Ray (2.60) keeps the
+        # auth token its first cluster in this process wrote to ~/.ray, so a later cluster's GCS, started
+        # with another HOME, finds none and dies (its port file never comes: "Timed out waiting for file")
+        m.setenv("HOME", str(home))
+        result = import_recipe(str(RECIPE), "verl")
     assert result.config["reward"] == [{"native": "verl", "function": "verl.utils.reward_score:default_compute_score"}]
     data = dict(result.config)
     data["model"] = {"path": "builtin:tiny-digits"}  # built here on first use
