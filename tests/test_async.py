@@ -77,17 +77,74 @@ def test_openrlhf_async_with_split_placement_on_gpus():
     assert "train.colocate_all" not in settings
 
 
+SPLIT = ("placement.policy=split", "placement.args={rollout_gpus: 1}")
+
+
+def test_verl_max_staleness_1_plans_the_one_step_off_trainer_on_a_rollout_pool_of_its_own():
+    prepared = prepare(load_config(QUICKSTART, ["backend=verl", "rollout.max_staleness=1", *SPLIT]))
+    native = prepared.plan.native
+    assert native["entry_point"] == "verl.experimental.one_step_off_policy.main_ppo"
+    o = native["overrides"]
+    assert o["actor_rollout_ref.hybrid_engine"] is False
+    assert (o["trainer.n_gpus_per_node"], o["rollout.n_gpus_per_node"]) == (1, 1)  # logical devices on CPU
+    assert native["ray"]["logical_gpus"] == 2
+    # verl's checkpoint engines need CUDA: on CPU the weights go through rlbridge's file engine
+    assert o["actor_rollout_ref.rollout.checkpoint_engine.backend"] == "rlbridge_file"
+    assert "one_step_off_policy.main_ppo" in prepared.backend.render_native(prepared.plan)
+    # on GPUs: the trainer keeps the rest of each node, and verl's own (nccl) checkpoint engine
+    gpus = prepare(
+        load_config(
+            QUICKSTART,
+            [
+                "backend=verl",
+                "rollout.max_staleness=1",
+                "resources.gpus_per_node=4",
+                "placement.policy=split",
+                "placement.args={rollout_gpus: 2}",
+                "rollout.engine=vllm",
+            ],
+        )
+    ).plan.native["overrides"]
+    assert (gpus["trainer.n_gpus_per_node"], gpus["rollout.n_gpus_per_node"]) == (2, 2)
+    assert "actor_rollout_ref.rollout.checkpoint_engine.backend" not in gpus
+
+
 @pytest.mark.parametrize(
-    "backend, reason",
+    "overrides, match",
     [
-        ("verl", "checkpoint engine"),  # TRL's async trainer runs: tests/test_trl_async.py
+        (("rollout.max_staleness=1",), "placement.policy: split"),
+        (("rollout.max_staleness=1", "engine_version=0.5.0", *SPLIT), "0.9.1 only"),
+        (("rollout.max_staleness=2", *SPLIT), "not yet fully_async_main"),
+        (("rollout.max_staleness=1", "rollout.partial_rollouts=true", *SPLIT), "not yet fully_async_main"),
+        (("rollout.max_staleness=1", "rollout.weight_sync_interval=2", *SPLIT), "not yet fully_async_main"),
+        ((*SPLIT,), "rollout.max_staleness >= 1 with placement.policy: split"),
     ],
 )
-@pytest.mark.parametrize("knob", ["rollout.max_staleness=1", "rollout.max_staleness=2,rollout.partial_rollouts=true"])
-def test_verl_refuses_the_async_loop_saying_why(backend, reason, knob):
-    with pytest.raises(CapabilityError, match=reason) as info:
-        _settings(f"backend={backend}", *knob.split(","))
-    assert "rollout.max_staleness" in str(info.value) or "rollout.partial_rollouts" in str(info.value)
+def test_verl_refuses_what_it_cannot_launch_saying_why(overrides, match):
+    with pytest.raises(CapabilityError, match=match) as info:
+        _settings("backend=verl", *overrides)
+    assert "placement.policy" in str(info.value) or "rollout." in str(info.value)
+
+
+def test_verl_staleness_comes_from_its_own_version_tags():
+    """version_metrics: samples tagged with the global_steps their weights were synced at; versions maps a
+    tag to the actor updates those weights held (one_step_off syncs before each update)."""
+    import numpy as np
+
+    from rlbridge_adapters.verl.asynchrony import version_metrics
+
+    versions = {0: 0, 1: 0, 2: 1}  # the initial sync, then step 1's sync (before its update), then step 2's
+    tags = {"min_global_steps": np.array([0, 0], dtype=object), "max_global_steps": np.array([0, 0], dtype=object)}
+    assert version_metrics(tags, versions, updates=0)["rlbridge/staleness_max"] == 0.0  # step 1
+    tags = {"min_global_steps": np.array([1, 2], dtype=object), "max_global_steps": np.array([1, 2], dtype=object)}
+    status = version_metrics(tags, versions, updates=2)  # trained at step 3
+    assert (status["rlbridge/staleness_mean"], status["rlbridge/staleness_max"]) == (1.5, 2.0)
+    assert status["rlbridge/partial_rollouts"] == 0.0
+    spanned = {"min_global_steps": np.array([1], dtype=object), "max_global_steps": np.array([2], dtype=object)}
+    assert version_metrics(spanned, versions, updates=2)["rlbridge/partial_rollouts"] == 1.0
+    with pytest.raises(RuntimeError, match="never synced"):
+        version_metrics({"min_global_steps": np.array([7], dtype=object)}, versions, updates=2)
+    assert version_metrics({}, versions, updates=0) == {}  # the synchronous trainer tags nothing
 
 
 # ---- the staleness rlbridge measures in OpenRLHF's loop (asynchrony.async_status) ----

@@ -3,9 +3,9 @@ rollout.partial_rollouts, rollout.weight_sync_interval, split placement), with t
 
 OpenRLHF (--train.async_enable, --train.async_queue_size, --train.partial_rollout_enable; --async_train before
 0.10.2): its plan honours the knobs, so the round trip is the plan itself, and `plan --explain` names the flags.
-verl (fully_async_policy.fully_async_main, one_step_off_policy.main_ppo): its plan refuses the knobs on this machine
-(adapters/verl/asynchrony.py NO_ASYNC), so the round trip is the adapter's own translation of them
-(asynchrony.translate), and the plan's refusal says why. No engine runs here.
+verl (fully_async_policy.fully_async_main, one_step_off_policy.main_ppo): the round trip is the adapter's own
+translation of them (asynchrony.translate); its plan launches one_step_off_policy and refuses fully_async_main as a
+run (adapters/verl/asynchrony.py NO_FULLY_ASYNC), saying why. No engine runs here.
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def test_verl_fully_async_script_imports_with_the_staleness_fraction_declared():
     assert {s.key for s in result.recipe.settings if s.key.startswith(("async_training.", "rollout."))} <= reported
 
 
-def test_verl_one_step_off_script_imports_and_its_plan_is_refused_naming_why():
+def test_verl_one_step_off_script_imports_and_plans_the_same_trainer():
     result = imported(ONE_STEP_OFF, "verl")
     rollout = result.config["rollout"]
     assert rollout["max_staleness"] == 1 and "partial_rollouts" not in rollout and "weight_sync_interval" not in rollout
@@ -214,10 +214,22 @@ def test_verl_one_step_off_script_imports_and_its_plan_is_refused_naming_why():
     assert native["entry_point"] == start.value and checked == 5
     # the main_ppo settings round-trip as before, through the plan (searched with the trainer's 6 devices)
     assert entry(result, "actor_rollout_ref.actor.ppo_mini_batch_size").kind == "mapped"
-    backend = get_plugin_manager().backend("verl")
-    with pytest.raises(RLBridgeError, match="verl's main_ppo, the trainer rlbridge drives, is synchronous"):
-        backend.plan(config_of(result))
-    assert any("refuses here" in n for n in result.notes)
+    plan = get_plugin_manager().backend("verl").plan(config_of(result))
+    assert plan.native["entry_point"] == start.value
+    o = plan.native["overrides"]
+    assert (o["actor_rollout_ref.hybrid_engine"], o["trainer.n_gpus_per_node"], o["rollout.n_gpus_per_node"]) == (
+        False,
+        6,
+        2,
+    )
+    assert not any("refuses" in n for n in result.notes)
+
+
+def test_verl_fully_async_import_says_its_run_is_refused():
+    result = imported(FULLY_ASYNC, "verl")
+    assert any("refuses as a run" in n and "fully_async_main" in n for n in result.notes), result.notes
+    with pytest.raises(RLBridgeError, match="not yet fully_async_main"):
+        get_plugin_manager().backend("verl").plan(config_of(result))
 
 
 VERL_COMMAND = (

@@ -46,7 +46,10 @@ def test_the_plan_carries_the_policy_layout_and_split_on_cpu_counts_logical_gpus
 
 
 def test_engines_that_cannot_split_say_why():
-    with pytest.raises(RLBridgeError, match="hybrid engine only.*backend: openrlhf for split"):
+    # verl and TRL split only in their asynchronous loops (tests/test_async.py plans them)
+    with pytest.raises(
+        RLBridgeError, match="hybrid engine only.*rollout.max_staleness >= 1 with placement.policy: split"
+    ):
         _prepared(
             "backend=verl", "resources.gpus_per_node=0", "placement.policy=split", "placement.args={rollout_gpus: 1}"
         )

@@ -1,42 +1,131 @@
-"""verl: the asynchronous loop (rollout.max_staleness, partial_rollouts, weight_sync_interval).
+"""verl: the asynchronous loop (rollout.max_staleness, partial_rollouts, weight_sync_interval) and its metrics.
 
-verl's PPO trainer (main_ppo, which rlbridge drives) is synchronous. Its asynchronous trainers are
-separate entry points, read in the installed 0.9.1 wheel: `verl.experimental.one_step_off_policy.main_ppo`
-(generation one step ahead on rollout GPUs of its own) and `verl.experimental.fully_async_policy.fully_async_main`
-(config `fully_async_ppo_trainer.yaml`: `async_training.staleness_threshold` 0.1,
-`trigger_parameter_sync_step` 4, `require_batches` 1, `partial_rollout` True; `rollout.nnodes`,
-`rollout.n_gpus_per_node`). Neither can run on CPU, and 0.5.0 has neither (docs/scale.md has the
-mapping each knob would take). Called by `VerlBackend`.
+verl's PPO trainer (main_ppo) is synchronous. Its asynchronous trainers are separate entry points, read
+in the installed 0.9.1 wheel:
+- `verl.experimental.one_step_off_policy.main_ppo` (OneStepOffRayTrainer), which rlbridge launches for
+  `rollout.max_staleness: 1` with `placement.policy: split`: generation of batch n+1 starts right after
+  the weights are synced at step n and runs while batch n trains, so every batch after the first is
+  exactly one policy version old (a sync every step, no partial rollouts).
+- `verl.experimental.fully_async_policy.fully_async_main` (config `fully_async_ppo_trainer.yaml`:
+  `async_training.staleness_threshold`, a fraction of samples, `trigger_parameter_sync_step`,
+  `partial_rollout`, `require_batches`): planned by translate() for the import's round trip, refused as a
+  run (NO_FULLY_ASYNC).
+Both run the rollout on a resource pool of its own (`rollout.nnodes` x `rollout.n_gpus_per_node`,
+`actor_rollout_ref.hybrid_engine: False`, asserted by the trainer) and move the weights with a checkpoint
+engine. verl's own engines need CUDA (nccl, nixl, delta: cupy) or other hardware; on CPU the plan uses
+rlbridge's file engine (adapters/verl/checkpoint_engine.py). verl 0.9.0 and older are refused: rlbridge
+has read and run the trainer in 0.9.1 only (0.5.0 has none). Called by `VerlBackend` and boot.py.
+
+The metrics come from verl's own version tags: every sample's `min_global_steps` / `max_global_steps`
+(the `global_steps` the vLLM server's weights were synced at when its generation started and ended,
+workers/rollout/llm_server.py). `instrument_one_step_off` maps a tag to the number of actor updates the
+synced weights hold, and the staleness of a trained sample to the updates the actor had made by then
+minus that number.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from typing import Any
 
-from rlbridge.contract.backend import Capability, gpus_per_node, rejected
+from packaging.version import Version
+
+from rlbridge.contract.backend import Capability, gpus_per_node, honoured
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 
-NO_ASYNC = (
-    "verl's main_ppo, the trainer rlbridge drives, is synchronous. verl 0.9.1's asynchronous trainers "
-    "(verl.experimental.one_step_off_policy.main_ppo, fully_async_policy.fully_async_main) run the rollout on devices of "
-    "its own (actor_rollout_ref.hybrid_engine: False, asserted in one_step_off_policy/ray_trainer.py) and move the "
-    "weights with a checkpoint engine: one_step_off_ppo_trainer.yaml sets checkpoint_engine.backend: nccl, whose module "
-    "needs cupy and CUDA buffers; in this CPU environment verl.checkpoint_engine registers 'naive' only "
-    "(CheckpointEngineRegistry.get('nccl'): \"Checkpoint engine nccl not registered ... nccl_checkpoint_engine: No module "
-    "named 'cupy'\"; nixl and delta need cupy too, hccl torch.npu, kimi and mooncake their own libraries), and 'naive' is "
-    "the in-process colocated copy (its prepare/init_process_group/build_topology raise NotImplementedError). rlbridge "
-    "does not launch those trainers on GPUs yet; verl 0.5.0 has neither. Use backend: openrlhf (--train.async_enable) or "
-    "backend: trl (AsyncGRPOTrainer), or keep the default"
+ASYNC_SINCE = Version("0.9.1")
+# metric keys the driver adds to verl's step metrics (metrics.py maps them to async/...)
+STALENESS_MEAN, STALENESS_MAX = "rlbridge/staleness_mean", "rlbridge/staleness_max"
+TRAINER_IDLE, ROLLOUT_IDLE, PARTIAL = "rlbridge/trainer_idle", "rlbridge/rollout_idle", "rlbridge/partial_rollouts"
+# the OneStepTaskRunner actor asks Ray for 10 CPUs (one_step_off_policy/main_ppo.py: @ray.remote(num_cpus=10));
+# on CPU they are logical, added to the cluster's so the workers still fit
+DRIVER_CPUS = 10
+# rlbridge's CPU checkpoint engine: its registry name and the module verl imports to register it
+CHECKPOINT_ENGINE, CHECKPOINT_ENGINE_MODULE = "rlbridge_file", "rlbridge_adapters.verl.checkpoint_engine"
+
+
+def _version(config: RunConfig) -> Version:
+    from rlbridge_adapters.verl.backend import VerlBackend
+
+    return VerlBackend.target_version(config)
+
+
+def uses_fully_async(config: RunConfig) -> bool:
+    """fully_async_main, not one_step_off_policy: see translate()."""
+    ro = config.rollout
+    passed = any(is_async_key(k) for k in config.backend_options.get("verl", {}))
+    return ro.max_staleness >= 1 and not (
+        ro.max_staleness == 1 and ro.weight_sync_interval == 1 and not ro.partial_rollouts and not passed
+    )
+
+
+NO_FULLY_ASYNC = (
+    "rlbridge launches verl's one_step_off_policy trainer (rollout.max_staleness 1, a weight sync after every step, "
+    "generations finished before each sync), not yet fully_async_main, the trainer that has "
+    "async_training.staleness_threshold, trigger_parameter_sync_step and partial_rollout: its rollouter and trainer "
+    "are Ray actors of their own (fully_async_rollouter.py, fully_async_trainer.py) that rlbridge's metric and "
+    "version hooks do not cover. `rlbridge import` still reads fully-async scripts into these knobs"
 )
+
+
+def _check_staleness(config: RunConfig) -> str | None:
+    if config.rollout.max_staleness == 0:
+        return None
+    if _version(config) < ASYNC_SINCE:
+        return (
+            f"verl {_version(config)}: rlbridge launches verl's asynchronous trainer "
+            "(verl.experimental.one_step_off_policy) as read and run in verl 0.9.1 only (0.5.0 has none); use "
+            "engine_version 0.9.1, or rollout.max_staleness: 0"
+        )
+    if config.placement.policy != "split":
+        return (
+            "verl's asynchronous trainers run the rollout on devices of its own (hybrid_engine: False, asserted in "
+            "one_step_off_policy/ray_trainer.py): set placement.policy: split with placement.args.rollout_gpus"
+        )
+    if uses_fully_async(config):
+        return f"{NO_FULLY_ASYNC}; set rollout.max_staleness: 1 with the defaults of the other two"
+    return None
+
+
+def _needs_fully_async(knob: str) -> Any:
+    def check(config: RunConfig) -> str | None:
+        if knob == "rollout.partial_rollouts" and config.rollout.partial_rollouts:
+            what = "finishes every generation before a sync"
+        elif knob == "rollout.weight_sync_interval" and config.rollout.weight_sync_interval != 1:
+            what = "syncs the weights after every step"
+        else:
+            return None
+        if config.rollout.max_staleness == 0:
+            return f"verl's synchronous main_ppo {what}; remove {knob}"
+        return f"{NO_FULLY_ASYNC}; remove {knob}"
+
+    return check
 
 
 def capabilities() -> list[Capability]:
     return [
-        rejected("rollout.max_staleness", NO_ASYNC),
-        rejected("rollout.partial_rollouts", NO_ASYNC),
-        rejected("rollout.weight_sync_interval", NO_ASYNC),
+        honoured(
+            "rollout.max_staleness",
+            ("actor_rollout_ref.hybrid_engine", "rollout.n_gpus_per_node"),
+            _check_staleness,
+            note="1: verl.experimental.one_step_off_policy.main_ppo (batch n+1 generated while batch n trains: exactly "
+            "one version)",
+        ),
+        honoured(
+            "rollout.partial_rollouts",
+            "async_training.partial_rollout",
+            _needs_fully_async("rollout.partial_rollouts"),
+            note="fully_async_main only (not launched yet)",
+        ),
+        honoured(
+            "rollout.weight_sync_interval",
+            "async_training.trigger_parameter_sync_step",
+            _needs_fully_async("rollout.weight_sync_interval"),
+            note="fully_async_main only (not launched yet)",
+        ),
     ]
 
 
@@ -107,11 +196,19 @@ def translate(config: RunConfig) -> dict[str, Any]:
             f"placement.args.rollout_gpus {rollout_gpus} must be a multiple of resources.nodes {nodes} "
             "(verl's rollout.n_gpus_per_node is per node)"
         )
+    gpus = gpus_per_node(config)
+    # on CPU (no GPUs): one logical training device per node plus the rollout's, as the other engines' split
+    trainer_gpus = gpus - rollout_gpus // nodes if gpus else 1
+    if trainer_gpus < 1:
+        raise ConfigError(
+            f"placement.args.rollout_gpus {rollout_gpus} leaves no GPU per node for verl's trainer "
+            f"(resources.gpus_per_node {gpus}); lower rollout_gpus"
+        )
     out: dict[str, Any] = {
         "actor_rollout_ref.hybrid_engine": False,
         "rollout.nnodes": nodes,
         "rollout.n_gpus_per_node": rollout_gpus // nodes,
-        "trainer.n_gpus_per_node": gpus_per_node(config) - rollout_gpus // nodes,
+        "trainer.n_gpus_per_node": trainer_gpus,
     }
     one_step = ro.max_staleness == 1 and ro.weight_sync_interval == 1 and not ro.partial_rollouts and not passed
     if one_step:
@@ -139,4 +236,97 @@ def translate(config: RunConfig) -> dict[str, Any]:
         "async_training.staleness_threshold": threshold,
         "async_training.trigger_parameter_sync_step": ro.weight_sync_interval,
         "async_training.partial_rollout": ro.partial_rollouts,
+    }
+
+
+def cpu_overrides() -> dict[str, Any]:
+    """What an async plan needs on CPU: rlbridge's file checkpoint engine (checkpoint_engine.py says why),
+    which verl imports in every process that builds one (custom_backend_module)."""
+    return {
+        "actor_rollout_ref.rollout.checkpoint_engine.backend": CHECKPOINT_ENGINE,
+        "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module": CHECKPOINT_ENGINE_MODULE,
+        f"+actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.{CHECKPOINT_ENGINE}.directory": "<run_dir>/weight_sync",
+    }
+
+
+def entry_config(entry: str | None) -> tuple[str | None, str]:
+    """(config directory, config name) verl's Hydra composes for an entry point: its packaged config over
+    verl/trainer/config (None: main_ppo's ppo_trainer)."""
+    if entry is None:
+        return None, "ppo_trainer"
+    import importlib
+    import os
+
+    package, name = ENTRY_CONFIGS[entry]
+    module = importlib.import_module(f"verl.experimental.{package}")
+    return os.path.join(os.path.dirname(module.__file__), "config"), name.removesuffix(".yaml")
+
+
+# ---- in the driver (verl's task runner actor; installed by boot.py) ----
+
+
+def instrument_one_step_off(module) -> None:
+    """Add staleness (in policy versions), trainer and rollout idle time and partial rollouts to the metrics
+    OneStepOffRayTrainer logs each step, from verl's own per-sample version tags (module docstring)."""
+    cls = module.OneStepOffRayTrainer
+    if getattr(cls, "_rlbridge", False):
+        return
+    update_weights, update_actor, generate = cls._fit_update_weights, cls._fit_update_actor, cls._async_gen_next_batch
+
+    @functools.wraps(update_weights)
+    def _fit_update_weights(self):
+        state = _state(self)
+        if state["generation_end"] is not None:  # the rollout sat idle from its last batch's end until this sync
+            state["rollout_idle"] = max(0.0, time.time() - state["generation_end"])
+        state["versions"][self.global_steps] = state["updates"]  # verl tags what it syncs with global_steps
+        return update_weights(self)
+
+    @functools.wraps(generate)
+    async def _async_gen_next_batch(self, *args, **kwargs):
+        result = await generate(self, *args, **kwargs)
+        if result is not None:
+            result[3].meta_info["rlbridge_generation_end"] = time.time()
+        return result
+
+    @functools.wraps(update_actor)
+    def _fit_update_actor(self, batch):
+        state = _state(self)
+        state["generation_end"] = batch.meta_info.pop("rlbridge_generation_end", None)
+        self.metrics.update(
+            version_metrics(batch.non_tensor_batch, state["versions"], state["updates"]),
+        )
+        self.metrics[TRAINER_IDLE] = self.timing_raw.get("gen", 0.0)  # the await of the batch in _fit_generate
+        self.metrics[ROLLOUT_IDLE] = state.pop("rollout_idle", 0.0)
+        out = update_actor(self, batch)
+        if self.config.trainer.critic_warmup <= self.global_steps:  # the update verl made (critic warm-up: none)
+            state["updates"] += 1
+        return out
+
+    cls._fit_update_weights, cls._fit_update_actor = _fit_update_weights, _fit_update_actor
+    cls._async_gen_next_batch = _async_gen_next_batch
+    cls._rlbridge = True
+
+
+def _state(trainer) -> dict[str, Any]:
+    if not hasattr(trainer, "_rlbridge_async"):
+        trainer._rlbridge_async = {"versions": {}, "updates": 0, "generation_end": None}
+    return trainer._rlbridge_async
+
+
+def version_metrics(tags: dict[str, Any], versions: dict[int, int], updates: int) -> dict[str, float]:
+    """Staleness of a batch about to train: `updates` actor updates made so far; a sample generated from
+    weights synced at global_steps t holds versions[t] updates. A sample is partial when its generation
+    spanned a sync (min_global_steps != max_global_steps: verl resumed it with new weights)."""
+    low, high = tags.get("min_global_steps"), tags.get("max_global_steps")
+    if low is None or not len(low) or any(t is None for t in low):
+        return {}
+    unknown = sorted({int(t) for t in low if int(t) not in versions})
+    if unknown:
+        raise RuntimeError(f"rlbridge: samples tagged with global_steps {unknown}, which verl never synced")
+    staleness = [updates - versions[int(t)] for t in low]
+    partial = sum(int(a) != int(b) for a, b in zip(low, high)) if high is not None else 0
+    return {
+        STALENESS_MEAN: sum(staleness) / len(staleness),
+        STALENESS_MAX: float(max(staleness)),
+        PARTIAL: float(partial),
     }

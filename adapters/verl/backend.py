@@ -28,7 +28,7 @@ from rlbridge.contract.backend import (
 from rlbridge.contract.config import RunConfig
 from rlbridge.engine.model_dir import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
-from rlbridge_adapters.verl import knobs, stages
+from rlbridge_adapters.verl import asynchrony, knobs, stages
 from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {
@@ -118,6 +118,15 @@ class VerlBackend(Backend):
     # verl's hybrid engine fuses actor, rollout and reference (and a colocated critic) into WorkerDict actors;
     # 0.9's vLLM server process (no logical GPU of its own: it serves on the WorkerDict's) is the rollout too
     actor_roles = {"WorkerDict": ("actor", "rollout", "reference"), "vLLMHttpServer": ("rollout",)}
+    # verl's asynchronous trainers (asynchrony.py): actor and reference fused in a WorkerDict (DetachActorWorker
+    # alone) on the trainer pool; the rollout pool's devices held by its CheckpointEngineWorkers, which the
+    # vLLM server serves from
+    async_actor_roles = {
+        "WorkerDict": ("actor", "reference"),
+        "DetachActorWorker": ("actor", "reference"),
+        "CheckpointEngineWorker": ("rollout",),
+        "vLLMHttpServer": ("rollout",),
+    }
     # verl <= 0.5's register center: each worker reads rank zero's address from it while the worker group
     # starts (verl/single_controller/base/register_center/ray.py), nothing after; 0.9 has none
     startup_only_actors = ("WorkerGroupRegisterCenter",)
@@ -128,6 +137,9 @@ class VerlBackend(Backend):
         "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, ppo (GAE); HF rollout (<=0.5) or "
         "vLLM/SGLang"
     )
+
+    def placement_roles(self, plan) -> dict[str, tuple[str, ...]]:
+        return self.async_actor_roles if plan.native.get("entry_point") else self.actor_roles
 
     def native_reward_convention(self) -> Any:
         from rlbridge_adapters.verl.native_reward import CONVENTION
@@ -267,6 +279,13 @@ class VerlBackend(Backend):
                     "reward.num_workers": 1,
                 }
             )
+        entry = None  # main_ppo
+        if ro.max_staleness:  # one of verl's asynchronous trainers, on a rollout pool of its own (asynchrony.py)
+            async_keys = asynchrony.translate(config)
+            entry = async_keys.pop(asynchrony.ENTRY)
+            o.update(async_keys)
+            if cpu:
+                o.update(asynchrony.cpu_overrides())
         tools: list[dict[str, Any]] = []
         if config.environment is not None:
             from rlbridge.contract.environments import environment_class, tool_schemas
@@ -311,8 +330,15 @@ class VerlBackend(Backend):
                 VLLM_CPU_KVCACHE_SPACE="1",
                 VLLM_CPU_OMP_THREADS_BIND="nobind",
             )
+        cpus = config.resources.cpus_per_node or 8
+        logical_gpus = max(gpus, 1) if cpu else None
+        if entry is not None:
+            cpus += asynchrony.DRIVER_CPUS
+            if cpu:  # the trainer's logical device per node plus the rollout pool's
+                logical_gpus = o["trainer.n_gpus_per_node"] + o["rollout.n_gpus_per_node"]
         return {
             "verl_version": str(version),
+            "entry_point": entry,
             "overrides": o,
             "model": {"path": _model_path(config), "chat_template": template},
             "rewards": [r.model_dump(mode="json", exclude_none=True) for r in config.reward],
@@ -321,8 +347,8 @@ class VerlBackend(Backend):
             "tools": tools,
             "ray": {
                 "address": config.resources.ray_address,
-                "num_cpus": config.resources.cpus_per_node or 8,
-                "logical_gpus": max(gpus, 1) if cpu else None,
+                "num_cpus": cpus,
+                "logical_gpus": logical_gpus,
                 "cpu_resource": cpu and version < Version("0.6.0"),
             },
             "cpu": cpu,
@@ -361,7 +387,7 @@ class VerlBackend(Backend):
         return {key.lstrip("+"): value for key, value in flatten(options).items()}
 
     def render_native(self, plan) -> str:
-        module = "sft_trainer" if plan.native.get("stage") else "main_ppo"
+        module = "sft_trainer" if plan.native.get("stage") else (plan.native.get("entry_point") or "main_ppo")
         lines = [
             f"# verl {plan.native['verl_version']} {module} overrides (<run_dir>, <model_dir> and 'auto' are filled "
             "in at launch)"

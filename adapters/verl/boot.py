@@ -15,6 +15,7 @@ from rlbridge.engine.patches import apply_from_environment
 from rlbridge.engine.placement import report_when_actor
 from rlbridge.engine.ray_engine import once
 from rlbridge.engine.weight_sync import Counted, weights_to_send
+from rlbridge_adapters.verl import asynchrony
 
 NATIVE_ENV = "RLBRIDGE_VERL_NATIVE"
 SEED_ENV = "RLBRIDGE_SEED"  # training.seed, set in the plan's env by the backend
@@ -32,6 +33,7 @@ def install() -> None:
     when_imported("verl.workers.rollout.vllm_rollout.vllm_rollout", _instrument_weight_sync)
     when_imported("verl.workers.reward_manager", _register_reward_manager)
     when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_loop_manager)
+    when_imported("verl.experimental.one_step_off_policy.ray_trainer", asynchrony.instrument_one_step_off)
     if os.environ.get(SEED_ENV):
         when_imported("torch", _seed_process)
 
@@ -80,6 +82,8 @@ def _instrument_weight_sync(module) -> None:
     async def update_weights(self, weights, *args, **kwargs):
         if kwargs.get("wire_format", "named_tensors") != "named_tensors":
             return await original(self, weights, *args, **kwargs)
+        if hasattr(weights, "__aiter__"):  # verl's GPU checkpoint engines receive asynchronously, bucket by bucket
+            return await original(self, _unchanged_async(weights), *args, **kwargs)
         sent = Counted(weights_to_send("verl", weights))
         try:
             return await original(self, iter(sent), *args, **kwargs)
@@ -88,6 +92,26 @@ def _instrument_weight_sync(module) -> None:
 
     update_weights._rlbridge = True
     adapter.update_weights = update_weights
+
+
+async def _unchanged_async(weights):
+    """The pairs an asynchronous checkpoint engine receives (nccl, nixl: views into a bucket that the next
+    one overwrites, so they cannot be collected for a plugin), counted; a `rlbridge_weight_sync` plugin is
+    refused here rather than skipped."""
+    from rlbridge.contract.registry import get_plugin_manager
+
+    if get_plugin_manager().hook.rlbridge_weight_sync.get_hookimpls():
+        raise RuntimeError(
+            "rlbridge_weight_sync: verl's checkpoint engine receives the weights asynchronously bucket by bucket, "
+            "which the plugin hook (a synchronous iterable of pairs) cannot take; remove the plugin, or use "
+            "placement.policy: colocate"
+        )
+    sent = Counted(())
+    async for name, tensor in weights:
+        sent.bytes += tensor.numel() * tensor.element_size()
+        sent.tensors += 1
+        yield name, tensor
+    sent.report()
 
 
 def _register_reward_manager(module) -> None:

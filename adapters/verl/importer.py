@@ -387,8 +387,10 @@ class VerlRecipeImporter:
             [entry_setting, *consumed],
             how,
             asynchrony.translate,
-            note=f"the config's async knobs are verl's {entry}, which rlbridge's verl plan refuses here: "
-            f"{asynchrony.NO_ASYNC}",
+            note=None
+            if entry == asynchrony.ONE_STEP_OFF
+            else f"the config's async knobs are verl's {entry}, which rlbridge's verl plan refuses as a run: "
+            f"{asynchrony.NO_FULLY_ASYNC}",
         )
 
     def difference_reason(self, key: str, config: RunConfig) -> str | None:

@@ -282,11 +282,14 @@ def _check_deterministic(config: RunConfig) -> str | None:
 
 
 def _check_placement(config: RunConfig) -> str | None:
+    if config.placement.policy == "split" and config.rollout.max_staleness >= 1:
+        return None  # verl's asynchronous trainers, on a rollout pool of their own (asynchrony.py)
     if config.placement.policy != "colocate":
         return (
-            "verl's PPO trainer runs the hybrid engine only (RayPPOTrainer asserts actor_rollout_ref.hybrid_engine: "
-            "actor, rollout and reference share every GPU); its split-rollout trainers are separate recipes rlbridge "
-            "does not drive. Use placement.policy: colocate, or backend: openrlhf for split"
+            "verl's synchronous PPO trainer runs the hybrid engine only (RayPPOTrainer asserts "
+            "actor_rollout_ref.hybrid_engine: actor, rollout and reference share every GPU); its split-rollout "
+            "trainers are the asynchronous ones: set rollout.max_staleness >= 1 with placement.policy: split, "
+            "or placement.policy: colocate"
         )
     return None
 
@@ -474,7 +477,12 @@ def capabilities() -> list[Capability]:
             note="0: one logical GPU on CPU",
         ),
         honoured("resources.cpus_per_node", "launch.ray.num_cpus", note="ray.init(num_cpus)"),
-        honoured("placement.policy", (), _check_placement, note="hybrid engine (colocated)"),
+        honoured(
+            "placement.policy",
+            ("actor_rollout_ref.hybrid_engine", "rollout.n_gpus_per_node"),
+            _check_placement,
+            note="colocate: the hybrid engine; split: the async trainers' rollout pool (rollout.max_staleness >= 1)",
+        ),
         honoured("placement.args", (), note="checked by the placement policy"),
         honoured("checkpoint.dir", "trainer.default_local_dir"),
         honoured("checkpoint.interval", "trainer.save_freq"),

@@ -20,6 +20,12 @@ DIRECT = {
     "timing_s/ref": "timing/ref_s",
     "timing_s/update_weights": "timing/weight_sync_s",  # 0.9: checkpoint_manager.update_weights
     "perf/throughput": "throughput/tokens_per_s",
+    # the asynchronous trainers: measured by rlbridge's driver hooks from verl's own version tags (asynchrony.py)
+    "rlbridge/staleness_mean": "async/staleness_mean",
+    "rlbridge/staleness_max": "async/staleness_max",
+    "rlbridge/trainer_idle": "async/trainer_idle_s",
+    "rlbridge/rollout_idle": "async/rollout_idle_s",
+    "rlbridge/partial_rollouts": "async/partial_rollouts",
 }
 
 
@@ -35,7 +41,9 @@ def to_canonical(native: dict[str, float], rewards: dict[str, float] | None = No
             out["memory/peak_mb"] = max(out.get("memory/peak_mb", 0.0), native[key] * 1024)
     if rewards:
         out.update(rewards)
-    elif "critic/score/mean" in native:
+    if "critic/score/mean" in native and (not rewards or "rlbridge/staleness_max" in native):
+        # the asynchronous trainers score the next batch while this one trains: rlbridge's reward manager
+        # stats (rewards) describe what was scored during the step, verl's score the batch it trained
         out["reward/mean"] = native["critic/score/mean"]
     return out
 

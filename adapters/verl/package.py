@@ -12,5 +12,6 @@ TESTS = (
     "tests/engines/test_verl_default_scorer.py",
     "tests/engines/test_verl_code_interpreter_in_env.py",
     "tests/engines/test_verl_stages_in_env.py",
+    "tests/engines/test_verl_async_in_env.py",
     "tests/test_verl_plan.py",
 )

@@ -8,6 +8,7 @@ which this process follows and turns into canonical metrics.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from pathlib import Path
@@ -151,7 +152,7 @@ def run_verl(plan, ctx) -> None:
         native["overrides"].update({"trainer.resume_mode": "resume_path", "trainer.resume_from_path": str(point)})
         print(f"rlbridge: resuming from {point}, the newest complete checkpoint", flush=True)
     overrides = overrides_for(native, str(run_dir), model_dir, max_prompt_length=prompt_cap)
-    cfg = compose(overrides)
+    cfg = compose(overrides, native.get("entry_point"))
     check_config(cfg)
     (run_dir / "verl_overrides.txt").write_text("\n".join(overrides) + "\n")
 
@@ -199,6 +200,7 @@ def run_verl(plan, ctx) -> None:
             address=ray_native.get("address"),
         ),
     ):
-        from verl.trainer.main_ppo import main
-
-        main(cfg)  # Hydra's main runs the task directly when given a composed config
+        # main_ppo, or the async entry point (asynchrony.py); Hydra's main runs the task directly when given
+        # a composed config
+        main = importlib.import_module(native.get("entry_point") or "verl.trainer.main_ppo").main
+        main(cfg)

