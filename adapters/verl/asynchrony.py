@@ -109,7 +109,7 @@ def capabilities() -> list[Capability]:
     return [
         honoured(
             "rollout.max_staleness",
-            ("actor_rollout_ref.hybrid_engine", "rollout.n_gpus_per_node"),
+            ("launch.entry_point", "actor_rollout_ref.hybrid_engine", "rollout.n_gpus_per_node"),
             _check_staleness,
             note="1: verl.experimental.one_step_off_policy.main_ppo (batch n+1 generated while batch n trains: exactly "
             "one version)",

@@ -12,6 +12,7 @@ from rlbridge.contract.effects import ABSENT, REFUSED, SFT_STAGE, TEMPLATE, Knob
 # verl 0.9 refuses a KL term on CPU (its reference model needs pinned memory): plan those knobs with a GPU
 ONE_GPU = ("resources.gpus_per_node=1",)
 PPO = ("algorithm.name=ppo",)  # the critic's knobs and GAE need an algorithm with a critic
+SPLIT = ("placement.policy=split", "placement.args={rollout_gpus: 1}")  # the async trainer's rollout pool
 
 EFFECTS = {
     "algorithm.name": {"algorithm.adv_estimator": "rloo"},
@@ -114,8 +115,32 @@ EFFECTS = {
     "resources.ray_address": {"launch.ray.address": "127.0.0.1:6379"},
     "resources.gpus_per_node": {"trainer.n_gpus_per_node": 2, "trainer.device": ABSENT},
     "resources.cpus_per_node": {"launch.ray.num_cpus": 3},
-    "placement.policy": REFUSED,
-    "placement.args": REFUSED,
+    # split runs verl's asynchronous trainer (one_step_off_policy): the rollout on a pool of its own
+    "placement.policy": KnobEffect(
+        {"actor_rollout_ref.hybrid_engine": False, "trainer.n_gpus_per_node": 2, "rollout.n_gpus_per_node": 1},
+        context=("rollout.max_staleness=1",),
+    ),
+    "placement.args": KnobEffect(
+        {"rollout.n_gpus_per_node": 2, "trainer.n_gpus_per_node": 2},
+        context=(
+            "resources.gpus_per_node=4",
+            "placement.policy=split",
+            "rollout.max_staleness=1",
+            "rollout.engine=vllm",
+        ),
+    ),
+    # max_staleness 1 is one_step_off_policy; 2, partial rollouts and a sync interval are fully_async_main, refused
+    "rollout.max_staleness": KnobEffect(
+        {
+            "launch.entry_point": "verl.experimental.one_step_off_policy.main_ppo",
+            "actor_rollout_ref.hybrid_engine": False,
+            "rollout.n_gpus_per_node": 1,
+        },
+        value=1,
+        context=SPLIT,
+    ),
+    "rollout.partial_rollouts": REFUSED,
+    "rollout.weight_sync_interval": REFUSED,
     "checkpoint.dir": {"trainer.default_local_dir": "/tmp/rlbridge-effect/ckpt"},
     "checkpoint.interval": {"trainer.save_freq": 5},
     "checkpoint.resume": {"trainer.resume_mode": "auto"},

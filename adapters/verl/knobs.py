@@ -479,11 +479,15 @@ def capabilities() -> list[Capability]:
         honoured("resources.cpus_per_node", "launch.ray.num_cpus", note="ray.init(num_cpus)"),
         honoured(
             "placement.policy",
-            ("actor_rollout_ref.hybrid_engine", "rollout.n_gpus_per_node"),
+            ("actor_rollout_ref.hybrid_engine", "rollout.n_gpus_per_node", "trainer.n_gpus_per_node"),
             _check_placement,
             note="colocate: the hybrid engine; split: the async trainers' rollout pool (rollout.max_staleness >= 1)",
         ),
-        honoured("placement.args", (), note="checked by the placement policy"),
+        honoured(
+            "placement.args",
+            ("rollout.n_gpus_per_node", "trainer.n_gpus_per_node"),
+            note="split: rollout_gpus is the async trainer's rollout pool (rollout.n_gpus_per_node per node)",
+        ),
         honoured("checkpoint.dir", "trainer.default_local_dir"),
         honoured("checkpoint.interval", "trainer.save_freq"),
         honoured("checkpoint.resume", ("trainer.resume_mode", "trainer.resume_from_path")),
