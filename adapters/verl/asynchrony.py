@@ -32,7 +32,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Capability, gpus_per_node, honoured
+from rlbridge.contract.backend import Capability, gpus_per_node, honoured, rejected
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 
@@ -90,21 +90,6 @@ def _check_staleness(config: RunConfig) -> str | None:
     return None
 
 
-def _needs_fully_async(knob: str) -> Any:
-    def check(config: RunConfig) -> str | None:
-        if knob == "rollout.partial_rollouts" and config.rollout.partial_rollouts:
-            what = "finishes every generation before a sync"
-        elif knob == "rollout.weight_sync_interval" and config.rollout.weight_sync_interval != 1:
-            what = "syncs the weights after every step"
-        else:
-            return None
-        if config.rollout.max_staleness == 0:
-            return f"verl's synchronous main_ppo {what}; remove {knob}"
-        return f"{NO_FULLY_ASYNC}; remove {knob}"
-
-    return check
-
-
 def capabilities() -> list[Capability]:
     return [
         honoured(
@@ -114,22 +99,12 @@ def capabilities() -> list[Capability]:
             note="1: verl.experimental.one_step_off_policy.main_ppo (batch n+1 generated while batch n trains: exactly "
             "one version)",
         ),
-        honoured(
-            "rollout.partial_rollouts",
-            "async_training.partial_rollout",
-            _needs_fully_async("rollout.partial_rollouts"),
-            note="fully_async_main only (not launched yet)",
-        ),
-        honoured(
-            "rollout.weight_sync_interval",
-            "async_training.trigger_parameter_sync_step",
-            _needs_fully_async("rollout.weight_sync_interval"),
-            note="fully_async_main only (not launched yet)",
-        ),
+        rejected("rollout.partial_rollouts", f"{NO_FULLY_ASYNC}; one_step_off finishes every generation before a sync"),
+        rejected("rollout.weight_sync_interval", f"{NO_FULLY_ASYNC}; one_step_off syncs the weights after every step"),
     ]
 
 
-# ---- the async trainers' native settings (the import's round trip; not launched yet, see NO_ASYNC) ----
+# ---- the async trainers' native settings (one_step_off is launched; fully_async is the import's round trip) ----
 
 FULLY_ASYNC = "verl.experimental.fully_async_policy.fully_async_main"
 ONE_STEP_OFF = "verl.experimental.one_step_off_policy.main_ppo"
@@ -170,7 +145,7 @@ def is_async_key(key: str) -> bool:
 
 def translate(config: RunConfig) -> dict[str, Any]:
     """The entry point and overrides verl's async trainers take for the config's async knobs: the inverse of
-    what `rlbridge import` reads from their launch scripts (capabilities() still refuses to plan them, NO_ASYNC).
+    what `rlbridge import` reads from their launch scripts (capabilities() refuses fully_async as a run, NO_FULLY_ASYNC).
 
     one_step_off_policy.main_ppo is max_staleness 1 with a sync after every step and no partial rollouts
     (generation one step ahead); everything else is fully_async_main: staleness_threshold (the fraction kept in

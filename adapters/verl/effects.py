@@ -7,7 +7,7 @@ Knobs the capability table rejects need no entry."""
 
 from __future__ import annotations
 
-from rlbridge.contract.effects import ABSENT, REFUSED, SFT_STAGE, TEMPLATE, KnobEffect
+from rlbridge.contract.effects import ABSENT, SFT_STAGE, TEMPLATE, KnobEffect
 
 # verl 0.9 refuses a KL term on CPU (its reference model needs pinned memory): plan those knobs with a GPU
 ONE_GPU = ("resources.gpus_per_node=1",)
@@ -129,7 +129,7 @@ EFFECTS = {
             "rollout.engine=vllm",
         ),
     ),
-    # max_staleness 1 is one_step_off_policy; 2, partial rollouts and a sync interval are fully_async_main, refused
+    # max_staleness 1 is one_step_off_policy (2 would be fully_async_main: refused)
     "rollout.max_staleness": KnobEffect(
         {
             "launch.entry_point": "verl.experimental.one_step_off_policy.main_ppo",
@@ -139,8 +139,6 @@ EFFECTS = {
         value=1,
         context=SPLIT,
     ),
-    "rollout.partial_rollouts": REFUSED,
-    "rollout.weight_sync_interval": REFUSED,
     "checkpoint.dir": {"trainer.default_local_dir": "/tmp/rlbridge-effect/ckpt"},
     "checkpoint.interval": {"trainer.save_freq": 5},
     "checkpoint.resume": {"trainer.resume_mode": "auto"},
