@@ -185,8 +185,7 @@ def translate(config: RunConfig) -> dict[str, Any]:
         "rollout.n_gpus_per_node": rollout_gpus // nodes,
         "trainer.n_gpus_per_node": trainer_gpus,
     }
-    one_step = ro.max_staleness == 1 and ro.weight_sync_interval == 1 and not ro.partial_rollouts and not passed
-    if one_step:
+    if not uses_fully_async(config):
         return {ENTRY: ONE_STEP_OFF, **out}
     threshold = passed.get("async_training.staleness_threshold", float(ro.max_staleness))
     if (
