@@ -114,9 +114,19 @@ def test_verl_max_staleness_1_plans_the_one_step_off_trainer_on_a_rollout_pool_o
     [
         (("rollout.max_staleness=1",), "placement.policy: split"),
         (("rollout.max_staleness=1", "engine_version=0.5.0", *SPLIT), "0.9.1 only"),
-        (("rollout.max_staleness=2", *SPLIT), "not yet fully_async_main"),
-        (("rollout.max_staleness=1", "rollout.partial_rollouts=true", *SPLIT), "not yet fully_async_main"),
-        (("rollout.max_staleness=1", "rollout.weight_sync_interval=2", *SPLIT), "not yet fully_async_main"),
+        # fully_async_main aborts the generations in flight at a sync: without partial rollouts it trains them cut short
+        (("rollout.max_staleness=2", *SPLIT), "trains them cut short"),
+        (("rollout.max_staleness=1", "rollout.weight_sync_interval=2", *SPLIT), "partial_rollouts: true"),
+        (
+            (
+                "rollout.max_staleness=2",
+                "rollout.partial_rollouts=true",
+                "rollout.weight_sync_interval=2",
+                *SPLIT,
+                "checkpoint.interval=2",
+            ),
+            "names the checkpoint by parameter version",
+        ),
         ((*SPLIT,), "rollout.max_staleness >= 1 with placement.policy: split"),
     ],
 )
@@ -124,6 +134,45 @@ def test_verl_refuses_what_it_cannot_launch_saying_why(overrides, match):
     with pytest.raises(CapabilityError, match=match) as info:
         _settings("backend=verl", *overrides)
     assert "placement.policy" in str(info.value) or "rollout." in str(info.value)
+
+
+def test_verl_max_staleness_2_plans_the_fully_async_trainer():
+    """Beyond one_step_off: verl's fully_async_main, with the run's length in prompts (its yaml's 100 would cut it),
+    the staleness fraction at the bound, a sync every weight_sync_interval steps and evaluation per version."""
+    prepared = prepare(
+        load_config(
+            QUICKSTART,
+            [
+                "backend=verl",
+                "rollout.max_staleness=2",
+                "rollout.partial_rollouts=true",
+                "rollout.weight_sync_interval=2",
+                "training.steps=6",
+                "training.batch_size=3",
+                "data.eval={type: generator, name: digit_copy, args: {num_rows: 8}}",
+                "data.eval_interval=4",
+                *SPLIT,
+            ],
+        )
+    )
+    native = prepared.plan.native
+    assert native["entry_point"] == "verl.experimental.fully_async_policy.fully_async_main"
+    o = native["overrides"]
+    assert o["rollout.total_rollout_steps"] == 18  # 6 steps x 3 prompts
+    assert (o["data.train_batch_size"], o["data.gen_batch_size"]) == (0, 1)
+    assert o["async_training.staleness_threshold"] == 2.0
+    assert (o["async_training.trigger_parameter_sync_step"], o["async_training.partial_rollout"]) == (2, True)
+    assert o["trainer.test_freq"] == 2  # every 4 steps = every 2 parameter versions
+    assert o["actor_rollout_ref.hybrid_engine"] is False
+    # its task runner, trainer, rollouter and message queue ask Ray for 23 CPUs of their own
+    assert native["ray"]["num_cpus"] == 8 + 23
+    assert "fully_async_main" in prepared.backend.render_native(prepared.plan)
+    # max_staleness 1 with partial rollouts is fully_async_main too (one_step_off finishes every generation)
+    partial = prepare(
+        load_config(QUICKSTART, ["backend=verl", "rollout.max_staleness=1", "rollout.partial_rollouts=true", *SPLIT])
+    ).plan.native
+    assert partial["entry_point"].endswith("fully_async_main")
+    assert partial["overrides"]["async_training.staleness_threshold"] == 1.0
 
 
 def test_verl_staleness_comes_from_its_own_version_tags():

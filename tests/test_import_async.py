@@ -4,8 +4,8 @@ rollout.partial_rollouts, rollout.weight_sync_interval, split placement), with t
 OpenRLHF (--train.async_enable, --train.async_queue_size, --train.partial_rollout_enable; --async_train before
 0.10.2): its plan honours the knobs, so the round trip is the plan itself, and `plan --explain` names the flags.
 verl (fully_async_policy.fully_async_main, one_step_off_policy.main_ppo): the round trip is the adapter's own
-translation of them (asynchrony.translate); its plan launches one_step_off_policy and refuses fully_async_main as a
-run (adapters/verl/asynchrony.py NO_FULLY_ASYNC), saying why. No engine runs here.
+translation of them (asynchrony.translate); its plan launches one_step_off_policy or fully_async_main, and refuses
+fully_async_main without partial rollouts (adapters/verl/asynchrony.py NO_WAITING_SYNC), saying why. No engine runs here.
 """
 
 from __future__ import annotations
@@ -225,10 +225,18 @@ def test_verl_one_step_off_script_imports_and_plans_the_same_trainer():
     assert not any("refuses" in n for n in result.notes)
 
 
-def test_verl_fully_async_import_says_its_run_is_refused():
+def test_verl_fully_async_import_plans_fully_async_main():
     result = imported(FULLY_ASYNC, "verl")
-    assert any("refuses as a run" in n and "fully_async_main" in n for n in result.notes), result.notes
-    with pytest.raises(RLBridgeError, match="not yet fully_async_main"):
+    assert not any("refuses" in n for n in result.notes), result.notes
+    plan = get_plugin_manager().backend("verl").plan(config_of(result))
+    assert plan.native["entry_point"] == "verl.experimental.fully_async_policy.fully_async_main"
+    assert plan.native["overrides"]["rollout.total_rollout_steps"] == 51200  # the recipe's, kept
+
+
+def test_verl_fully_async_import_without_partial_rollouts_says_its_run_is_refused():
+    result = imported(VERL_COMMAND, "verl")
+    assert any("refuses" in n and "partial_rollout False" in n for n in result.notes), result.notes
+    with pytest.raises(RLBridgeError, match="trains them cut short"):
         get_plugin_manager().backend("verl").plan(config_of(result))
 
 

@@ -8,8 +8,10 @@ in the installed 0.9.1 wheel:
   exactly one policy version old (a sync every step, no partial rollouts).
 - `verl.experimental.fully_async_policy.fully_async_main` (config `fully_async_ppo_trainer.yaml`:
   `async_training.staleness_threshold`, a fraction of samples, `trigger_parameter_sync_step`,
-  `partial_rollout`, `require_batches`): planned by translate() for the import's round trip, refused as a
-  run (NO_FULLY_ASYNC).
+  `partial_rollout`, `require_batches`), which rlbridge launches for everything else (max_staleness >= 2,
+  partial rollouts, a weight sync every k > 1 steps): a rollouter actor streams one prompt at a time
+  into a message queue while a trainer actor takes a batch's worth from it, and every sync aborts the
+  generations in flight (resumed with the new weights: partial_rollout).
 Both run the rollout on a resource pool of its own (`rollout.nnodes` x `rollout.n_gpus_per_node`,
 `actor_rollout_ref.hybrid_engine: False`, asserted by the trainer) and move the weights with a checkpoint
 engine. verl's own engines need CUDA (nccl, nixl, delta: cupy) or other hardware; on CPU the plan uses
@@ -32,7 +34,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Capability, gpus_per_node, honoured, rejected
+from rlbridge.contract.backend import Capability, gpus_per_node, honoured
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 
@@ -40,9 +42,11 @@ ASYNC_SINCE = Version("0.9.1")
 # metric keys the driver adds to verl's step metrics (metrics.py maps them to async/...)
 STALENESS_MEAN, STALENESS_MAX = "rlbridge/staleness_mean", "rlbridge/staleness_max"
 TRAINER_IDLE, ROLLOUT_IDLE, PARTIAL = "rlbridge/trainer_idle", "rlbridge/rollout_idle", "rlbridge/partial_rollouts"
-# the OneStepTaskRunner actor asks Ray for 10 CPUs (one_step_off_policy/main_ppo.py: @ray.remote(num_cpus=10));
-# on CPU they are logical, added to the cluster's so the workers still fit
-DRIVER_CPUS = 10
+# the CPUs the async trainers' own actors ask Ray for, added to the cluster's (logical on CPU) so the workers still
+# fit: OneStepTaskRunner 10 (one_step_off_policy/main_ppo.py); FullyAsyncTaskRunner 1, FullyAsyncTrainer 10,
+# FullyAsyncRollouter 10 and MessageQueue 2 (fully_async_main.py, fully_async_trainer.py, fully_async_rollouter.py,
+# message_queue.py)
+DRIVER_CPUS = {"one_step_off": 10, "fully_async": 1 + 10 + 10 + 2}
 # rlbridge's CPU checkpoint engine: its registry name and the module verl imports to register it
 CHECKPOINT_ENGINE, CHECKPOINT_ENGINE_MODULE = "rlbridge_file", "rlbridge_adapters.verl.checkpoint_engine"
 
@@ -62,12 +66,21 @@ def uses_fully_async(config: RunConfig) -> bool:
     )
 
 
-NO_FULLY_ASYNC = (
-    "rlbridge launches verl's one_step_off_policy trainer (rollout.max_staleness 1, a weight sync after every step, "
-    "generations finished before each sync), not yet fully_async_main, the trainer that has "
-    "async_training.staleness_threshold, trigger_parameter_sync_step and partial_rollout: its rollouter and trainer "
-    "are Ray actors of their own (fully_async_rollouter.py, fully_async_trainer.py) that rlbridge's metric and "
-    "version hooks do not cover. `rlbridge import` still reads fully-async scripts into these knobs"
+NO_WAITING_SYNC = (
+    "verl's fully-async trainer (fully_async_main, which rlbridge launches for max_staleness >= 2, partial rollouts or "
+    "weight_sync_interval > 1) aborts the generations in flight at every weight sync (checkpoint_engine/base.py "
+    "CheckpointEngineManager.update_weights: abort_replicas); with async_training.partial_rollout False it trains them "
+    "cut short (workers/rollout/llm_server.py), which is not rollout.partial_rollouts: false (a sync waits for them to "
+    "finish). Set rollout.partial_rollouts: true (they resume with the new weights), or max_staleness 1 with "
+    "weight_sync_interval 1 (one_step_off_policy, which finishes every generation before a sync)"
+)
+# verl's fully-async trainer counts trainer.save_freq and trainer.test_freq in parameter versions (one per
+# weight_sync_interval steps) and names its checkpoints global_step_<version> (fully_async_trainer.py _save_checkpoint)
+NO_CHECKPOINT_PER_STEP = (
+    "checkpoint.interval with rollout.weight_sync_interval > 1 on verl: its fully-async trainer checkpoints once per "
+    "weight sync and names the checkpoint by parameter version, not by step (fully_async_trainer.py _save_checkpoint: "
+    "global_step_<current_param_version>), so rlbridge cannot map its checkpoints onto steps; use "
+    "weight_sync_interval 1, or no checkpoint.interval"
 )
 
 
@@ -85,8 +98,29 @@ def _check_staleness(config: RunConfig) -> str | None:
             "verl's asynchronous trainers run the rollout on devices of its own (hybrid_engine: False, asserted in "
             "one_step_off_policy/ray_trainer.py): set placement.policy: split with placement.args.rollout_gpus"
         )
-    if uses_fully_async(config):
-        return f"{NO_FULLY_ASYNC}; set rollout.max_staleness: 1 with the defaults of the other two"
+    return None
+
+
+def _check_fully_async(config: RunConfig) -> str | None:
+    """What fully_async_main cannot run as rlbridge's knobs say (partial_rollouts and weight_sync_interval)."""
+    ro = config.rollout
+    if not uses_fully_async(config) or _check_staleness(config):
+        return None
+    if not ro.partial_rollouts:
+        return NO_WAITING_SYNC
+    if ro.weight_sync_interval > 1 and config.checkpoint.interval:
+        return NO_CHECKPOINT_PER_STEP
+    if (
+        ro.weight_sync_interval > 1
+        and config.data.eval is not None
+        and config.data.eval_interval % ro.weight_sync_interval
+    ):
+        return (
+            f"data.eval_interval {config.data.eval_interval} with rollout.weight_sync_interval {ro.weight_sync_interval} "
+            "on verl: its fully-async trainer evaluates once per weight sync at most (trainer.test_freq counts "
+            "parameter versions, fully_async_trainer.py _fit_validate); make eval_interval a multiple of "
+            "weight_sync_interval"
+        )
     return None
 
 
@@ -97,14 +131,28 @@ def capabilities() -> list[Capability]:
             ("launch.entry_point", "actor_rollout_ref.hybrid_engine", "rollout.n_gpus_per_node"),
             _check_staleness,
             note="1: verl.experimental.one_step_off_policy.main_ppo (batch n+1 generated while batch n trains: exactly "
-            "one version)",
+            "one version); 2 and more: verl.experimental.fully_async_policy.fully_async_main with "
+            "async_training.staleness_threshold = max_staleness (a fraction of samples; the bound it gives is "
+            "ceil(threshold) versions, STALENESS_APPROXIMATION)",
         ),
-        rejected("rollout.partial_rollouts", f"{NO_FULLY_ASYNC}; one_step_off finishes every generation before a sync"),
-        rejected("rollout.weight_sync_interval", f"{NO_FULLY_ASYNC}; one_step_off syncs the weights after every step"),
+        honoured(
+            "rollout.partial_rollouts",
+            ("launch.entry_point", "async_training.partial_rollout"),
+            _check_fully_async,
+            note="true: fully_async_main with async_training.partial_rollout (a sync aborts the generations in flight, "
+            "which resume with the new weights); false with max_staleness >= 2 is refused (verl would train them cut "
+            "short)",
+        ),
+        honoured(
+            "rollout.weight_sync_interval",
+            ("launch.entry_point", "async_training.trigger_parameter_sync_step"),
+            _check_fully_async,
+            note="fully_async_main's async_training.trigger_parameter_sync_step",
+        ),
     ]
 
 
-# ---- the async trainers' native settings (one_step_off is launched; fully_async is the import's round trip) ----
+# ---- the async trainers' native settings (what translate() plans and the import reads back) ----
 
 FULLY_ASYNC = "verl.experimental.fully_async_policy.fully_async_main"
 ONE_STEP_OFF = "verl.experimental.one_step_off_policy.main_ppo"
@@ -122,6 +170,8 @@ PASSTHROUGH_KEYS = {"rollout.total_rollout_steps"}
 # and data.gen_batch_size == 1 (one prompt at a time), and a trainer step takes ppo_mini_batch_size x require_batches
 # prompts (required_samples), so training.batch_size = ppo_mini_batch_size x require_batches
 BATCH_KEYS = ("data.train_batch_size", "data.gen_batch_size", "async_training.require_batches")
+# what rollout.weight_sync_interval and partial_rollouts set (capabilities()): never passed through
+KNOB_KEYS = ("async_training.trigger_parameter_sync_step", "async_training.partial_rollout")
 STALENESS_APPROXIMATION = (
     "verl's async_training.staleness_threshold s is a fraction of samples, not a count of versions: per parameter "
     "version the rollouter generates at most required_samples x trigger_parameter_sync_step x (1 + s) samples "
@@ -140,18 +190,20 @@ def staleness_bound(threshold: float) -> int:
 
 def is_async_key(key: str) -> bool:
     """A native key only verl's async entry points have, with no canonical knob (kept as backend_options.verl)."""
-    return (key.startswith(PASSTHROUGH_PREFIXES) or key in PASSTHROUGH_KEYS) and key not in BATCH_KEYS
+    return (key.startswith(PASSTHROUGH_PREFIXES) or key in PASSTHROUGH_KEYS) and key not in BATCH_KEYS + KNOB_KEYS
 
 
 def translate(config: RunConfig) -> dict[str, Any]:
     """The entry point and overrides verl's async trainers take for the config's async knobs: the inverse of
-    what `rlbridge import` reads from their launch scripts (capabilities() refuses fully_async as a run, NO_FULLY_ASYNC).
+    what `rlbridge import` reads from their launch scripts.
 
     one_step_off_policy.main_ppo is max_staleness 1 with a sync after every step and no partial rollouts
     (generation one step ahead); everything else is fully_async_main: staleness_threshold (the fraction kept in
     backend_options, else max_staleness itself, the loosest fraction with that bound), trigger_parameter_sync_step
     = weight_sync_interval, partial_rollout = partial_rollouts, require_batches = the mini-batches of one
-    training.batch_size (data.train_batch_size 0 and gen_batch_size 1, as fully_async_main asserts). Both run the rollout on devices of its own:
+    training.batch_size (data.train_batch_size 0 and gen_batch_size 1, as fully_async_main asserts), and the run's
+    length in prompts (rollout.total_rollout_steps = training.steps x batch_size: the trainer stops when the
+    rollouter has sent that many). Both run the rollout on devices of its own:
     rollout.nnodes x rollout.n_gpus_per_node = placement.args.rollout_gpus, the trainer the rest of
     resources.gpus_per_node, hybrid_engine off."""
     ro = config.rollout
@@ -200,10 +252,29 @@ def translate(config: RunConfig) -> dict[str, Any]:
         )
     samples = config.training.batch_size * config.algorithm.group_size
     mini = config.training.mini_batch_size or samples  # rows per optimizer update (verl: ppo_mini_batch_size prompts)
+    # the run's length: its yaml's total_rollout_steps (100 prompts) would otherwise cut it; None = the epochs' prompts
+    steps = config.training.steps
+    length = {"rollout.total_rollout_steps": steps * config.training.batch_size if steps else None}
+    if (
+        steps
+        and passed.get("rollout.total_rollout_steps", length["rollout.total_rollout_steps"])
+        != length["rollout.total_rollout_steps"]
+    ):
+        raise ConfigError(
+            f"backend_options.verl.rollout.total_rollout_steps {passed['rollout.total_rollout_steps']} is not "
+            f"training.steps {steps} x training.batch_size {config.training.batch_size}: rlbridge sets the run's "
+            "length from training.steps; remove one of them"
+        )
+    interval = ro.weight_sync_interval
+    sync = {}  # verl counts trainer.test_freq and save_freq in parameter versions (one per weight sync)
+    if interval > 1 and config.data.eval is not None:
+        sync["trainer.test_freq"] = config.data.eval_interval // interval
     return {
         ENTRY: FULLY_ASYNC,
         **out,
+        **length,
         **passed,
+        **sync,
         "data.train_batch_size": 0,
         "data.gen_batch_size": 1,
         "async_training.require_batches": samples // mini,
@@ -304,3 +375,84 @@ def version_metrics(tags: dict[str, Any], versions: dict[int, int], updates: int
         STALENESS_MAX: float(max(staleness)),
         PARTIAL: float(partial),
     }
+
+
+# ---- in verl's FullyAsyncTrainer actor (installed by boot.py) ----
+#
+# FullyAsyncTrainer is a Ray actor class (pickled by value when the task runner creates it), so the hooks sit on
+# the plain classes it uses: SeparateRayPPOTrainer._fit_update_actor (inherited), detach_utils.MetricsAggregator
+# (which collects each step's metrics and returns a sync cycle's aggregate) and Tracking.log (boot.py).
+# rlbridge writes one row per training step from the metrics each step hands the aggregator, not verl's
+# per-cycle aggregate, which it logs at step = parameter version (one per weight_sync_interval steps).
+
+_fully_async: dict[str, Any] = {"active": False, "step": 0, "rollout_idle": None}
+
+
+class Aggregated(dict):
+    """verl's per-sync-cycle aggregate of step metrics (MetricsAggregator.get_aggregated_metrics): rlbridge has
+    written those steps' rows already, so the events file leaves it out."""
+
+
+def _is_fully_async(trainer) -> bool:
+    return "current_param_version" in vars(trainer) and "message_queue_client" in vars(trainer)
+
+
+def instrument_separate_trainer(module) -> None:
+    """Staleness (versions: verl tags every sample with the parameter version its generation started and ended
+    at, min/max_global_steps), trainer idle time and partial rollouts, added to each fully-async training step."""
+    cls = module.SeparateRayPPOTrainer
+    original = cls._fit_update_actor
+    if getattr(original, "_rlbridge", False):
+        return
+
+    @functools.wraps(original)
+    def _fit_update_actor(self, batch):
+        if _is_fully_async(self):
+            version = int(self.current_param_version)  # the synced weights this cycle's updates start from
+            _fully_async.update(active=True, step=int(self.global_steps))
+            self.metrics.update(version_metrics(batch.non_tensor_batch, {v: v for v in range(version + 1)}, version))
+            self.metrics[TRAINER_IDLE] = self.timing_raw.get("gen", 0.0)  # the wait for the queue (_fit_generate)
+        return original(self, batch)
+
+    _fit_update_actor._rlbridge = True
+    cls._fit_update_actor = _fit_update_actor
+
+
+def instrument_metrics_aggregator(module) -> None:
+    """Each fully-async step's metrics go to the events file as they reach verl's aggregator; its aggregate is marked."""
+    cls = module.MetricsAggregator
+    add, aggregate = cls.add_step_metrics, cls.get_aggregated_metrics
+    if getattr(add, "_rlbridge", False):
+        return
+    from rlbridge.contract.metrics import numbers
+    from rlbridge.engine.events import engine_metrics, write_event
+
+    @functools.wraps(add)
+    def add_step_metrics(self, metrics, *args, **kwargs):
+        if _fully_async["active"]:
+            idle = _fully_async["rollout_idle"]
+            _fully_async["rollout_idle"] = None
+            row = {**numbers(metrics), ROLLOUT_IDLE: idle or 0.0}  # no sync this step: the rollout never stopped
+            write_event(engine_metrics(int(metrics.get("training/global_step", _fully_async["step"])), row))
+        return add(self, metrics, *args, **kwargs)
+
+    @functools.wraps(aggregate)
+    def get_aggregated_metrics(self, *args, **kwargs):
+        return Aggregated(aggregate(self, *args, **kwargs))
+
+    add_step_metrics._rlbridge = True
+    cls.add_step_metrics, cls.get_aggregated_metrics = add_step_metrics, get_aggregated_metrics
+
+
+def fully_async_log(data: dict[str, Any], step: int) -> tuple[dict[str, Any], int] | None:
+    """What boot.py's Tracking.log hook copies to the events file in a fully-async trainer: not the per-cycle
+    aggregate (None); the rollouter's sync row (reset_staleness: its active and version times) becomes the rollout
+    idle time of the step that synced; evaluations are logged at the training step they follow, not the version."""
+    if isinstance(data, Aggregated):
+        return None
+    if not _fully_async["active"]:
+        return data, step
+    if "fully_async/rollouter/version_time" in data and step >= 1:
+        active = float(data.get("fully_async/rollouter/active_time", data["fully_async/rollouter/version_time"]))
+        _fully_async["rollout_idle"] = max(0.0, float(data["fully_async/rollouter/version_time"]) - active)
+    return data, _fully_async["step"]

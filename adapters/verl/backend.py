@@ -304,6 +304,8 @@ class VerlBackend(Backend):
         passthrough = flatten(config.backend_options.get("verl", {}))
         for key in passthrough:  # knob-owned keys are refused before (Backend.check_backend_options); the rest of o too
             bare = key.lstrip("+")
+            if entry is not None and asynchrony.is_async_key(bare):
+                continue  # the async trainers' own settings, which translate() passed through already
             owned = {k for k in (bare, f"+{bare}") if k in o and k not in ADAPTER_DEFAULTS}
             if owned:
                 raise ConfigError(
@@ -333,7 +335,7 @@ class VerlBackend(Backend):
         cpus = config.resources.cpus_per_node or 8
         logical_gpus = max(gpus, 1) if cpu else None
         if entry is not None:
-            cpus += asynchrony.DRIVER_CPUS
+            cpus += asynchrony.DRIVER_CPUS["fully_async" if entry == asynchrony.FULLY_ASYNC else "one_step_off"]
             if cpu:  # the trainer's logical device per node plus the rollout pool's
                 logical_gpus = o["trainer.n_gpus_per_node"] + o["rollout.n_gpus_per_node"]
         return {

@@ -34,6 +34,8 @@ def install() -> None:
     when_imported("verl.workers.reward_manager", _register_reward_manager)
     when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_loop_manager)
     when_imported("verl.experimental.one_step_off_policy.ray_trainer", asynchrony.instrument_one_step_off)
+    when_imported("verl.experimental.separation.ray_trainer", asynchrony.instrument_separate_trainer)
+    when_imported("verl.experimental.fully_async_policy.detach_utils", asynchrony.instrument_metrics_aggregator)
     if os.environ.get(SEED_ENV):
         when_imported("torch", _seed_process)
 
@@ -62,7 +64,9 @@ def _instrument_tracking(module) -> None:
         return
 
     def log(self, data, step, *args, **kwargs):
-        write_event(engine_metrics(step, numbers(data)))
+        copied = asynchrony.fully_async_log(data, step)  # the fully-async trainer's rows are per step (asynchrony.py)
+        if copied is not None:
+            write_event(engine_metrics(copied[1], numbers(copied[0])))
         return original(self, data, step, *args, **kwargs)
 
     log._rlbridge = True

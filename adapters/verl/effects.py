@@ -129,7 +129,8 @@ EFFECTS = {
             "rollout.engine=vllm",
         ),
     ),
-    # max_staleness 1 is one_step_off_policy (2 would be fully_async_main: refused)
+    # max_staleness 1 is one_step_off_policy; partial rollouts (or 2 and more, or a sync every k > 1 steps)
+    # fully_async_main
     "rollout.max_staleness": KnobEffect(
         {
             "launch.entry_point": "verl.experimental.one_step_off_policy.main_ppo",
@@ -138,6 +139,17 @@ EFFECTS = {
         },
         value=1,
         context=SPLIT,
+    ),
+    "rollout.partial_rollouts": KnobEffect(
+        {
+            "launch.entry_point": "verl.experimental.fully_async_policy.fully_async_main",
+            "async_training.partial_rollout": True,
+            "async_training.staleness_threshold": 1.0,
+        },
+        context=SPLIT,
+    ),
+    "rollout.weight_sync_interval": KnobEffect(
+        {"async_training.trigger_parameter_sync_step": 2}, context=(*SPLIT, "rollout.partial_rollouts=true")
     ),
     "checkpoint.dir": {"trainer.default_local_dir": "/tmp/rlbridge-effect/ckpt"},
     "checkpoint.interval": {"trainer.save_freq": 5},

@@ -342,6 +342,15 @@ class VerlRecipeImporter:
                     "staleness_threshold 0 runs fully_async_main on-policy on devices of its own, which has no canonical value: "
                     "rollout.max_staleness 0 is main_ppo's synchronous loop, which the config keeps"
                 )
+        if entry == asynchrony.FULLY_ASYNC and knobs["rollout.weight_sync_interval"] > 1:
+            # fully_async_main's test_freq counts parameter versions (a sync every weight_sync_interval steps)
+            test_freq = value("trainer.test_freq", -1)
+            if isinstance(test_freq, int) and not isinstance(test_freq, bool) and test_freq > 0:
+                knobs["data.eval_interval"] = test_freq * knobs["rollout.weight_sync_interval"]
+                how["trainer.test_freq"] = (
+                    f"data.eval_interval={knobs['data.eval_interval']} (test_freq {test_freq} parameter versions x "
+                    f"trigger_parameter_sync_step {knobs['rollout.weight_sync_interval']} steps each)"
+                )
         if entry == asynchrony.FULLY_ASYNC:
             batch = f"training.batch_size={_async_batch(recipe)} (ppo_mini_batch_size x require_batches: the prompts of one trainer step)"
             how.update(
@@ -388,9 +397,9 @@ class VerlRecipeImporter:
             how,
             asynchrony.translate,
             note=None
-            if entry == asynchrony.ONE_STEP_OFF
-            else f"the config's async knobs are verl's {entry}, which rlbridge's verl plan refuses as a run: "
-            f"{asynchrony.NO_FULLY_ASYNC}",
+            if entry == asynchrony.ONE_STEP_OFF or knobs["rollout.partial_rollouts"]
+            else f"the recipe runs verl's {entry} with async_training.partial_rollout False, which rlbridge's verl "
+            f"plan refuses: {asynchrony.NO_WAITING_SYNC}",
         )
 
     def difference_reason(self, key: str, config: RunConfig) -> str | None:

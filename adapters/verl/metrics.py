@@ -19,6 +19,8 @@ DIRECT = {
     "timing_s/old_log_prob": "timing/old_logprob_s",
     "timing_s/ref": "timing/ref_s",
     "timing_s/update_weights": "timing/weight_sync_s",  # 0.9: checkpoint_manager.update_weights
+    # the fully-async trainer times its sync as "timing_s/param_sync", which compute_timing_metrics prefixes again
+    "timing_s/timing_s/param_sync": "timing/weight_sync_s",
     "perf/throughput": "throughput/tokens_per_s",
     # the asynchronous trainers: measured by rlbridge's driver hooks from verl's own version tags (asynchrony.py)
     "rlbridge/staleness_mean": "async/staleness_mean",

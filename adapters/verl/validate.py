@@ -118,6 +118,16 @@ def check_config(cfg) -> None:
         from verl.utils.config import validate_config  # 0.6+
     except ImportError:
         validate_config = None
+    if cfg.get("async_training") is not None and cfg.data.train_batch_size == 0:
+        # fully_async_main asserts data.train_batch_size 0 (a prompt at a time); its trainer steps take
+        # ppo_mini_batch_size x require_batches prompts, which main_ppo's checks are run with
+        from omegaconf import open_dict
+
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            cfg.data.train_batch_size = (
+                cfg.actor_rollout_ref.actor.ppo_mini_batch_size * cfg.async_training.require_batches
+            )
     try:
         if validate_config is not None:
             validate_config(cfg, use_reference_policy=use_ref, use_critic=use_critic)

@@ -97,8 +97,8 @@ class RecipeReward:
 
 @dataclass
 class RecipeAsync:
-    """An asynchronous launch whose canonical knobs the backend's plan refuses on this machine (verl's async
-    trainers, which rlbridge does not launch yet), returned by an importer's optional `asynchrony(recipe)`.
+    """An asynchronous launch (verl's async trainers: separate entry points with settings main_ppo's search
+    cannot solve), returned by an importer's optional `asynchrony(recipe)`.
     The solver leaves its settings out of the search, writes `knobs` and `options` into the config, and
     checks the round trip setting by setting with the adapter's own translation of those knobs (`native`)."""
 
@@ -113,7 +113,7 @@ class RecipeAsync:
     native: Any
     """Callable(RunConfig) -> {native key: value}: the adapter's translation of the async knobs (the round trip)."""
     note: str = ""
-    """Why the written config's plan is refused here (the backend's own reason)."""
+    """Why the written config's plan is refused (the backend's own reason), if it is."""
 
 
 @dataclass
