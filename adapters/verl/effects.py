@@ -144,7 +144,6 @@ EFFECTS = {
         {
             "launch.entry_point": "verl.experimental.fully_async_policy.fully_async_main",
             "async_training.partial_rollout": True,
-            "async_training.staleness_threshold": 1.0,
         },
         context=SPLIT,
     ),
