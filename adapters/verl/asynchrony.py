@@ -42,11 +42,6 @@ ASYNC_SINCE = Version("0.9.1")
 # metric keys the driver adds to verl's step metrics (metrics.py maps them to async/...)
 STALENESS_MEAN, STALENESS_MAX = "rlbridge/staleness_mean", "rlbridge/staleness_max"
 TRAINER_IDLE, ROLLOUT_IDLE, PARTIAL = "rlbridge/trainer_idle", "rlbridge/rollout_idle", "rlbridge/partial_rollouts"
-# the CPUs the async trainers' own actors ask Ray for, added to the cluster's (logical on CPU) so the workers still
-# fit: OneStepTaskRunner 10 (one_step_off_policy/main_ppo.py); FullyAsyncTaskRunner 1, FullyAsyncTrainer 10,
-# FullyAsyncRollouter 10 and MessageQueue 2 (fully_async_main.py, fully_async_trainer.py, fully_async_rollouter.py,
-# message_queue.py)
-DRIVER_CPUS = {"one_step_off": 10, "fully_async": 1 + 10 + 10 + 2}
 # rlbridge's CPU checkpoint engine: its registry name and the module verl imports to register it
 CHECKPOINT_ENGINE, CHECKPOINT_ENGINE_MODULE = "rlbridge_file", "rlbridge_adapters.verl.checkpoint_engine"
 
@@ -156,6 +151,11 @@ def capabilities() -> list[Capability]:
 
 FULLY_ASYNC = "verl.experimental.fully_async_policy.fully_async_main"
 ONE_STEP_OFF = "verl.experimental.one_step_off_policy.main_ppo"
+# the CPUs each entry point's own actors ask Ray for, added to the cluster's (logical on CPU) so the workers still
+# fit: OneStepTaskRunner 10 (one_step_off_policy/main_ppo.py); FullyAsyncTaskRunner 1, FullyAsyncTrainer 10,
+# FullyAsyncRollouter 10 and MessageQueue 2 (fully_async_main.py, fully_async_trainer.py, fully_async_rollouter.py,
+# message_queue.py)
+DRIVER_CPUS = {ONE_STEP_OFF: 10, FULLY_ASYNC: 1 + 10 + 10 + 2}
 # each entry point's packaged config, composed over ppo_trainer.yaml (verl/experimental/<package>/config/)
 ENTRY_CONFIGS = {
     FULLY_ASYNC: ("fully_async_policy", "fully_async_ppo_trainer.yaml"),

@@ -335,7 +335,7 @@ class VerlBackend(Backend):
         cpus = config.resources.cpus_per_node or 8
         logical_gpus = max(gpus, 1) if cpu else None
         if entry is not None:
-            cpus += asynchrony.DRIVER_CPUS["fully_async" if entry == asynchrony.FULLY_ASYNC else "one_step_off"]
+            cpus += asynchrony.DRIVER_CPUS[entry]
             if cpu:  # the trainer's logical device per node plus the rollout pool's
                 logical_gpus = o["trainer.n_gpus_per_node"] + o["rollout.n_gpus_per_node"]
         return {
