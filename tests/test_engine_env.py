@@ -25,21 +25,45 @@ demo:
 """
 
 
-@pytest.fixture
-def light_recipes(tmp_path, monkeypatch):
-    path = tmp_path / "engines.yaml"
+def _use_recipes(monkeypatch, root: Path) -> Path:
+    path = root / "engines.yaml"
     path.write_text(LIGHT_RECIPES)
     monkeypatch.setenv("RLBRIDGE_RECIPES", str(path))
-    monkeypatch.setenv("RLBRIDGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RLBRIDGE_CACHE_DIR", str(root / "cache"))
     monkeypatch.setenv("RLBRIDGE_INSTALLER", "pip")
     return path
 
 
-def test_env_create_is_idempotent_and_lists(light_recipes, tmp_path):
-    first = run_cli("env", "create", "demo==1.16.0")
+@pytest.fixture
+def light_recipes(tmp_path, monkeypatch):
+    """The stand-in engine, with an empty environment cache of this test's own."""
+    return _use_recipes(monkeypatch, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def demo_env_created(tmp_path_factory):
+    """demo==1.16.0 created once for the tests that only read or use a finished environment (each creation
+    installs rlbridge and its dependencies into a new venv: about a minute on 2 cores)."""
+    root = tmp_path_factory.mktemp("shared-demo-env")
+    with pytest.MonkeyPatch.context() as mp:
+        _use_recipes(mp, root)
+        first = run_cli("env", "create", "demo==1.16.0")
+    return root, first
+
+
+@pytest.fixture
+def shared_demo_env(demo_env_created, monkeypatch):
+    """The module's created demo environment, its cache and recipes set for this test; (root, first creation)."""
+    root, first = demo_env_created
+    _use_recipes(monkeypatch, root)
+    return root, first
+
+
+def test_env_create_is_idempotent_and_lists(shared_demo_env):
+    root, first = shared_demo_env
     assert first.returncode == 0, first.stderr
     assert "[3/5] engine: six==1.16.0 pluggy>=1.3" in first.stderr
-    env = tmp_path / "cache" / "envs" / "demo-1.16.0"
+    env = root / "cache" / "envs" / "demo-1.16.0"
     python = env / "bin" / "python"
     assert subprocess.run([python, "-c", "import six, rlbridge"]).returncode == 0
     again = run_cli("env", "create", "demo==1.16.0")
@@ -48,9 +72,10 @@ def test_env_create_is_idempotent_and_lists(light_recipes, tmp_path):
     assert "demo" in listed.stdout and "yes" in listed.stdout
 
 
-def test_env_create_resumes_after_an_interrupted_stage(light_recipes, tmp_path):
-    assert run_cli("env", "create", "demo==1.16.0").returncode == 0
-    env = tmp_path / "cache" / "envs" / "demo-1.16.0"
+def test_env_create_resumes_after_an_interrupted_stage(shared_demo_env):
+    root, first = shared_demo_env
+    assert first.returncode == 0, first.stderr
+    env = root / "cache" / "envs" / "demo-1.16.0"
     (env / ".rlbridge" / "engine.done").unlink()  # as if killed during the engine install
     (env / ".rlbridge" / "rlbridge.done").unlink()
     res = run_cli("env", "create", "demo==1.16.0")
@@ -166,7 +191,7 @@ def test_engine_process_failure_is_reported_with_its_error(tmp_path):
     assert "exited with code 2" in res.stderr and "did you mean 'vllm_mode'" in res.stderr
 
 
-def test_compat_run_creates_the_env_runs_the_suite_inside_and_writes_results(light_recipes, tmp_path):
+def test_compat_run_uses_the_env_runs_the_suite_inside_and_writes_results(shared_demo_env, tmp_path):
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text('cells:\n  - {engine: demo, version: "1.16.0", tests: [translate, e2e-gpu]}\n')
     results = tmp_path / "results"
@@ -266,7 +291,7 @@ def test_a_cells_select_narrows_its_e2e_tests_in_every_run_and_the_table_says_so
     assert "- demo 1.0 e2e-cpu: `-k two_step`" in compat.render({"demo|1.0|e2e-cpu": row})
 
 
-def test_a_blocked_test_is_neither_pass_nor_fail_and_the_table_names_the_blocker(light_recipes, tmp_path):
+def test_a_blocked_test_is_neither_pass_nor_fail_and_the_table_names_the_blocker(shared_demo_env, tmp_path):
     """matrix.yaml `blocked: {test: why}`: the measured reason a test cannot run on this kind of machine
     (e.g. an engine version without a CPU build of its rollout) is recorded in RESULTS.md, and the cell's
     verdict comes from the tests that can run."""
