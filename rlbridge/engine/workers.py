@@ -71,6 +71,12 @@ class Settings:
     ray_resource: str = "rollout_cpu"
     ray_num_cpus: float = 1.0
 
+    @property
+    def samples_in_flight(self) -> int:
+        """The most samples the pool scores at once: max_concurrency (else num_workers) calls of
+        batch_size samples. A caller that submits one sample per thread needs this many threads."""
+        return (self.max_concurrency or self.num_workers) * self.batch_size
+
     @classmethod
     def from_any(cls, value: Any) -> "Settings":
         if value is None:

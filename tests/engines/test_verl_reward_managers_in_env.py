@@ -47,6 +47,14 @@ def length():
     return lambda inputs: [float(len(x.completion_ids)) for x in inputs]
 
 
+def waits_a_second():
+    def reward(inputs):  # a remote judge: the wait is per call, whatever the number of samples in it
+        time.sleep(1.0)
+        return [1.0] * len(inputs)
+
+    return reward
+
+
 def _spec(fn):
     return {"name": fn.__name__, "weight": 1.0, "args": {}, "factory": f"{__name__}:{fn.__name__}"}
 
@@ -145,3 +153,26 @@ def test_a_hanging_plugin_costs_one_timeout_in_verl_reward_manager(env):
     assert time.monotonic() - started < 3 + 5  # one timeout (and the replacement's start), not a hang
     assert out["reward_tensor"].sum().item() == 16.0
     assert _fault_counts(events) == {"timeouts": 4}
+
+
+def test_reward_loop_manager_has_every_sample_of_a_batch_in_flight_at_once(env):
+    """verl awaits run_single for all of a batch's samples at once; each must reach the worker pool then, or a
+    latency-bound reward's waits queue behind the few threads of asyncio's default executor (6 on 2 cores)."""
+    pytest.importorskip("verl.experimental.reward_loop")
+    from rlbridge_adapters.verl.reward_manager import make_reward_loop_manager
+
+    env(waits_a_second, num_workers=1, batch_size=16, batch_wait_ms=500, timeout_s=30)
+    tok = _tokenizer()
+    manager = make_reward_loop_manager().__new__(make_reward_loop_manager())
+    manager.tokenizer = tok
+    batch = _batch(tok, 16)
+    workers.engine_scorer()._get_pool()  # the worker starts (spawn, imports) before the clock does
+
+    async def all_samples():
+        return await asyncio.gather(*(manager.run_single(batch[i : i + 1]) for i in range(16)))
+
+    started = time.monotonic()
+    results = asyncio.run(all_samples())
+    elapsed = time.monotonic() - started
+    assert [r["reward_score"] for r in results] == [1.0] * 16
+    assert elapsed < 2.5, f"16 samples took {elapsed:.1f} s: they reached the one worker in several calls of a second"
