@@ -488,7 +488,7 @@ class Solver:
         from rlbridge.run.runner import resolve
 
         try:
-            config = resolve(RunConfig.model_validate(data))
+            config = resolve(RunConfig.model_validate(data), copy=False)
             plan = self.backend.plan(config)
             return self.importer.view(plan.native, config)
         except (ValidationError, RLBridgeError, ValueError, TypeError, KeyError, ZeroDivisionError):

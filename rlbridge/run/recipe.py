@@ -151,8 +151,17 @@ def _flat_keys(data: Any, prefix: str = "") -> list[str]:
     return out
 
 
+_EXACT = (str, int, float, bool, type(None))  # types whose equal values are `same` whatever the rules below say
+
+
 def same(a: Any, b: Any) -> bool:
     """Native values compared as the engine would read them (1 == 1.0, (a, b) == [a, b])."""
+    kind = type(a)
+    # the fast paths: the importer's search compares millions of equal scalars and shared objects
+    if kind is type(b) and kind in _EXACT and a == b:
+        return True
+    if a is b and kind not in _EXACT:  # one object (a float is compared by value: NaN is not same as itself)
+        return True
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):

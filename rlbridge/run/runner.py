@@ -28,9 +28,12 @@ from rlbridge.contract.registry import PluginManager, get_plugin_manager
 from rlbridge.machine import count_gpus
 
 
-def resolve(config: RunConfig) -> RunConfig:
-    """Fill what 'auto' and templates leave open, so that the plan is fully determined."""
-    config = config.model_copy(deep=True)
+def resolve(config: RunConfig, *, copy: bool = True) -> RunConfig:
+    """Fill what 'auto' and templates leave open, so that the plan is fully determined. copy=False fills
+    `config` itself: for a caller that validated it for this call (the importer's search resolves
+    thousands, and the deep copy was a quarter of a TRL import)."""
+    if copy:
+        config = config.model_copy(deep=True)
     if config.run_name is None:
         config.run_name = "run"
     config.output_dir = config.output_dir.replace("{run_name}", config.run_name)
