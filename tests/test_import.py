@@ -233,6 +233,18 @@ def test_reported_kinds():
     assert imported("openrlhf", "flat_rloo_0.9.sh").recipe.version == "0.9.10"
 
 
+def test_same_compares_native_values_as_the_engine_reads_them():
+    """The round trip's equality, fast paths included: numbers by value, bools only with bools, sequences
+    of either kind, paths normalised; NaN is never the same, not even as itself."""
+    nan = float("nan")
+    assert same(1, 1.0) and same((1, "a"), [1.0, "a"]) and same({"k": [2]}, {"k": (2.0,)})
+    assert same("/data/x//y.parquet", "/data/x/y.parquet") and same(None, None)
+    assert not same(1, True) and not same([1], [True]) and not same(0, None) and not same("1", 1)
+    assert not same(nan, nan) and not same([nan], [nan])
+    shared = {"a": [1, 2]}
+    assert same(shared, shared) and not same(shared, {"a": [1, 3]})
+
+
 def test_a_recipe_contradicting_itself_is_a_conflict_with_its_line(tmp_path):
     """KL in the loss and KL in the reward at once: the canonical config has one KL placement, so one of
     the two settings cannot come back; it is reported as a conflict with its line, never dropped."""
