@@ -34,7 +34,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from rlbridge.contract.backend import Capability, gpus_per_node, honoured
+from rlbridge.contract.backend import Capability, approximated, gpus_per_node, honoured
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 
@@ -121,14 +121,17 @@ def _check_fully_async(config: RunConfig) -> str | None:
 
 def capabilities() -> list[Capability]:
     return [
-        honoured(
+        approximated(  # exact on one_step_off_policy; approximated where fully_async_main runs (uses_fully_async)
             "rollout.max_staleness",
             ("launch.entry_point", "actor_rollout_ref.hybrid_engine", "rollout.n_gpus_per_node"),
-            _check_staleness,
-            note="1: verl.experimental.one_step_off_policy.main_ppo (batch n+1 generated while batch n trains: exactly "
-            "one version); 2 and more: verl.experimental.fully_async_policy.fully_async_main with "
-            "async_training.staleness_threshold = max_staleness (a fraction of samples; the bound it gives is "
-            "ceil(threshold) versions, STALENESS_APPROXIMATION)",
+            note="1: verl.experimental.one_step_off_policy.main_ppo, exact (batch n+1 generated while batch n "
+            "trains: one version). 2 and more, partial rollouts or weight_sync_interval > 1: "
+            "verl.experimental.fully_async_policy.fully_async_main with async_training.staleness_threshold = "
+            "max_staleness, which bounds how far generation runs ahead, not each sample's age: a generation resumed "
+            "across syncs keeps the version it started at, and a prompt whose scoring waits trains later than verl "
+            "counts (measured at max_staleness 2: up to 4 versions; docs/scale.md, loop shapes)",
+            check=_check_staleness,
+            when=uses_fully_async,
         ),
         honoured(
             "rollout.partial_rollouts",
@@ -177,8 +180,13 @@ STALENESS_APPROXIMATION = (
     "version the rollouter generates at most required_samples x trigger_parameter_sync_step x (1 + s) samples "
     "(fully_async_rollouter.py set_max_required_samples; required_samples = ppo_mini_batch_size x require_batches), "
     "the trainer consumes required_samples x trigger_parameter_sync_step of them, and the rest (in flight or queued "
-    "at reset_staleness) are trained after the sync, oldest first: a backlog of at most s versions' worth of samples, "
-    "so a sample is at most ceil(s) versions old. rollout.max_staleness = ceil(s) is that bound; s itself is kept "
+    "at reset_staleness) are trained after the sync: generation runs at most s versions' worth of samples ahead. "
+    "That bounds the queue, not a sample's age: a generation in flight at a sync is aborted and resumed with the new "
+    "weights (partial_rollout), keeps the version it started at (min_global_steps) and joins the queue when it ends, "
+    "so a sample whose generation spans syncs can be older than ceil(s) versions (measured, rlbridge's "
+    "async/staleness_max at max_staleness 2: 3-4 on quickstart steps with such samples, never more than 2 plus the "
+    "syncs they spanned; and 3 on the last steps of the remote-reward workload without any; docs/benchmarks.md). "
+    "rollout.max_staleness = ceil(s) is the nearest integer to what verl bounds; s itself is kept "
     "as backend_options.verl.async_training.staleness_threshold, which is what verl runs"
 )
 
