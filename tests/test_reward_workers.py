@@ -336,6 +336,45 @@ def test_small_concurrent_calls_are_scored_as_one_batch():
         assert [r.totals for r in results] == [[1.0]] * 6
 
 
+def waits_a_second():
+    def reward(inputs):  # a remote judge: the wait is per call, whatever the number of samples in it
+        time.sleep(1.0)
+        return [1.0 for _ in inputs]
+
+    return reward
+
+
+def test_an_event_loop_has_as_many_samples_in_flight_as_the_pool_takes(monkeypatch):
+    """What verl's reward loop and OpenRLHF's agent executor do: await one sample's scoring per task, every
+    task of a batch at once (rlbridge.engine.scoring.off_the_event_loop). 16 samples of a 1 s reward on one
+    worker of batch_size 16 are one call; through asyncio.to_thread (6 threads on 2 cores) they were three."""
+    import asyncio
+
+    from rlbridge.engine import workers
+    from rlbridge.engine.events import REWARDS_ENV
+    from rlbridge.engine.scoring import off_the_event_loop, score_inputs, scoring_executor
+
+    monkeypatch.setenv(REWARDS_ENV, json.dumps([spec(waits_a_second)]))
+    monkeypatch.setenv(
+        workers.WORKERS_ENV, json.dumps({"num_workers": 1, "batch_size": 16, "batch_wait_ms": 500, "timeout_s": 30})
+    )
+    workers.reset_engine_scorer()
+    try:
+        workers.engine_scorer()._get_pool()  # the worker starts (spawn, imports) before the clock does
+        assert scoring_executor()._max_workers == 16
+
+        async def all_samples():
+            return await asyncio.gather(*(off_the_event_loop(score_inputs, rows(1)) for _ in range(16)))
+
+        started = time.monotonic()
+        results = asyncio.run(all_samples())
+        elapsed = time.monotonic() - started
+    finally:
+        workers.reset_engine_scorer()
+    assert [totals for totals, _ in results] == [[1.0]] * 16
+    assert elapsed < 2.5, f"16 samples took {elapsed:.1f} s: they reached the one worker in several calls of a second"
+
+
 # --- environment steps ------------------------------------------------------------------------------
 
 from rlbridge.contract.environments import Environment, StepResult  # noqa: E402

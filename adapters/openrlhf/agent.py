@@ -14,7 +14,6 @@ so the other episodes of the actor's event loop (OpenRLHF gathers them) generate
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 
@@ -22,6 +21,7 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from rlbridge.engine.events import reward_error, reward_sample, write_event
+from rlbridge.engine.scoring import off_the_event_loop
 from rlbridge.contract.environments import make_environment, parse_tool_calls
 
 ENVIRONMENT_ENV = "RLBRIDGE_ENVIRONMENT"
@@ -51,12 +51,12 @@ class RLBridgeEpisode(AgentInstanceBase):
         calls = parse_tool_calls(action) if type(self.env).tools and not last else []
         if calls:
             self.tool_calls += len(calls)
-            texts = await asyncio.to_thread(self._call_tools, calls)
+            texts = await off_the_event_loop(self._call_tools, calls)
             reward, feedback = 0.0, self._render([{"role": "tool", "content": text} for text in texts])
             done = self._budget_spent(states, feedback)  # no room for another turn: the episode ends here
         else:
             try:  # the worker pool: timeouts and fault counts
-                result = await asyncio.to_thread(step_environment, self.env, action)
+                result = await off_the_event_loop(step_environment, self.env, action)
             except Exception as exc:  # OpenRLHF would swallow it: record it, then let it fail the episode
                 write_event(reward_error(exc))
                 raise

@@ -14,7 +14,6 @@ launcher counts and reports) and fails the rollout.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 
@@ -22,7 +21,7 @@ from openrlhf.utils.agent import SingleTurnAgentExecutor
 
 from rlbridge.contract.rewards import RewardInput
 from rlbridge.engine.events import reward_error, reward_sample, write_event
-from rlbridge.engine.scoring import score_inputs
+from rlbridge.engine.scoring import off_the_event_loop, score_inputs
 
 MODEL_ENV = "RLBRIDGE_OPENRLHF_MODEL"
 _tokenizer = None
@@ -63,7 +62,7 @@ class RewardExecutor(SingleTurnAgentExecutor):
         start, end = output["action_ranges"][-1]
         x = reward_input(prompt, label, output["observation_tokens"][start:end], hf_tokenizer)
         try:
-            totals, per_plugin = await asyncio.to_thread(score_inputs, [x])
+            totals, per_plugin = await off_the_event_loop(score_inputs, [x])  # OpenRLHF gathers every sample's execute
         except Exception as exc:
             write_event(reward_error(exc))
             raise

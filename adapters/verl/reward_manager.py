@@ -8,14 +8,11 @@ verl 0.9, registered in `verl.experimental.reward_loop.reward_manager`). Importe
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlbridge.engine.events import reward_batch, reward_sample, write_event
-from rlbridge.engine.scoring import score_inputs
+from rlbridge.engine.scoring import off_the_event_loop, score_inputs
 from rlbridge.contract.rewards import RewardInput
 
 REWARD_MANAGER_NAME = "rlbridge"
@@ -41,25 +38,6 @@ def reward_input(tokenizer, item) -> tuple[RewardInput, int]:
         ),
         valid_response,
     )
-
-
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def scoring_executor() -> ThreadPoolExecutor:
-    """The threads run_single scores in: one per sample the worker pool can score at once.
-    verl awaits run_single for every sample of a batch at once; asyncio.to_thread's default executor
-    has min(32, cpus + 4) threads (6 on 2 cores), which would cap the samples in flight, and so a
-    latency-bound reward's concurrency, below rollout_workers' whatever its num_workers."""
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            from rlbridge.engine.workers import engine_scorer
-
-            threads = min(max(1, engine_scorer().settings.samples_in_flight), 512)  # a bound on idle threads
-            _executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rlbridge-verl-reward")
-        return _executor
 
 
 def make_legacy_manager():
@@ -113,9 +91,8 @@ def make_reward_loop_manager():
         async def run_single(self, data) -> dict[str, Any]:
             item = data[0]
             x, _ = reward_input(self.tokenizer, item)
-            # off the event loop: verl runs many run_single calls at once, and the worker pool scores them in parallel
-            loop = asyncio.get_running_loop()
-            totals, per_plugin = await loop.run_in_executor(scoring_executor(), score_inputs, [x])
+            # verl runs many run_single calls at once, and the worker pool scores them in parallel
+            totals, per_plugin = await off_the_event_loop(score_inputs, [x])
             write_event(reward_sample(totals[0], {k: v[0] for k, v in per_plugin.items()}, x))
             return {
                 "reward_score": totals[0],

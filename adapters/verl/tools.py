@@ -22,10 +22,9 @@ class EnvironmentTool(BaseTool):
                 f"tool '{self.name}' is an rlbridge environment tool: it runs only in the rlbridge_environment "
                 "agent loop"
             )
-        import asyncio
-
         from rlbridge.engine.environment_steps import call_environment_tool
+        from rlbridge.engine.scoring import off_the_event_loop
 
         # in a thread, through the worker pool: the agent loop's other episodes go on meanwhile
-        text = await asyncio.to_thread(call_environment_tool, environment, self.name, parameters)
+        text = await off_the_event_loop(call_environment_tool, environment, self.name, parameters)
         return ToolResponse(text=text), 0.0, {}

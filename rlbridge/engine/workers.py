@@ -852,7 +852,11 @@ def engine_scorer() -> RewardScorer:
 
 
 def reset_engine_scorer() -> None:
-    """Close and forget this process's scorer (tests that change RLBRIDGE_REWARDS between runs)."""
+    """Close and forget this process's scorer (tests that change RLBRIDGE_REWARDS between runs), and the
+    threads sized to it (rlbridge.engine.scoring.scoring_executor)."""
+    from rlbridge.engine.scoring import reset_scoring_executor
+
+    reset_scoring_executor()
     global _scorer
     with _scorer_lock:
         if _scorer is not None:
