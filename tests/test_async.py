@@ -2,6 +2,7 @@
 weight_sync_interval), what each backend plans for them or why it refuses, and the staleness that
 rlbridge measures in OpenRLHF's async loop (the end-to-end run is tests/engines/test_openrlhf_async_in_env.py)."""
 
+import time
 import types
 
 import pytest
@@ -231,7 +232,11 @@ def test_openrlhf_instrumentation_tags_samples_and_reports_staleness():
 
     class BasePPOTrainer:
         def train_step(self, rollout_samples, global_step):
+            self.broadcast_to_vllm()
             return {"policy_loss": 0.0}, global_step + 1
+
+        def broadcast_to_vllm(self):
+            pass
 
     asynchrony.instrument_generator(types.SimpleNamespace(SamplesGenerator=SamplesGenerator))
     asynchrony.instrument_trainer(types.SimpleNamespace(BasePPOTrainer=BasePPOTrainer))
@@ -254,19 +259,72 @@ def test_the_synchronous_ray_actor_class_is_instrumented_too():
         def train_step(self, rollout_samples, global_step):
             return {}, global_step + 1
 
-    original = BasePPOTrainer.train_step
+        def broadcast_to_vllm(self):
+            pass
 
-    def ray_wrapper(*args, **kwargs):  # ray.remote's copy: a wrapper whose __wrapped__ is the method
-        return original(*args, **kwargs)
+    def ray_copy(method):  # ray.remote's copy: a wrapper whose __wrapped__ is the method
+        def wrapper(*args, **kwargs):
+            return method(*args, **kwargs)
 
-    ray_wrapper.__wrapped__ = original
-    copied = type("Class", (BasePPOTrainer,), {"train_step": ray_wrapper})  # what ray.remote builds
+        wrapper.__wrapped__ = method
+        return wrapper
+
+    methods = {name: ray_copy(getattr(BasePPOTrainer, name)) for name in ("train_step", "broadcast_to_vllm")}
+    copied = type("Class", (BasePPOTrainer,), methods)  # what ray.remote builds
     module = types.SimpleNamespace(
         BasePPOTrainer=BasePPOTrainer,
         PPOTrainer=types.SimpleNamespace(__ray_metadata__=types.SimpleNamespace(modified_class=copied)),
     )
     asynchrony.instrument_trainer(module)
     assert copied.train_step._rlbridge and BasePPOTrainer.train_step._rlbridge
+    assert copied.broadcast_to_vllm._rlbridge and BasePPOTrainer.broadcast_to_vllm._rlbridge
+
+
+def test_a_generation_that_starts_once_the_broadcast_is_in_has_the_new_weights():
+    """OpenRLHF's async generator waits for the vLLM lock the trainer's broadcast holds and starts generating
+    as soon as it is released, which is before train_step returns: that batch has the new weights (version 1,
+    trained at step 1: staleness 0) and is no partial rollout, though its generation ends after train_step."""
+    import threading
+
+    from rlbridge_adapters.openrlhf import asynchrony
+
+    class Sample:
+        pass
+
+    started, finish = threading.Event(), threading.Event()
+
+    class SamplesGenerator:
+        def generate_samples(self, wait=False):
+            if wait:
+                started.set()
+                finish.wait(5)
+            return [Sample()], None, 1, False
+
+    batches = []
+
+    class BasePPOTrainer:
+        def train_step(self, rollout_samples, global_step):
+            self.broadcast_to_vllm()
+            if global_step == 0:  # the generator actor takes the lock the broadcast released
+                thread = threading.Thread(target=lambda: batches.append(generator.generate_samples(wait=True)[0]))
+                thread.start()
+                started.wait(5)
+                time.sleep(0.01)  # what train_step does after the broadcast (the KL controller, its timers)
+            return {}, global_step + 1
+
+        def broadcast_to_vllm(self):
+            time.sleep(0.01)
+
+    asynchrony.instrument_generator(types.SimpleNamespace(SamplesGenerator=SamplesGenerator))
+    asynchrony.instrument_trainer(types.SimpleNamespace(BasePPOTrainer=BasePPOTrainer))
+    generator, trainer = SamplesGenerator(), BasePPOTrainer()
+    trainer.train_step(generator.generate_samples()[0], 0)
+    time.sleep(0.01)
+    finish.set()
+    while not batches:
+        time.sleep(0.01)
+    status, _ = trainer.train_step(batches[0], 1)
+    assert status["rlbridge/staleness_max"] == 0.0 and status["rlbridge/partial_rollouts"] == 0.0, status
 
 
 def test_a_buffered_sample_keeps_the_stamp_of_the_call_that_generated_it():

@@ -125,11 +125,21 @@ def instrument_generator(module) -> None:
 
 def instrument_trainer(module) -> None:
     """Add staleness (in policy versions), trainer idle time, rollout idle time and partial rollouts to
-    the status BasePPOTrainer.train_step returns (OpenRLHF logs it as the step's metrics)."""
+    the status BasePPOTrainer.train_step returns (OpenRLHF logs it as the step's metrics), and stamp each
+    broadcast to vLLM when its weights are in (BasePPOTrainer.broadcast_to_vllm returns: in the async loop
+    that is still inside the vLLM lock, so a generation that waited for the lock starts after the stamp;
+    stamped when train_step returned instead, a generation starting in between counted as a partial rollout
+    one version older than it was, measured on a remote-reward run at max_staleness 2)."""
     cls = module.BasePPOTrainer
-    original = cls.train_step
+    original, original_broadcast = cls.train_step, cls.broadcast_to_vllm
     if getattr(original, "_rlbridge", False):
         return
+
+    @functools.wraps(original_broadcast)
+    def broadcast_to_vllm(self, *args, **kwargs):
+        result = original_broadcast(self, *args, **kwargs)
+        self._rlbridge_broadcast_end = time.time()
+        return result
 
     @functools.wraps(original)
     def train_step(self, rollout_samples, global_step, *args, **kwargs):
@@ -138,25 +148,32 @@ def instrument_trainer(module) -> None:
             self._rlbridge_syncs, self._rlbridge_base = [], int(global_step)  # a resumed run starts at its step
         idle = start - getattr(self, "_rlbridge_last_end", start)
         stamps = [getattr(s, "_rlbridge_generation", None) for s in rollout_samples]
+        self._rlbridge_broadcast_end = None
         status, next_step = original(self, rollout_samples, global_step, *args, **kwargs)
         extra = async_status(stamps, self._rlbridge_syncs, self._rlbridge_base, int(global_step))
-        # the broadcast at the end of train_step made version global_step + 1
-        self._rlbridge_syncs.append(time.time())
+        # the broadcast at the end of train_step made version global_step + 1 (no vLLM engine: none, now)
+        self._rlbridge_syncs.append(self._rlbridge_broadcast_end or time.time())
         self._rlbridge_last_end = time.time()
         if extra:
             extra[TRAINER_IDLE] = idle
             status.update(extra)
         return status, next_step
 
-    train_step._rlbridge = True
-    cls.train_step = train_step
+    train_step._rlbridge = broadcast_to_vllm._rlbridge = True
+    cls.train_step, cls.broadcast_to_vllm = train_step, broadcast_to_vllm
     # ray.remote copies every method into the actor's class (wrapped, __wrapped__ = the method) when it
     # decorates it: the synchronous PPOTrainer of this module was decorated before this hook ran
     for value in vars(module).values():
         actor_class = getattr(getattr(value, "__ray_metadata__", None), "modified_class", None)
-        copy = actor_class.__dict__.get("train_step") if actor_class is not None else None
-        if copy is not None and getattr(copy, "__wrapped__", copy) is original:
-            actor_class.train_step = train_step
+        if actor_class is None:
+            continue
+        for name, method, wrapper in (
+            ("train_step", original, train_step),
+            ("broadcast_to_vllm", original_broadcast, broadcast_to_vllm),
+        ):
+            copy = actor_class.__dict__.get(name)
+            if copy is not None and getattr(copy, "__wrapped__", copy) is method:
+                setattr(actor_class, name, wrapper)
 
 
 def async_status(stamps: list, syncs: list[float], base: int, step: int) -> dict[str, float]:
