@@ -151,7 +151,7 @@ def instrument_trainer(module) -> None:
         self._rlbridge_broadcast_end = None
         status, next_step = original(self, rollout_samples, global_step, *args, **kwargs)
         extra = async_status(stamps, self._rlbridge_syncs, self._rlbridge_base, int(global_step))
-        # the broadcast at the end of train_step made version global_step + 1 (no vLLM engine: none, now)
+        # the broadcast at the end of train_step made version global_step + 1 (stamped there; with no vLLM engine, now)
         self._rlbridge_syncs.append(self._rlbridge_broadcast_end or time.time())
         self._rlbridge_last_end = time.time()
         if extra:
