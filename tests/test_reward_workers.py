@@ -352,7 +352,8 @@ def test_an_event_loop_has_as_many_samples_in_flight_as_the_pool_takes(monkeypat
 
     from rlbridge.engine import workers
     from rlbridge.engine.events import REWARDS_ENV
-    from rlbridge.engine.scoring import off_the_event_loop, score_inputs, scoring_executor
+    from rlbridge.engine.scoring import off_the_event_loop, score_inputs
+    from rlbridge.engine.workers import scoring_executor
 
     monkeypatch.setenv(REWARDS_ENV, json.dumps([spec(waits_a_second)]))
     monkeypatch.setenv(

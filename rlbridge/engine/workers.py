@@ -28,7 +28,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,7 +270,6 @@ class RayActorPool:
 
     def __init__(self, settings: Settings, specs_json: str) -> None:
         import queue
-        from concurrent.futures import ThreadPoolExecutor
 
         import ray
 
@@ -853,12 +852,31 @@ def engine_scorer() -> RewardScorer:
 
 def reset_engine_scorer() -> None:
     """Close and forget this process's scorer (tests that change RLBRIDGE_REWARDS between runs), and the
-    threads sized to it (rlbridge.engine.scoring.scoring_executor)."""
-    from rlbridge.engine.scoring import reset_scoring_executor
-
-    reset_scoring_executor()
-    global _scorer
+    threads sized to it (scoring_executor)."""
+    global _scorer, _executor
+    with _executor_lock:
+        if _executor is not None:
+            _executor.shutdown(wait=False)
+        _executor = None
     with _scorer_lock:
         if _scorer is not None:
             _scorer.close()
         _scorer = None
+
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def scoring_executor() -> ThreadPoolExecutor:
+    """This process's threads for reward and environment calls made from an engine's event loop: one per
+    sample the worker pool can take at once (rollout_workers: max_concurrency, else num_workers, calls of
+    batch_size samples). verl's reward loop and OpenRLHF's agent executor await every sample of a batch at
+    once; asyncio.to_thread's default executor has min(32, cpus + 4) threads (6 on 2 cores), which would cap
+    the samples in flight, and with them a latency-bound reward's concurrency, whatever the pool's size."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            threads = min(max(1, engine_scorer().settings.samples_in_flight), 512)  # a bound on idle threads
+            _executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rlbridge-scoring")
+        return _executor
