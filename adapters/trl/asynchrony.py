@@ -168,7 +168,10 @@ def capabilities() -> list[Capability]:
             note="k >= 1: AsyncGRPOTrainer(max_staleness=k) against a vLLM server rlbridge starts on the rollout "
             "devices (split) or the training device (colocate); samples more than k policy versions old are "
             "dropped, and generation runs at most k policy versions' samples ahead of the trainer "
-            "(max_inflight_tasks + queue_maxsize + the rollout worker's score queue: rollout_bounds)",
+            "(max_inflight_tasks + queue_maxsize + the rollout worker's score queue: rollout_bounds). The PPO ratio "
+            "is against vLLM's sampling log-probs, so algorithm.clip_low/clip_high bound a step's move from the "
+            "policy that sampled: at a learning rate that moves the policy past the clip, learning slows (measured "
+            "on the quickstart: about half; docs/benchmarks.md), so widen clip_high or lower the lr",
         ),
     ]
 
