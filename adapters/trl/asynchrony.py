@@ -212,7 +212,9 @@ def translate(config: RunConfig, sync_native: dict[str, Any]) -> dict[str, Any]:
     samples_per_version = (
         int(args["per_device_train_batch_size"]) * int(args["gradient_accumulation_steps"]) * ro.weight_sync_interval
     )  # one optimizer step's samples (one process), times the steps between syncs
-    bounds = rollout_bounds(ro.max_staleness, samples_per_version, config.algorithm.group_size, concurrency)
+    bounds = rollout_bounds(
+        ro.max_staleness, samples_per_version, config.algorithm.group_size, concurrency, workers.batch_size
+    )
     args.update(
         max_staleness=ro.max_staleness,
         max_inflight_tasks=bounds["max_inflight_tasks"],
@@ -262,15 +264,19 @@ def translate(config: RunConfig, sync_native: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def rollout_bounds(max_staleness: int, samples_per_version: int, group_size: int, concurrency: int) -> dict[str, int]:
+def rollout_bounds(
+    max_staleness: int, samples_per_version: int, group_size: int, concurrency: int, batch_size: int
+) -> dict[str, int]:
     """How much of TRL's rollout pipeline may run ahead of the trainer: max_staleness x samples_per_version samples
     in all, in whole groups (TRL queues and scores a group once all its samples are generated). First the groups
-    scored at once (`concurrency`, so that each of a reward's concurrent calls has a group to score) and one group
-    waiting for scoring, then half the rest as scored samples waiting for the trainer (`queue_maxsize`) and half as
-    generations in flight (`max_inflight_tasks`). Each part holds at least one group, so a bound of fewer than four
-    groups is exceeded (TRL then drops what arrives too old: the staleness bound itself always holds)."""
+    scored at once, as many as keep a reward's `concurrency` calls busy (a group is ceil(group_size / batch_size)
+    calls), and one group waiting for scoring, then half the rest as scored samples waiting for the trainer
+    (`queue_maxsize`) and half as generations in flight (`max_inflight_tasks`). Each part holds at least one group,
+    so a bound of fewer than four groups is exceeded (TRL then drops what arrives too old: the staleness bound
+    itself always holds). More groups in scoring than the calls need would only take slots from generation."""
     groups = max(max_staleness * samples_per_version // group_size, 1)
-    score_groups = max(1, min(concurrency, groups - 2))
+    calls_per_group = -(-group_size // max(batch_size, 1))
+    score_groups = max(1, min(-(-concurrency // calls_per_group), groups - 2))
     rest = groups - score_groups - 1
     queued = max(1, rest // 2)
     inflight = max(1, rest - queued)
