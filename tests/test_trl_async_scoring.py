@@ -237,15 +237,15 @@ def test_the_async_plan_bounds_generation_ahead_by_max_staleness():
         ahead = b["max_inflight_tasks"] + b["queue_maxsize"] + 8 * (b["score_groups"] + b["score_queue_groups"])
         assert ahead == staleness * 64, (staleness, b)  # every part in whole groups, the sum exactly k versions
         assert b["score_groups"] == concurrency  # a group is one call
-    # a group of 8 is 8 calls of one sample: one group keeps 8 calls busy, and the slots go to generation
-    # (scoring 6 groups here left one group of 8 requests generating: 1.72 s a step against 1.04 at max_staleness 2)
+    # a group of 8 is 8 calls of one sample: 2 groups keep 8 calls busy while a group's slowest call finishes, and
+    # the other slots go to generation (scoring 6 groups here left one group of 8 requests generating)
     assert rollout_bounds(1, 64, 8, 8, 1) == {
         "max_inflight_tasks": 24,
-        "queue_maxsize": 24,
-        "score_groups": 1,
+        "queue_maxsize": 16,
+        "score_groups": 2,
         "score_queue_groups": 1,
     }
-    assert rollout_bounds(1, 64, 8, 8, 3)["score_groups"] == 3  # ceil(8 / 3) = 3 calls a group, 8 calls: 3 groups
+    assert rollout_bounds(1, 64, 8, 8, 3)["score_groups"] == 4  # 3 calls a group: 8 + 2 calls are 4 groups
     assert rollout_bounds(1, 8, 4, 2, 32) == {
         "max_inflight_tasks": 4,
         "queue_maxsize": 4,
@@ -266,8 +266,8 @@ def test_the_async_plan_bounds_generation_ahead_by_max_staleness():
             ],
         )
     ).plan.native
-    # 16 prompts x 8 samples = 128 per version; a group is 2 calls of 4 samples, so 2 groups keep 3 calls busy:
-    # 2 groups scored at once, 1 waiting, 6 queued, 7 in flight
+    # 16 prompts x 8 samples = 128 per version; a group is 2 calls of 4 samples, so 2 groups keep 3 calls busy
+    # (3 + 1 calls): 2 groups scored at once, 1 waiting, 6 queued, 7 in flight
     assert settings["args"]["max_inflight_tasks"] == 56 and settings["args"]["queue_maxsize"] == 48
     assert settings["scoring"] == {
         "concurrency": 3,

@@ -269,14 +269,16 @@ def rollout_bounds(
 ) -> dict[str, int]:
     """How much of TRL's rollout pipeline may run ahead of the trainer: max_staleness x samples_per_version samples
     in all, in whole groups (TRL queues and scores a group once all its samples are generated). First the groups
-    scored at once, as many as keep a reward's `concurrency` calls busy (a group is ceil(group_size / batch_size)
-    calls), and one group waiting for scoring, then half the rest as scored samples waiting for the trainer
-    (`queue_maxsize`) and half as generations in flight (`max_inflight_tasks`). Each part holds at least one group,
-    so a bound of fewer than four groups is exceeded (TRL then drops what arrives too old: the staleness bound
-    itself always holds). More groups in scoring than the calls need would only take slots from generation."""
+    scored at once: a group is ceil(group_size / batch_size) calls and is done when its slowest call is, so enough
+    groups for the reward's `concurrency` calls plus one group's calls less one keep every call busy while a
+    group's last call finishes (one call a group: `concurrency` groups). Then one group waiting for scoring, and
+    half the rest as scored samples waiting for the trainer (`queue_maxsize`) and half as generations in flight
+    (`max_inflight_tasks`). Each part holds at least one group, so a bound of fewer than four groups is exceeded
+    (TRL then drops what arrives too old: the staleness bound itself always holds). More groups in scoring than
+    the calls need would only take slots from generation."""
     groups = max(max_staleness * samples_per_version // group_size, 1)
     calls_per_group = -(-group_size // max(batch_size, 1))
-    score_groups = max(1, min(-(-concurrency // calls_per_group), groups - 2))
+    score_groups = max(1, min(-(-(concurrency + calls_per_group - 1) // calls_per_group), groups - 2))
     rest = groups - score_groups - 1
     queued = max(1, rest // 2)
     inflight = max(1, rest - queued)
