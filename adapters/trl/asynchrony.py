@@ -18,7 +18,8 @@ or in scoring, scored samples in the trainer's queue) is held to k x the samples
 (patches/async_grpo_scoring.py); more would be generated only to be dropped. Rewards are scored in threads of
 TRL's rollout process (a daemon process: it cannot start rlbridge's reward worker processes): at most
 rollout_workers.max_concurrency (else num_workers) calls of a reward at once, over every group, each of at
-most rollout_workers.batch_size samples, with that many groups scored at once.
+most rollout_workers.batch_size samples, with as many groups scored at once as keep those calls busy
+(rollout_bounds).
 
 rlbridge starts that server on the rollout's devices (placement.policy: split, rollout_gpus; with colocate, on
 the training device, sharing a GPU's memory by rollout.gpu_memory_utilization) and stops it with the run
