@@ -449,6 +449,23 @@ def _empty_report() -> dict:
     }
 
 
+def test_the_report_names_the_commits_when_its_runs_come_from_several(tmp_path):
+    """A bench reuses a finished run by its config, whatever code ran it: the report says which commit ran which."""
+    from rlbridge.run import bench_report
+    from rlbridge.run.bench import load_done
+
+    run_dir = tmp_path / "00-trl-seed0-0123456789ab"
+    (run_dir / "run").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"status": "completed", "arm": "trl", "seed": 0}))
+    (run_dir / "run" / "manifest.json").write_text(json.dumps({"rlbridge": {"commit": "a" * 40, "dirty": False}}))
+    assert load_done(run_dir)["rlbridge_commit"] == "a" * 40  # a run.json from before the field: its manifest
+    one = {"a" * 40: ["trl seed 0", "trl seed 1"]}
+    two = {**one, "b" * 40: ["verl seed 0"]}
+    assert "The runs come from" not in bench_report.markdown({**_empty_report(), "run_commits": one}, [])
+    text = bench_report.markdown({**_empty_report(), "run_commits": two}, [])
+    assert "**The runs come from 2 commits** (aaaaaaaaaa: 2 runs; bbbbbbbbbb: 1 run (verl seed 0))" in text
+
+
 def test_an_offline_stage_is_judged_by_its_loss():
     """SFT/DPO/RM arms (docs/stages.md): the learning curve is the stage's loss, a row is one sample."""
     from rlbridge.run.bench_report import curve_metric, run_numbers

@@ -551,8 +551,16 @@ def run_one(
         result["engine_version"] = data.get("engine_version")
     if result["status"] != "completed":
         result["error"] = (run_dir / "output.log").read_text()[-2000:]
+    result["rlbridge_commit"] = run_commit(run_dir)
     (run_dir / "run.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def run_commit(run_dir: Path) -> str | None:
+    """The rlbridge commit a run ran (its run manifest); None for a run without one (a native arm)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return json.loads((run_dir / "run" / "manifest.json").read_text())["rlbridge"]["commit"]
+    return None
 
 
 def key_from_files(run_dir: Path) -> str | None:
@@ -574,6 +582,8 @@ def load_done(run_dir: Path) -> dict[str, Any] | None:
     with contextlib.suppress(ValueError):
         data = json.loads(path.read_text())
         if data.get("status") == "completed":
+            if "rlbridge_commit" not in data:  # run.json written before it recorded the commit
+                data["rlbridge_commit"] = run_commit(run_dir)
             return data
     return None
 

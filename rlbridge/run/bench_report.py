@@ -254,9 +254,15 @@ def aggregate(spec, jobs, diffs, results) -> dict[str, Any]:
                 entry[key]["ratio_a_over_b"] = ma / mb if ma is not None and mb else None
             pairs.append(entry)
     overhead = native_overhead(arms, runs, jobs)
+    # a finished run is reused when its config matches, whatever code ran it: say which commit ran which runs
+    run_commits: dict[str, list[str]] = {}
+    for r in runs:
+        if r["status"] == "completed" and r.get("rlbridge_commit"):
+            run_commits.setdefault(r["rlbridge_commit"], []).append(f"{r['arm']} seed {r['seed']}")
     return {
         "rlbridge_version": __version__,
         "rlbridge_commit": _git_commit(),
+        "run_commits": run_commits,
         "python": platform.python_version(),
         "machine": platform.platform(),
         "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -376,6 +382,23 @@ def _ci(agg: dict[str, Any]) -> str:
     return f"{_fmt(agg['mean'])} [{_fmt(agg['low'])}, {_fmt(agg['high'])}]"
 
 
+def _mixed_commits(run_commits: dict[str, list[str]]) -> list[str]:
+    """A line when the runs come from more than one commit (the bench reuses a finished run by its config)."""
+    if len(run_commits) < 2:
+        return []
+    by_size = sorted(run_commits.items(), key=lambda item: -len(item[1]))
+    parts = "; ".join(  # the others' runs by name
+        f"{commit[:10]}: {len(runs)} run{'s' * (len(runs) != 1)}" + ("" if i == 0 else f" ({', '.join(runs)})")
+        for i, (commit, runs) in enumerate(by_size)
+    )
+    return [
+        "",
+        f"**The runs come from {len(run_commits)} commits** ({parts}). A finished run is reused when its config "
+        "matches, whatever code ran it: where the code between them changed what a run measures, delete those "
+        "runs' directories and run the bench again.",
+    ]
+
+
 def markdown(data: dict[str, Any], plots: list[str]) -> str:
     arms = data["arms"]
     names = list(arms)
@@ -387,6 +410,7 @@ def markdown(data: dict[str, Any], plots: list[str]) -> str:
         f"{data['steps']} steps per run; seeds {data['spec']['seeds']}; values are the mean over seeds with the "
         f"95 % Student-t interval in brackets; verdicts: Welch's t-test, alpha {data['spec']['alpha']} "
         f"(with {len(data['spec']['seeds'])} seeds it detects only large differences).",
+        *_mixed_commits(data.get("run_commits") or {}),
         "",
         "## Arms",
         "",
