@@ -558,8 +558,10 @@ def run_one(
 
 def run_commit(run_dir: Path) -> str | None:
     """The rlbridge commit a run ran (its run manifest); None for a run without one (a native arm)."""
+    from rlbridge.run import manifest
+
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        return json.loads((run_dir / "run" / "manifest.json").read_text())["rlbridge"]["commit"]
+        return manifest.read(run_dir / "run")["rlbridge"]["commit"]
     return None
 
 
