@@ -12,18 +12,23 @@ def _gpus(config) -> int:
     return 0 if g == "auto" else int(g)
 
 
+def _devices_per_node(config) -> int:
+    """GPUs per node, or on CPU the logical devices resources.cpu_ranks_per_node asks for (one rank each)."""
+    return _gpus(config) or config.resources.cpu_ranks_per_node
+
+
 def colocate(config) -> dict:
     """Actor, rollout and reference share every device (time-sliced)."""
     if config.placement.args:
         raise ConfigError(f"placement.args: 'colocate' takes no arguments (got {sorted(config.placement.args)})")
-    devices = max(_gpus(config), 1) * config.resources.nodes
+    devices = _devices_per_node(config) * config.resources.nodes
     return {"actor": devices, "rollout": devices, "reference": devices, "shared": True}
 
 
 def split(config) -> dict:
     """Rollout gets `rollout_gpus` of its own devices; actor and reference share the rest. On CPU
-    (gpus_per_node 0) the devices are logical GPUs of the run's Ray cluster: one training device per
-    node, and `rollout_gpus` more for the rollout."""
+    (gpus_per_node 0) the devices are logical GPUs of the run's Ray cluster: resources.cpu_ranks_per_node
+    training devices per node, and `rollout_gpus` more for the rollout."""
     unknown = set(config.placement.args) - {"rollout_gpus"}
     if unknown:
         raise ConfigError(f"placement.args: 'split' takes only rollout_gpus (unknown: {sorted(unknown)})")
@@ -31,11 +36,12 @@ def split(config) -> dict:
     rollout = config.placement.args.get("rollout_gpus")
     if not isinstance(rollout, int) or rollout < 1:
         raise ConfigError("placement.args.rollout_gpus: 'split' needs a positive number of rollout GPUs")
-    if total == 0:  # CPU: logical GPUs of the run's Ray cluster, one training device per node plus the rollout's own
+    if total == 0:  # CPU: logical GPUs of the run's Ray cluster, the training ranks plus the rollout's own
+        ranks = config.resources.cpu_ranks_per_node * config.resources.nodes
         return {
-            "actor": config.resources.nodes,
+            "actor": ranks,
             "rollout": rollout,
-            "reference": config.resources.nodes,
+            "reference": ranks,
             "shared": False,
         }
     if rollout >= total:

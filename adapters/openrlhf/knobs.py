@@ -29,7 +29,7 @@ from rlbridge.contract.backend import (
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import resolve_path
-from rlbridge_adapters.openrlhf import asynchrony, stages
+from rlbridge_adapters.openrlhf import asynchrony, layout, stages
 
 IS_LEVELS_SINCE = Version("0.11.2")  # --algo.advantage.is_correction_level/_mode/_threshold
 # canonical rollout_correction -> (is_correction_level, is_correction_mode)
@@ -493,6 +493,7 @@ def capabilities() -> list[Capability]:
         ),
         *asynchrony.capabilities(),
         *stages.capabilities(),
+        *layout.capabilities(),
     ]
 
 

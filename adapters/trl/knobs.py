@@ -15,7 +15,7 @@ from typing import Any
 
 from rlbridge.contract.backend import Capability, approximated, gpus_per_node, honoured, one_stop_condition, rejected
 from rlbridge.contract.config import RunConfig
-from rlbridge_adapters.trl import asynchrony, stages
+from rlbridge_adapters.trl import asynchrony, layout, stages
 
 NO_PPO = "TRL removed PPOTrainer in 1.13, so it has no critic; use backend: verl or openrlhf for PPO"
 
@@ -336,6 +336,7 @@ def capabilities() -> list[Capability]:
         rejected("critic.micro_batch_size", NO_PPO),
         *asynchrony.capabilities(),
         *stages.capabilities(),
+        *layout.capabilities(),
     ]
 
 

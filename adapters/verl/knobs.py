@@ -29,7 +29,7 @@ from rlbridge.contract.backend import (
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import resolve_path
-from rlbridge_adapters.verl import asynchrony, stages
+from rlbridge_adapters.verl import asynchrony, layout, stages
 
 # canonical estimator -> verl's name (verl's k3 is low_var_kl: both clamp the estimate to [-10, 10])
 KL_ESTIMATORS = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
@@ -560,6 +560,7 @@ def capabilities() -> list[Capability]:
         ),
         *asynchrony.capabilities(),
         *stages.capabilities(),
+        *layout.capabilities(),
     ]
 
 

@@ -286,6 +286,10 @@ class RolloutConfig(StrictModel):
     """vllm/sglang only: fraction of accelerator memory for the inference engine's KV cache."""
     tensor_parallel_size: int = Field(1, ge=1)
     """vllm/sglang only: tensor-parallel degree of the inference engine."""
+    data_parallel_size: int | None = Field(None, ge=1)
+    """vllm/sglang only: inference engines (replicas) generating side by side, each on
+    tensor_parallel_size devices (OpenRLHF --vllm.num_engines, verl's rollout replicas, TRL vllm-serve
+    --data-parallel-size). None: every rollout device divided by tensor_parallel_size."""
     # (declared in this order so that a backend without an async loop names partial_rollouts and
     # weight_sync_interval themselves when it refuses them, before max_staleness)
     partial_rollouts: bool = False
@@ -380,6 +384,21 @@ class EnvironmentSpec(StrictModel):
     """Maximum number of assistant turns per episode."""
 
 
+class OffloadConfig(StrictModel):
+    """training.offload: what of the training state lives in CPU memory between uses. The critic
+    follows the policy; the reference model follows `parameters` unless `reference` says otherwise."""
+
+    parameters: bool = False
+    """The policy's (and the critic's) parameters and gradients (FSDP CPUOffload, verl
+    fsdp_config.param_offload, DeepSpeed ZeRO-3 offload_param)."""
+    optimizer: bool = False
+    """The optimizer states (verl fsdp_config.optimizer_offload, DeepSpeed offload_optimizer: OpenRLHF
+    --ds.adam_offload)."""
+    reference: bool | None = None
+    """The reference model's parameters (it has no gradients or optimizer; verl
+    ref.fsdp_config.param_offload, OpenRLHF --ref.offload). None: as `parameters`."""
+
+
 class TrainingConfig(StrictModel):
     steps: int | None = Field(100, ge=1)
     """Training steps; one step is one rollout batch plus its policy updates."""
@@ -456,6 +475,41 @@ class TrainingConfig(StrictModel):
     backward passes (verl use_remove_padding, OpenRLHF --ds.packing_samples)."""
     sequence_parallel_size: int = Field(1, ge=1)
     """Split each sequence across this many devices (verl Ulysses, OpenRLHF ring attention); 1: off."""
+    # --- the training layout (docs/scale.md): one block, validated together against the training devices ---
+    strategy: Literal["auto", "fsdp", "deepspeed", "megatron"] = "auto"
+    """How the policy (and the reference and critic, which follow it) is trained across devices: fsdp
+    (PyTorch FSDP2: verl actor.strategy fsdp2, TRL through accelerate's FSDP plugin), deepspeed (DeepSpeed
+    ZeRO: OpenRLHF, TRL through accelerate), megatron (Megatron-Core with tensor, pipeline and expert
+    parallelism: verl). auto: the engine's own choice (TRL: DDP through accelerate, one process per
+    training device; verl: fsdp; OpenRLHF: deepspeed)."""
+    sharding: Literal["auto", "none", "optimizer", "gradients", "parameters"] = "auto"
+    """What is partitioned across the data-parallel ranks rather than kept whole on each: none (DDP,
+    ZeRO-0), optimizer (optimizer states: ZeRO-1), gradients (and optimizer states: ZeRO-2, FSDP
+    SHARD_GRAD_OP), parameters (and the rest: ZeRO-3, FSDP FULL_SHARD). auto: the strategy's default on
+    the engine (OpenRLHF: ZeRO-2 on GPUs, 0 on CPU; fsdp: parameters; TRL's DDP: none)."""
+    shard_group_size: int | None = Field(None, ge=1)
+    """Hybrid sharding: shard within groups of this many data-parallel ranks and replicate across the
+    groups (FSDP HYBRID_SHARD, verl fsdp_size, DeepSpeed ZeRO++ hpZ), e.g. the GPUs of one node. Must
+    divide the data-parallel size. None: one group of every data-parallel rank."""
+    offload: OffloadConfig = Field(default_factory=OffloadConfig)
+    """Training state kept in CPU memory between uses instead of on the device (slower, less device
+    memory)."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """Split each layer's weights across this many devices (Megatron tensor_model_parallel_size,
+    DeepSpeed AutoTP: OpenRLHF --ds.tensor_parallel_size); 1: off. The rollout's own is
+    rollout.tensor_parallel_size."""
+    pipeline_parallel_size: int = Field(1, ge=1)
+    """Split the layers into this many stages on different devices (Megatron
+    pipeline_model_parallel_size); 1: off."""
+    expert_parallel_size: int = Field(1, ge=1)
+    """Spread a mixture-of-experts model's experts over this many devices (Megatron
+    expert_model_parallel_size); 1: off. Must divide the training devices of one pipeline stage."""
+
+    @property
+    def model_parallel_size(self) -> int:
+        """Devices one copy of the model is split over (tensor x pipeline x sequence parallel); the
+        data-parallel size is the training devices divided by this."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.sequence_parallel_size
 
     @model_validator(mode="after")
     def _steps_or_epochs(self) -> "TrainingConfig":
@@ -486,6 +540,10 @@ class ResourcesConfig(StrictModel):
     """Number of machines."""
     gpus_per_node: Union[Annotated[int, Field(ge=0)], Literal["auto"]] = "auto"
     """Accelerators per node; 0 runs on CPU. 'auto' counts the visible NVIDIA GPUs."""
+    cpu_ranks_per_node: int = Field(1, ge=1)
+    """On CPU (gpus_per_node 0): training processes per node, each a logical device and one rank of
+    the training layout (gloo collectives), as the engines' own CPU paths run several ranks. 1: one
+    training process. Ignored with GPUs, where every GPU is a rank (so it must keep its default there)."""
     cpus_per_node: int | None = Field(None, ge=1)
     """CPU cores per node for the engine's workers; None: all of them."""
     ray_address: str | None = None
@@ -927,26 +985,70 @@ class RunConfig(StrictModel):
         return (self.rollout_samples // self.mini_batch_samples) * self.algorithm.epochs_per_rollout
 
 
-def check_devices(config: RunConfig, actor_devices: int) -> None:
-    """Cross-field checks that need the resolved device count (gpus_per_node 'auto' counted, the
-    placement policy's layout applied): the same for every engine. `actor_devices` is the number of
-    training devices (1 on CPU, where every engine trains in one process)."""
+def check_devices(config: RunConfig, layout: dict[str, Any]) -> None:
+    """The training layout validated together against the devices, the same for every engine (as
+    torchtitan's parallelism block): run once gpus_per_node 'auto' is counted and the placement policy's
+    `layout` (role -> devices) is known. Only the training processes count (`layout['actor']`): a
+    rollout on devices of its own holds no rank of the training layout. The batch sizes are global
+    (docs/batch-semantics.md), so the mini batch must split evenly over the data-parallel ranks."""
     from rlbridge.errors import ConfigError
 
-    mini = config.mini_batch_samples
-    micro = config.training.micro_batch_size
-    devices = max(actor_devices, 1)
-    if micro is None:
-        if mini % devices:
-            raise ConfigError(
-                f"training.mini_batch_size: the mini batch ({mini} samples) does not split evenly over {devices} "
-                "training "
-                f"devices; use a multiple of {devices}, or set training.micro_batch_size"
-            )
-    elif mini % (micro * devices):
+    tr, res = config.training, config.resources
+    gpus = 0 if res.gpus_per_node == "auto" else int(res.gpus_per_node)
+    if gpus > 0 and res.cpu_ranks_per_node != 1:
         raise ConfigError(
-            f"training.micro_batch_size ({micro}) x {devices} training devices does not divide the mini batch "
-            f"({mini} samples); "
-            f"use a micro batch that divides {mini // devices if mini % devices == 0 else mini}"
-            + ("" if mini % devices == 0 else f" and a mini batch that is a multiple of {devices}")
+            f"resources.cpu_ranks_per_node ({res.cpu_ranks_per_node}) is for CPU runs (gpus_per_node 0); with "
+            f"{gpus} GPUs per node every GPU is a rank: remove it"
+        )
+    devices = max(int(layout.get("actor", 1)), 1)
+    tp, pp, sp, ep = (
+        tr.tensor_parallel_size,
+        tr.pipeline_parallel_size,
+        tr.sequence_parallel_size,
+        tr.expert_parallel_size,
+    )
+    if devices % tr.model_parallel_size:
+        raise ConfigError(
+            f"training.tensor_parallel_size ({tp}) x pipeline_parallel_size ({pp}) x sequence_parallel_size ({sp}) = "
+            f"{tr.model_parallel_size} devices per model copy does not divide the {devices} training devices; "
+            "use sizes whose product divides them"
+        )
+    data_parallel = devices // tr.model_parallel_size
+    if ep > 1 and (devices // pp) % ep:
+        raise ConfigError(
+            f"training.expert_parallel_size ({ep}) does not divide the {devices // pp} training devices of one "
+            f"pipeline stage ({devices} / pipeline_parallel_size {pp}); use a divisor of {devices // pp}"
+        )
+    if tr.shard_group_size is not None and data_parallel % tr.shard_group_size:
+        raise ConfigError(
+            f"training.shard_group_size ({tr.shard_group_size}) does not divide the {data_parallel} data-parallel "
+            f"ranks ({devices} training devices / {tr.model_parallel_size} per model copy); use a divisor of "
+            f"{data_parallel}"
+        )
+    rollout_devices = int(layout.get("rollout", devices) or devices)
+    replicas = config.rollout.data_parallel_size
+    if replicas is not None and replicas * config.rollout.tensor_parallel_size > max(rollout_devices, 1):
+        raise ConfigError(
+            f"rollout.data_parallel_size ({replicas}) x rollout.tensor_parallel_size "
+            f"({config.rollout.tensor_parallel_size}) needs {replicas * config.rollout.tensor_parallel_size} "
+            f"devices, more than the rollout's {rollout_devices}; use fewer replicas or leave it unset"
+        )
+    mini = config.mini_batch_samples
+    micro = tr.micro_batch_size
+    ranks = f"{data_parallel} data-parallel rank" + ("s" if data_parallel != 1 else "")
+    if data_parallel != devices:
+        ranks += f" ({devices} training devices / {tr.model_parallel_size} per model copy)"
+    else:
+        ranks += f" ({devices} training device" + ("s)" if devices != 1 else ")")
+    if micro is None:
+        if mini % data_parallel:
+            raise ConfigError(
+                f"training.mini_batch_size: the mini batch ({mini} samples) does not split evenly over the {ranks}; "
+                f"use a multiple of {data_parallel}, or set training.micro_batch_size"
+            )
+    elif mini % (micro * data_parallel):
+        raise ConfigError(
+            f"training.micro_batch_size ({micro}) x {ranks} does not divide the mini batch ({mini} samples); "
+            f"use a micro batch that divides {mini // data_parallel if mini % data_parallel == 0 else mini}"
+            + ("" if mini % data_parallel == 0 else f" and a mini batch that is a multiple of {data_parallel}")
         )

@@ -147,6 +147,16 @@ SAMPLES: dict[str, Sample] = {
     "training.max_tokens_per_device": Sample(4096),
     "training.sequence_packing": Sample(True),
     "training.sequence_parallel_size": Sample(2),
+    # the training layout (docs/scale.md); sizes above 1 need as many devices
+    "training.strategy": Sample("fsdp"),
+    "training.sharding": Sample("parameters"),
+    "training.shard_group_size": Sample(2, ("resources.gpus_per_node=4",)),
+    "training.offload": Sample({"parameters": True, "optimizer": True}),
+    "training.tensor_parallel_size": Sample(2, ("resources.gpus_per_node=2",)),
+    "training.pipeline_parallel_size": Sample(2, ("resources.gpus_per_node=2",)),
+    "training.expert_parallel_size": Sample(2, ("resources.gpus_per_node=2",)),
+    "rollout.data_parallel_size": Sample(2, ("rollout.engine=vllm", "resources.gpus_per_node=2")),
+    "resources.cpu_ranks_per_node": Sample(2),
     # more than one node needs a Ray cluster that spans them (resources.ray_address)
     "resources.nodes": Sample(2, ("resources.gpus_per_node=1", "resources.ray_address=127.0.0.1:6379")),
     "resources.ray_address": Sample("127.0.0.1:6379"),

@@ -124,7 +124,7 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     policy = pm.get("placement", config.placement.policy, "placement.policy")
     layout = policy.layout(config)  # the policy checks placement.args itself
     backend.check_capabilities(config)  # a knob the backend cannot honour is named before batch arithmetic on it
-    check_devices(config, int(layout.get("actor", 1)) if isinstance(layout, dict) else 1)
+    check_devices(config, layout if isinstance(layout, dict) else {})
     for i, sink in enumerate(config.telemetry.sinks):
         plugin = pm.get("telemetry_sink", sink.name, f"telemetry.sinks[{i}].name")
         check_args(plugin.factory, sink.args, f"telemetry.sinks[{i}].args", sink.name, {"run_dir": config.output_dir})
