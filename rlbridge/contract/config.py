@@ -205,15 +205,25 @@ class ModelConfig(StrictModel):
 
 
 class DataSource(StrictModel):
-    type: Literal["jsonl", "parquet", "hf_disk", "generator"]
-    """jsonl/parquet: a file; hf_disk: a dataset saved with datasets.save_to_disk; generator: a
-    data-source plugin (see `rlbridge plugins`) that makes rows procedurally."""
+    type: Literal["jsonl", "parquet", "hf_disk", "hf", "generator"]
+    """jsonl/parquet: a file; hf_disk: a dataset saved with datasets.save_to_disk; hf: a dataset that
+    datasets.load_dataset loads by name (a hub id, or a local directory of data files in a hub dataset's
+    layout), through the Hugging Face cache (HF_HOME, HF_DATASETS_CACHE) and its offline mode
+    (HF_DATASETS_OFFLINE, HF_HUB_OFFLINE); generator: a data-source plugin (see `rlbridge plugins`) that
+    makes rows procedurally."""
     path: str | None = None
     """File or directory for jsonl, parquet and hf_disk."""
     name: str | None = None
-    """Plugin name for type: generator."""
+    """type generator: the plugin's name; type hf: the dataset, as datasets.load_dataset takes it (a hub id
+    such as 'openai/gsm8k', or a local directory of data files)."""
     split: str | None = None
-    """hf_disk only: which split of a DatasetDict (default: train)."""
+    """hf_disk and hf: which split (default: train)."""
+    config: str | None = None
+    """type hf: the dataset's configuration (load_dataset's second argument, e.g. 'main' for openai/gsm8k);
+    None for a dataset that has one."""
+    revision: str | None = None
+    """type hf: the dataset repository's revision (a branch, tag or commit); None for its default branch.
+    A commit makes the run reproducible."""
     args: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the generator plugin."""
     limit: int | None = Field(None, ge=1)
@@ -221,20 +231,32 @@ class DataSource(StrictModel):
 
     @model_validator(mode="after")
     def _check_source(self) -> "DataSource":
-        if self.type == "generator":
+        if self.type != "hf" and (self.config is not None or self.revision is not None):
+            raise ValueError(f"'config' and 'revision' are only for type 'hf' (a hub dataset), not '{self.type}'")
+        if self.type in ("generator", "hf"):
             if not self.name:
-                raise ValueError("type 'generator' needs 'name' (a data-source plugin; see `rlbridge plugins`)")
+                raise ValueError(
+                    "type 'generator' needs 'name' (a data-source plugin; see `rlbridge plugins`)"
+                    if self.type == "generator"
+                    else "type 'hf' needs 'name' (the dataset: a hub id such as 'openai/gsm8k' or a local directory)"
+                )
             if self.path:
-                raise ValueError("type 'generator' takes 'name' and 'args', not 'path'")
+                raise ValueError(f"type '{self.type}' takes 'name', not 'path'")
+            if self.type == "generator" and self.split is not None:
+                raise ValueError("'split' is only for types 'hf' and 'hf_disk' (a generator makes one set of rows)")
+            if self.type == "hf" and self.args:
+                raise ValueError("'args' is only for type 'generator' (type 'hf' takes name, config, split, revision)")
         else:
             if self.split is not None and self.type != "hf_disk":
                 raise ValueError(
-                    f"'split' is only for type 'hf_disk' (a saved DatasetDict has splits; a {self.type} file has none)"
+                    f"'split' is only for types 'hf' and 'hf_disk' (a dataset has splits; a {self.type} file has none)"
                 )
             if not self.path:
                 raise ValueError(f"type '{self.type}' needs 'path' (the file or directory to read)")
             if self.name:
-                raise ValueError(f"'name' is only for type 'generator', not '{self.type}'")
+                raise ValueError(f"'name' is only for types 'generator' and 'hf', not '{self.type}'")
+            if self.args:
+                raise ValueError(f"'args' is only for type 'generator', not '{self.type}'")
         return self
 
 

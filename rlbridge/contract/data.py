@@ -17,11 +17,81 @@ manifest.json (set by the runner; rlbridge.run.manifest merges it at the end of 
 
 
 def check_source(source: DataSource, field_name: str, plugins) -> None:
-    """Pre-flight check: the file exists or the generator plugin is registered."""
+    """Pre-flight check: the file exists, the generator plugin is registered, or the hub dataset is
+    a local directory that exists, or (in offline mode) one the Hugging Face cache holds."""
     if source.type == "generator":
         plugins.get("data_source", source.name, f"{field_name}.name")
+    elif source.type == "hf":
+        _check_local(source, field_name)
+        if _hf_local(source.name) or hf_offline():  # a hub id online: nothing to check without the network
+            _check_builder(source, field_name)
     elif not Path(source.path).expanduser().exists():
         raise ConfigError(f"{field_name}.path: '{source.path}' does not exist; point it at your {source.type} data")
+
+
+def hf_offline() -> bool:
+    """Whether the Hugging Face libraries are in offline mode (read as huggingface_hub reads it)."""
+    return any(
+        os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")
+        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+def _hf_local(name: str) -> bool:
+    """A local dataset directory rather than a hub id: load_dataset's own rule
+    is 'an existing path is local'; a name that looks like a path but is missing is a local one mistyped."""
+    return name.startswith(("/", ".", "~")) or Path(name).expanduser().exists()
+
+
+def _check_local(source: DataSource, field_name: str) -> None:
+    if _hf_local(source.name) and not Path(source.name).expanduser().exists():
+        raise ConfigError(
+            f"{field_name}.name: '{source.name}' does not exist; give a hub dataset id (org/name) or an "
+            "existing local dataset directory"
+        )
+
+
+def _check_builder(source: DataSource, field_name: str) -> None:
+    """A local dataset, or a hub one in offline mode: its builder resolves (from the cache, for a hub id)
+    with the config asked for, or one line says why not. Only where this process has datasets (an engine
+    environment's does; where it lacks it, the engine's load says the same)."""
+    try:
+        import datasets
+    except ImportError:
+        return
+    try:
+        datasets.load_dataset_builder(source.name, source.config, revision=source.revision)
+    except Exception as exc:  # noqa: BLE001 - every failure to resolve is the user's to fix, in one line
+        raise _hf_error(exc, source, field_name) from exc
+
+
+def _hf_cache() -> str:
+    try:
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        return HF_HUB_CACHE
+    except ImportError:
+        return "HF_HOME"
+
+
+def _hf_error(exc: Exception, source: DataSource, field_name: str) -> ConfigError:
+    """One line for a hub dataset that did not load: offline and not cached, unknown, a wrong config or split."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    what = f"'{source.name}'" + (f" (config '{source.config}')" if source.config else "")
+    if hf_offline() and isinstance(exc, (OSError, ConnectionError)):
+        from_env = ", ".join(
+            f"{n}={os.environ[n]}" for n in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if n in os.environ
+        )
+        return ConfigError(
+            f"{field_name}.name: {what} is not in the Hugging Face cache ({_hf_cache()}) and offline mode is on "
+            f"({from_env}): load it once with network access and the same HF_HOME / HF_DATASETS_CACHE, or unset "
+            "the offline variables"
+        )
+    if "unknown split" in first.lower():
+        return ConfigError(f"{field_name}.split: {first}")
+    if "config" in first.lower() and ("missing" in first.lower() or "not found" in first.lower()):
+        return ConfigError(f"{field_name}.config: {what}: {first}")
+    return ConfigError(f"{field_name}.name: {what} did not load: {type(exc).__name__}: {first}")
 
 
 def load_rows(source: DataSource, config: RunConfig, field_name: str, plugins=None) -> list[dict[str, Any]]:
@@ -46,6 +116,17 @@ def load_rows(source: DataSource, config: RunConfig, field_name: str, plugins=No
         import pyarrow.parquet as pq  # comes with the engine extras
 
         rows = pq.read_table(Path(source.path).expanduser()).to_pylist()
+    elif source.type == "hf":
+        import datasets
+
+        _check_local(source, field_name)
+        try:
+            ds = datasets.load_dataset(
+                source.name, source.config, split=source.split or "train", revision=source.revision
+            )
+        except Exception as exc:  # noqa: BLE001 - every failure to load is the user's to fix, in one line
+            raise _hf_error(exc, source, field_name) from exc
+        rows = (ds.select(range(min(source.limit, len(ds)))) if source.limit else ds).to_list()
     else:  # hf_disk
         import datasets
 
