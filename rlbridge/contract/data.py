@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +57,12 @@ def _check_builder(source: DataSource, field_name: str) -> None:
     with the config asked for, or one line says why not. Only where this process has datasets (an engine
     environment's does; where it lacks it, the engine's load says the same)."""
     try:
-        import datasets
+        import datasets  # noqa: F401 - only whether it is here
     except ImportError:
         return
     try:
-        datasets.load_dataset_builder(source.name, source.config, revision=source.revision)
+        with _quiet_datasets() as datasets:
+            datasets.load_dataset_builder(source.name, source.config, revision=source.revision)
     except Exception as exc:  # noqa: BLE001 - every failure to resolve is the user's to fix, in one line
         raise _hf_error(exc, source, field_name) from exc
 
@@ -78,12 +80,13 @@ def _hf_error(exc: Exception, source: DataSource, field_name: str) -> ConfigErro
     """One line for a hub dataset that did not load: offline and not cached, unknown, a wrong config or split."""
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     what = f"'{source.name}'" + (f" (config '{source.config}')" if source.config else "")
-    if hf_offline() and isinstance(exc, (OSError, ConnectionError)):
+    if hf_offline() and (isinstance(exc, OSError) or "couldn't find cache" in first.lower()):
         from_env = ", ".join(
             f"{n}={os.environ[n]}" for n in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if n in os.environ
         )
+        field = "config" if source.config and isinstance(exc, ValueError) else "name"
         return ConfigError(
-            f"{field_name}.name: {what} is not in the Hugging Face cache ({_hf_cache()}) and offline mode is on "
+            f"{field_name}.{field}: {what} is not in the Hugging Face cache ({_hf_cache()}) and offline mode is on "
             f"({from_env}): load it once with network access and the same HF_HOME / HF_DATASETS_CACHE, or unset "
             "the offline variables"
         )
@@ -92,6 +95,19 @@ def _hf_error(exc: Exception, source: DataSource, field_name: str) -> ConfigErro
     if "config" in first.lower() and ("missing" in first.lower() or "not found" in first.lower()):
         return ConfigError(f"{field_name}.config: {what}: {first}")
     return ConfigError(f"{field_name}.name: {what} did not load: {type(exc).__name__}: {first}")
+
+
+@contextmanager
+def _quiet_datasets():
+    """datasets' own log lines (which cached copy it uses, offline) stay out of rlbridge's output."""
+    import datasets
+
+    before = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity_error()
+    try:
+        yield datasets
+    finally:
+        datasets.logging.set_verbosity(before)
 
 
 def load_rows(source: DataSource, config: RunConfig, field_name: str, plugins=None) -> list[dict[str, Any]]:
@@ -117,13 +133,12 @@ def load_rows(source: DataSource, config: RunConfig, field_name: str, plugins=No
 
         rows = pq.read_table(Path(source.path).expanduser()).to_pylist()
     elif source.type == "hf":
-        import datasets
-
         _check_local(source, field_name)
         try:
-            ds = datasets.load_dataset(
-                source.name, source.config, split=source.split or "train", revision=source.revision
-            )
+            with _quiet_datasets() as datasets:
+                ds = datasets.load_dataset(
+                    source.name, source.config, split=source.split or "train", revision=source.revision
+                )
         except Exception as exc:  # noqa: BLE001 - every failure to load is the user's to fix, in one line
             raise _hf_error(exc, source, field_name) from exc
         rows = (ds.select(range(min(source.limit, len(ds)))) if source.limit else ds).to_list()
