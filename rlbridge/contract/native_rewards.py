@@ -258,3 +258,39 @@ def check_reward_spec(spec: Any, pm, where: str) -> None:
         load_native(spec["native"], spec["function"], spec.get("args") or {}, where, pm)
     else:
         pm.get("reward", spec["name"], f"{where}.name")
+
+
+def check_reward_specs(entries: list[tuple[str, Any]], pm=None) -> list[dict[str, Any]]:
+    """check_reward_spec of each (where, spec), every failure as {where, message, missing}: `missing` is the
+    top-level module that is not installed (a reward function's package absent here), else None. What the
+    engine environment answers to the user's process (`python -m rlbridge.contract.native_rewards`)."""
+    if pm is None:
+        from rlbridge.contract.registry import get_plugin_manager
+
+        pm = get_plugin_manager()
+    failures = []
+    for where, spec in entries:
+        try:
+            check_reward_spec(spec, pm, where)
+        except ConfigError as exc:
+            cause = exc.__cause__
+            missing = cause.name if isinstance(cause, ModuleNotFoundError) and cause.name else None
+            failures.append({"where": where, "message": str(exc), "missing": missing and missing.split(".")[0]})
+    return failures
+
+
+def main() -> int:
+    """Reads [[where, spec], ...] as JSON on stdin; writes check_reward_specs' failures as JSON on stdout."""
+    import json
+    import sys
+
+    entries = json.loads(sys.stdin.read())
+    failures = check_reward_specs([(where, spec) for where, spec in entries])
+    sys.stdout.write("\n" + json.dumps(failures) + "\n")  # the last line: a reward module may print on import
+    return 0
+
+
+if __name__ == "__main__":  # through the imported module: the conventions refer to its functions, not __main__'s
+    from rlbridge.contract.native_rewards import main as _main
+
+    raise SystemExit(_main())

@@ -19,7 +19,7 @@ from rlbridge.contract.backend import Backend, Plan, Support
 from rlbridge.contract.config import RunConfig, check_devices
 from rlbridge.contract.plugin_args import check_args
 from rlbridge.contract.data import check_source
-from rlbridge.errors import ConfigError
+from rlbridge.errors import ConfigError, EngineNotAvailableError
 from rlbridge.run.loading import dump_config
 from rlbridge.contract.models import BUILTIN_PREFIX, looks_local
 from rlbridge.contract.local_plugins import export_local_plugins, register_local_plugins
@@ -65,6 +65,66 @@ def model_paths(config: RunConfig) -> list[tuple[str, str]]:
     return paths
 
 
+def check_native_rewards(config: RunConfig, backend: Backend, pm: PluginManager, engine_elsewhere: bool) -> None:
+    """Native reward functions (`native:` + `function:`) load and fit their convention where they will run:
+    this process when the engine runs here, else the engine environment (whose packages, verl's scorer for
+    one, this process may lack). Without that environment they are checked here, and a module missing here
+    asks for the environment (engine_elsewhere: the job's nodes have their own, so it is left to the job)."""
+    entries = [(f"reward[{i}]", spec.model_dump(mode="json")) for i, spec in enumerate(config.reward) if spec.native]
+    if not entries:
+        return
+    from rlbridge.envs.create import EnvError
+
+    try:
+        python, no_env = choose_engine_python(config, backend), None
+    except (EnvError, EngineNotAvailableError) as exc:
+        python, no_env = None, exc
+    if python is None or Path(python).absolute() == Path(sys.executable).absolute():  # venvs: not resolve()
+        from rlbridge.contract.native_rewards import check_reward_specs
+
+        failures, where = check_reward_specs(entries, pm), f"in this Python ({sys.prefix})"
+    else:
+        res = subprocess.run(
+            [str(python), "-m", "rlbridge.contract.native_rewards"],
+            input=json.dumps(entries),
+            capture_output=True,
+            text=True,
+        )
+        if res.returncode != 0:
+            raise ConfigError(
+                f"{entries[0][0]}.function: checking the native reward functions in {python} failed: "
+                + (res.stderr.strip().splitlines() or ["no output"])[-1]
+            )
+        failures = json.loads(res.stdout.strip().splitlines()[-1])
+        where = f"in the engine environment ({Path(python).parent.parent})"
+    if no_env is not None and engine_elsewhere:
+        failures = [f for f in failures if not f["missing"]]
+    if not failures:
+        return
+    failure = failures[0]
+    if not failure["missing"]:
+        raise ConfigError(failure["message"])
+    function = dict(entries)[failure["where"]]["function"]
+    if no_env is not None:
+        raise ConfigError(
+            f"{failure['where']}.function: {function} needs module '{failure['missing']}', which is not installed "
+            f"here; it runs in backend {backend.name}'s engine environment, and there is none to check it in: {no_env}"
+        )
+    provider = next(
+        (
+            f"the package '{b}' (the {b} engine)"
+            for b in sorted(pm.items["backend"])
+            if pm.backend(b).distribution.replace("-", "_").lower() == failure["missing"].lower()
+        ),
+        f"the package that provides '{failure['missing']}'",
+    )
+    raise ConfigError(
+        f"{failure['where']}.function: {function} needs module '{failure['missing']}', which is not installed "
+        f"{where}, where backend {backend.name} runs this reward: add {provider} there, or use a reward function it "
+        "has"
+    )
+
+
 def uses_ray(backend: Backend) -> bool:
     """Whether the backend runs on Ray (its capability table honours resources.ray_address)."""
     from rlbridge.contract.backend import Support
@@ -72,8 +132,9 @@ def uses_ray(backend: Backend) -> bool:
     return backend.capability_table()["resources.ray_address"].support is not Support.REJECTED
 
 
-def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared:
-    """Every check that can fail before anything is written or started, then the plan."""
+def prepare(config: RunConfig, plugins: PluginManager | None = None, engine_elsewhere: bool = False) -> Prepared:
+    """Every check that can fail before anything is written or started, then the plan. engine_elsewhere: the
+    engine runs on other machines (`rlbridge submit`), so a missing engine environment here is no error."""
     pm = plugins or get_plugin_manager()
     config = resolve(config)
     register_local_plugins(pm, config.plugins)  # before any lookup: they may provide the backend too
@@ -111,7 +172,8 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
             generate = pm.get("data_source", source.name, f"{field_name}.name").generate
             check_args(generate, source.args, f"{field_name}.args", source.name, {"seed": config.training.seed})
     for i, spec in enumerate(config.reward):
-        check_reward_spec(spec, pm, f"reward[{i}]")  # a plugin, or a native function that loads and fits its convention
+        if spec.native is None:  # a plugin; native functions are checked where they run, below
+            check_reward_spec(spec, pm, f"reward[{i}]")
         if spec.native is None and spec.model is None:
             check_args(
                 pm.get("reward", spec.name, f"reward[{i}].name").factory, spec.args, f"reward[{i}].args", spec.name
@@ -121,6 +183,7 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None) -> Prepared
     if config.environment is not None:
         env = pm.get("environment", config.environment.name, "environment.name")
         check_args(env.factory, config.environment.args, "environment.args", config.environment.name)
+    check_native_rewards(config, backend, pm, engine_elsewhere)
     policy = pm.get("placement", config.placement.policy, "placement.policy")
     layout = policy.layout(config)  # the policy checks placement.args itself
     backend.check_capabilities(config)  # a knob the backend cannot honour is named before batch arithmetic on it
