@@ -184,13 +184,14 @@ def batch_script(
 
 def _ray_commands(prepared, python_override: str | None) -> tuple[str, str] | tuple[None, None]:
     """(ray command, Python with Ray) on the nodes for a Ray engine, else (None, None)."""
-    from rlbridge.run.runner import choose_engine_python, uses_ray
+    from rlbridge.run.runner import uses_ray
+    from rlbridge.run.submit import job_engine_python
 
     if not uses_ray(prepared.backend):
         return None, None
     if prepared.config.launcher.slurm.container_image:
         return "ray", python_override or "python"
-    engine_python = choose_engine_python(prepared.config, prepared.backend) or Path(sys.executable)
+    engine_python = job_engine_python(prepared)  # this machine needs no engine environment for the job
     return shlex.quote(str(Path(engine_python).parent / "ray")), shlex.quote(str(engine_python))
 
 

@@ -33,13 +33,13 @@ def submit(config, address: str, job_python: str | None = None, echo=print) -> i
     code (0 when the job succeeded)."""
     from rlbridge.contract.registry import get_plugin_manager
     from rlbridge.run.loading import dump_config
-    from rlbridge.run.runner import choose_engine_python, prepare, uses_ray
+    from rlbridge.run.runner import prepare, uses_ray
 
     config = config.model_copy(deep=True)
     if uses_ray(get_plugin_manager().backend(config.backend)) and not config.resources.ray_address:
         config.resources.ray_address = "auto"  # Ray's word for the cluster the job's driver runs in
-    prepared = prepare(config)
-    client_python = _python_with_ray(choose_engine_python(prepared.config, prepared.backend))
+    prepared = prepare(config, engine_elsewhere=True)
+    client_python = _python_with_ray(local_engine_python(prepared))
     record = Path(prepared.config.output_dir) / "submit"
     record.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rlb-job-") as work:
@@ -82,10 +82,43 @@ def plan_job(config, target: str):
     config = config.model_copy(deep=True)
     if uses_ray(get_plugin_manager().backend(config.backend)) and not config.resources.ray_address:
         config.resources.ray_address = "auto"  # the Ray cluster the job starts (Slurm) or runs in (KubeRay)
-    prepared = prepare(config)
+    prepared = prepare(config, engine_elsewhere=True)  # the job runs on the cluster's nodes, in their environment
     job = prepared.config.model_copy(deep=True)
     job.checkpoint.resume = config.checkpoint.resume  # decided where the job runs, not here
     return prepared, job
+
+
+def local_engine_python(prepared) -> Path | None:
+    """This machine's Python for the engine: None where it runs in this one, and None where this machine has
+    no engine environment for it (a job's nodes use their own)."""
+    from rlbridge.envs.create import EnvError
+    from rlbridge.run.runner import choose_engine_python
+
+    try:
+        return choose_engine_python(prepared.config, prepared.backend)
+    except EnvError:
+        return None
+
+
+def job_engine_python(prepared) -> Path:
+    """The engine's Python on a job's nodes that share this machine's file system: this machine's engine
+    environment (or this Python, where the engine runs in it); with no environment here, the path `rlbridge env
+    create` gives it in this cache, which the nodes then need (said on stderr). A job submitted needs none here."""
+    from rlbridge.envs.create import EnvError, env_path, env_python, recipe_for
+    from rlbridge.run.runner import choose_engine_python
+
+    try:
+        return choose_engine_python(prepared.config, prepared.backend) or Path(sys.executable)
+    except EnvError:
+        name, version = prepared.backend.name, prepared.config.engine_version
+        label = recipe_for(name if version is None else f"{name}=={version}").label
+        python = env_python(env_path(name, label))
+        print(
+            f"no {name}=={label} engine environment here: the job's nodes run {python} (create it where they "
+            f"see it: `rlbridge env create {name}=={label}`), or give --job-python",
+            file=sys.stderr,
+        )
+        return python
 
 
 def _python_with_ray(engine_python: Path | None) -> Path:
