@@ -232,8 +232,8 @@ def translate(config: RunConfig) -> dict[str, Any]:
             "(verl's rollout.n_gpus_per_node is per node)"
         )
     gpus = gpus_per_node(config)
-    # on CPU (no GPUs): one logical training device per node plus the rollout's, as the other engines' split
-    trainer_gpus = gpus - rollout_gpus // nodes if gpus else 1
+    # on CPU (no GPUs): resources.cpu_ranks_per_node logical training devices per node plus the rollout's
+    trainer_gpus = gpus - rollout_gpus // nodes if gpus else config.resources.cpu_ranks_per_node
     if trainer_gpus < 1:
         raise ConfigError(
             f"placement.args.rollout_gpus {rollout_gpus} leaves no GPU per node for verl's trainer "

@@ -2,8 +2,11 @@
 
 Batch semantics: data.train_batch_size = training.batch_size (prompts); rollout.n = group_size;
 actor.ppo_mini_batch_size = mini_batch_size / group_size (verl counts it in prompts and multiplies
-by n); ppo_micro_batch_size_per_gpu = micro_batch_size (samples). One canonical step = one verl
-global step (one rollout batch and its updates).
+by n, then splits the mini batch over its data-parallel ranks: engine_workers.train_mini_batch divides
+by the engine's dp size, devices / Ulysses or tp x pp x cp, so it stays global);
+ppo_micro_batch_size_per_gpu = micro_batch_size (samples per forward/backward on one device; unset: the
+mini batch of one data-parallel rank). One canonical step = one verl global step (one rollout batch and
+its updates). The training layout (strategy, sharding, offload, parallel sizes, CPU ranks): layout.py.
 
 Version differences handled here: the reward keys moved under `reward.` in 0.7.1 (and from 0.9.0 the
 old top-level keys are silently ignored); the HF rollout exists only up to 0.5.x; 0.6 made
@@ -28,7 +31,7 @@ from rlbridge.contract.backend import (
 from rlbridge.contract.config import RunConfig
 from rlbridge.engine.model_dir import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
-from rlbridge_adapters.verl import asynchrony, knobs, stages
+from rlbridge_adapters.verl import asynchrony, knobs, layout, stages
 from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {
@@ -53,18 +56,10 @@ TOOL_CONFIG_FILE = "rlbridge_tools.yaml"
 PROMPT_LENGTH_AUTO = "auto"
 # Settings rlbridge's verl plan makes on CPU only, each differing from verl's default, and why
 CPU_ONLY = {
-    "actor_rollout_ref.actor.strategy": "fsdp2",
-    "actor_rollout_ref.ref.strategy": "fsdp2",
-    "critic.strategy": "fsdp2",
     "actor_rollout_ref.actor.use_torch_compile": False,
     "data.dataloader_num_workers": 0,
 }
 CPU_ONLY_REASONS = {
-    "actor_rollout_ref.actor.strategy": "CPU only: verl's FSDP1 hard-codes sync_module_states=True, which torch "
-    "refuses without a GPU",
-    "actor_rollout_ref.ref.strategy": "CPU only: verl's FSDP1 hard-codes sync_module_states=True, which torch "
-    "refuses without a GPU",
-    "critic.strategy": "CPU only: verl's FSDP1 hard-codes sync_module_states=True, which torch refuses without a GPU",
     "actor_rollout_ref.actor.use_torch_compile": "CPU only: torch.compile costs minutes on a CPU and gains nothing "
     "there",
     "data.dataloader_num_workers": "CPU only: data-loader processes compete with the engine for the CPU's cores",
@@ -74,9 +69,6 @@ ADAPTER_DEFAULTS = {
     "data.truncation",
     "data.dataloader_num_workers",
     "data.prompt_key",
-    "actor_rollout_ref.actor.strategy",
-    "actor_rollout_ref.ref.strategy",
-    "critic.strategy",
     "actor_rollout_ref.actor.use_torch_compile",
     "trainer.logger",
     "trainer.project_name",
@@ -146,6 +138,11 @@ class VerlBackend(Backend):
 
         return CONVENTION
 
+    def memory_behaviour(self, config: RunConfig, plan: Any) -> Any:
+        from rlbridge_adapters.verl.memory import behaviour
+
+        return behaviour(config, plan)
+
     def knob_effects(self) -> dict[str, Any]:
         from rlbridge_adapters.verl.effects import EFFECTS
 
@@ -161,9 +158,10 @@ class VerlBackend(Backend):
             return stages.translate(config, version, _model_path(config))
         algo, tr, ro = config.algorithm, config.training, config.rollout
         gpus = gpus_per_node(config)
-        devices = max(gpus, 1) * config.resources.nodes
         mini = config.mini_batch_samples
-        micro = tr.micro_batch_size or max(mini // devices, 1)
+        # unset: one micro batch per data-parallel rank's share of the mini batch (what verl hands each rank)
+        micro = tr.micro_batch_size or max(mini // layout.data_parallel_size(config), 1)
+        megatron = layout.strategy(config) == layout.MEGATRON
         estimator = ESTIMATORS.get(algo.name, "grpo")
         kl_loss = algo.kl_coef > 0 and algo.kl_placement == "loss"
         kl_reward = algo.kl_coef > 0 and algo.kl_placement == "reward"
@@ -192,7 +190,6 @@ class VerlBackend(Backend):
             "actor_rollout_ref.actor.loss_agg_mode": loss_agg,
             "actor_rollout_ref.actor.use_kl_loss": kl_loss,
             "actor_rollout_ref.actor.kl_loss_coef": algo.kl_coef if kl_loss else 0.001,
-            "actor_rollout_ref.actor.grad_clip": tr.grad_clip if tr.grad_clip is not None else 1e9,
             "actor_rollout_ref.actor.optim.lr": tr.lr,
             "actor_rollout_ref.actor.optim.weight_decay": tr.weight_decay,
             "actor_rollout_ref.actor.optim.lr_warmup_steps": tr.warmup_steps if tr.warmup_steps else -1,
@@ -210,7 +207,7 @@ class VerlBackend(Backend):
             "trainer.project_name": "rlbridge",
             "trainer.experiment_name": config.run_name or "run",
             "trainer.nnodes": config.resources.nodes,
-            "trainer.n_gpus_per_node": max(gpus, 1),
+            "trainer.n_gpus_per_node": gpus or config.resources.cpu_ranks_per_node,
             "trainer.val_before_train": False,
             "trainer.test_freq": -1,
             "trainer.save_freq": config.checkpoint.interval or -1,
@@ -228,12 +225,21 @@ class VerlBackend(Backend):
             o["trainer.total_epochs"] = tr.epochs or 100000
         else:
             o["trainer.total_epochs"] = tr.epochs
-        schedule_key = (
-            "actor_rollout_ref.actor.optim.warmup_style"
-            if version < Version("0.7.0")
-            else "actor_rollout_ref.actor.optim.lr_scheduler_type"
-        )
-        o[schedule_key] = tr.lr_schedule
+        if megatron:  # Megatron's optimizer config (optim/megatron.yaml): its own schedule and clip keys
+            o["actor_rollout_ref.actor.optim.lr_decay_style"] = tr.lr_schedule
+        else:
+            schedule_key = (
+                "actor_rollout_ref.actor.optim.warmup_style"
+                if version < Version("0.7.0")
+                else "actor_rollout_ref.actor.optim.lr_scheduler_type"
+            )
+            o[schedule_key] = tr.lr_schedule
+        clip = tr.grad_clip if tr.grad_clip is not None else 1e9
+        if not megatron:
+            o["actor_rollout_ref.actor.grad_clip"] = clip  # what verl <= 0.7's dp_actor clips at
+        if version >= Version("0.9.0") or megatron:
+            # 0.9's engine workers clip at optim.clip_grad (FSDPEngine.optimizer_step) and ignore actor.grad_clip
+            o["actor_rollout_ref.actor.optim.clip_grad"] = clip
         if config.data.eval is not None:
             o["trainer.test_freq"] = config.data.eval_interval
             # evaluation samples as training does (TRL's and OpenRLHF's evaluation too), not verl's greedy default
@@ -252,6 +258,7 @@ class VerlBackend(Backend):
             if version >= Version("0.7.0"):
                 o["critic.data_loader_seed"] = tr.seed
         knobs.translate(config, o, micro, version)
+        layout.translate(config, o, version)
         template = config.model.chat_template if config.model.use_chat_template else PASSTHROUGH_CHAT_TEMPLATE
         # reward: rlbridge's reward manager, under the keys this verl version reads
         if version >= Version("0.7.1"):
@@ -261,7 +268,7 @@ class VerlBackend(Backend):
         cpu = gpus == 0
         if cpu:  # what a CPU needs; on GPUs the plan keeps verl's own defaults (fsdp, torch.compile, 8 loader workers)
             o["trainer.device"] = "cpu"
-            o.update({k: v for k, v in CPU_ONLY.items() if k != "critic.strategy" or estimator == "gae"})
+            o.update(CPU_ONLY)
             o["+actor_rollout_ref.model.override_config.attn_implementation"] = "sdpa"
             if estimator == "gae":
                 o["+critic.model.override_config.attn_implementation"] = "sdpa"
@@ -333,10 +340,11 @@ class VerlBackend(Backend):
                 VLLM_CPU_OMP_THREADS_BIND="nobind",
             )
         cpus = config.resources.cpus_per_node or 8
-        logical_gpus = max(gpus, 1) if cpu else None
+        # on CPU: the training ranks' logical GPUs (resources.cpu_ranks_per_node) per node
+        logical_gpus = o["trainer.n_gpus_per_node"] if cpu else None
         if entry is not None:
             cpus += asynchrony.DRIVER_CPUS[entry]
-            if cpu:  # the trainer's logical device per node plus the rollout pool's
+            if cpu:  # the trainer's logical devices per node plus the rollout pool's
                 logical_gpus = o["trainer.n_gpus_per_node"] + o["rollout.n_gpus_per_node"]
         return {
             "verl_version": str(version),

@@ -7,12 +7,13 @@ Knobs the capability table rejects need no entry."""
 
 from __future__ import annotations
 
-from rlbridge.contract.effects import ABSENT, SFT_STAGE, TEMPLATE, KnobEffect
+from rlbridge.contract.effects import ABSENT, REFUSED, SFT_STAGE, TEMPLATE, KnobEffect
 
 # verl 0.9 refuses a KL term on CPU (its reference model needs pinned memory): plan those knobs with a GPU
 ONE_GPU = ("resources.gpus_per_node=1",)
 PPO = ("algorithm.name=ppo",)  # the critic's knobs and GAE need an algorithm with a critic
 SPLIT = ("placement.policy=split", "placement.args={rollout_gpus: 1}")  # the async trainer's rollout pool
+MEGATRON = ("training.strategy=megatron",)  # tensor, pipeline and expert parallelism are Megatron's (layout.py)
 
 EFFECTS = {
     "algorithm.name": {"algorithm.adv_estimator": "rloo"},
@@ -86,7 +87,7 @@ EFFECTS = {
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 16,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 16,
     },
-    "training.grad_clip": {"actor_rollout_ref.actor.grad_clip": 0.5},
+    "training.grad_clip": {"actor_rollout_ref.actor.grad_clip": 0.5, "actor_rollout_ref.actor.optim.clip_grad": 0.5},
     "training.seed": {
         "data.seed": 123,
         "actor_rollout_ref.rollout.seed": 123,
@@ -111,6 +112,48 @@ EFFECTS = {
         {"actor_rollout_ref.actor.ulysses_sequence_parallel_size": 2},
         context=("resources.gpus_per_node=2", "training.sequence_packing=true"),
     ),
+    # the training layout (layout.py): auto and fsdp are both FSDP2, so the strategy's sample is megatron (GPUs)
+    "training.strategy": KnobEffect(
+        {"model_engine": "megatron", "actor_rollout_ref.actor.strategy": "megatron"}, value="megatron", context=ONE_GPU
+    ),
+    "training.sharding": {
+        "actor_rollout_ref.actor.fsdp_config.reshard_after_forward": True,
+        "actor_rollout_ref.ref.fsdp_config.reshard_after_forward": True,
+    },
+    "training.shard_group_size": {
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size": 2,
+        "actor_rollout_ref.ref.fsdp_config.fsdp_size": 2,
+    },
+    # on CPU offload has nothing to move (refused): planned with a GPU
+    "training.offload": KnobEffect(
+        {
+            "actor_rollout_ref.actor.fsdp_config.param_offload": True,
+            "actor_rollout_ref.actor.fsdp_config.optimizer_offload": True,
+            "actor_rollout_ref.ref.fsdp_config.param_offload": True,
+        },
+        context=ONE_GPU,
+    ),
+    "training.tensor_parallel_size": KnobEffect(
+        {
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
+            "actor_rollout_ref.ref.megatron.tensor_model_parallel_size": 2,
+        },
+        context=MEGATRON,
+    ),
+    "training.pipeline_parallel_size": KnobEffect(
+        {
+            "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": 2,
+            "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size": 2,
+        },
+        context=MEGATRON,
+    ),
+    "training.expert_parallel_size": KnobEffect(
+        {"actor_rollout_ref.actor.megatron.expert_model_parallel_size": 2}, context=MEGATRON
+    ),
+    # verl always runs rollout devices / rollout.tensor_parallel_size replicas: 2 on the sample's 2 GPUs, so 1 is
+    # what it cannot do
+    "rollout.data_parallel_size": KnobEffect(REFUSED, value=1),
+    "resources.cpu_ranks_per_node": {"trainer.n_gpus_per_node": 2, "launch.ray.logical_gpus": 2},
     "resources.nodes": {"trainer.nnodes": 2},
     "resources.ray_address": {"launch.ray.address": "127.0.0.1:6379"},
     "resources.gpus_per_node": {"trainer.n_gpus_per_node": 2, "trainer.device": ABSENT},

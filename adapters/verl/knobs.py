@@ -189,14 +189,12 @@ def _max_positions(model_dir: str) -> int | None:
 
 
 def _check_sequence_parallel(config: RunConfig) -> str | None:
+    # (that it divides the training devices is the core's check_devices, for every engine)
     sp = config.training.sequence_parallel_size
-    if sp == 1:
+    if sp == 1 or layout.strategy(config) == layout.MEGATRON:  # Megatron's context parallelism packs itself
         return None
     if not config.training.sequence_packing:
         return "verl's Ulysses sequence parallelism needs remove-padding: set training.sequence_packing: true"
-    devices = max(gpus_per_node(config), 1) * config.resources.nodes
-    if devices % sp:
-        return f"sequence_parallel_size ({sp}) must divide the devices ({devices})"
     return None
 
 
@@ -420,9 +418,9 @@ def capabilities() -> list[Capability]:
         honoured("training.lr", f"{a}optim.lr"),
         honoured(
             "training.lr_schedule",
-            (f"{a}optim.lr_scheduler_type", f"{a}optim.warmup_style"),
+            (f"{a}optim.lr_scheduler_type", f"{a}optim.warmup_style", f"{a}optim.lr_decay_style"),
             _check_lr_schedule,
-            note="warmup_style before 0.7, lr_scheduler_type from 0.7",
+            note="warmup_style before 0.7, lr_scheduler_type from 0.7; megatron: lr_decay_style",
         ),
         honoured("training.warmup_steps", f"{a}optim.lr_warmup_steps"),
         honoured("training.weight_decay", f"{a}optim.weight_decay"),
@@ -431,8 +429,9 @@ def capabilities() -> list[Capability]:
         honoured("training.micro_batch_size", micro),
         approximated(
             "training.grad_clip",
-            f"{a}grad_clip",
-            "verl always clips; grad_clip: null becomes a clip at 1e9",
+            (f"{a}grad_clip", f"{a}optim.clip_grad"),
+            "verl always clips; grad_clip: null becomes a clip at 1e9 (actor.grad_clip up to 0.7; 0.9's engine "
+            "workers and Megatron clip at optim.clip_grad)",
             when=lambda c: c.training.grad_clip is None,
         ),
         honoured(
@@ -547,9 +546,15 @@ def capabilities() -> list[Capability]:
         honoured("training.sequence_packing", (f"{model}.use_remove_padding", "critic.model.use_remove_padding")),
         honoured(
             "training.sequence_parallel_size",
-            (f"{actor}.ulysses_sequence_parallel_size", f"{critic}.ulysses_sequence_parallel_size"),
+            (
+                f"{actor}.ulysses_sequence_parallel_size",
+                f"{critic}.ulysses_sequence_parallel_size",
+                f"{actor}.megatron.context_parallel_size",
+                f"{ref}.megatron.context_parallel_size",
+                f"{critic}.megatron.context_parallel_size",
+            ),
             _check_sequence_parallel,
-            note=f"{ref} inherits the actor's degree",
+            note=f"fsdp: Ulysses ({ref} inherits the actor's degree); megatron: context parallelism (layout.py)",
         ),
         honoured("critic.path", "critic.model.path", critic_knob("critic.path")),
         honoured("critic.lr", "critic.optim.lr", critic_knob("critic.lr")),
@@ -600,7 +605,8 @@ def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version
     if tr.max_tokens_per_device:
         o["actor_rollout_ref.actor.use_dynamic_bsz"] = True
         o["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] = tr.max_tokens_per_device
-    if tr.sequence_parallel_size > 1:
+    ulysses = tr.sequence_parallel_size > 1 and layout.strategy(config) != layout.MEGATRON  # megatron: layout.py
+    if ulysses:
         o["actor_rollout_ref.actor.ulysses_sequence_parallel_size"] = tr.sequence_parallel_size
     o["trainer.critic_warmup"] = config.critic.warmup_steps  # verl's default 0 also without a critic (recipes set it)
     if algo.name == "ppo":
@@ -614,5 +620,5 @@ def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version
         if tr.max_tokens_per_device:
             o["critic.use_dynamic_bsz"] = True  # verl's default follows the actor's; said, as recipes say it
             o["critic.ppo_max_token_len_per_gpu"] = tr.max_tokens_per_device
-        if tr.sequence_parallel_size > 1:
+        if ulysses:
             o["critic.ulysses_sequence_parallel_size"] = tr.sequence_parallel_size
