@@ -305,11 +305,36 @@ def plan(
         help="For each knob set in CONFIG: the native key(s) and value(s) it becomes on this backend, or how it is "
         "approximated.",
     ),
+    memory: bool = typer.Option(
+        False,
+        "--memory",
+        help="Predict each device's peak memory for every role and phase of a step, and whether it fits "
+        "(docs/memory.md); builds a builtin model to read its shape, loads no weights.",
+    ),
+    gpu_memory: Optional[float] = typer.Option(
+        None, "--gpu-memory", help="With --memory: one GPU's memory in GiB (default: the visible GPU's)."
+    ),
 ) -> None:
     """Print the engine-native configuration a run of CONFIG would use (nothing is started)."""
     from rlbridge.run.runner import prepare
 
     prepared = prepare(_load(config, set_, plugin))
+    if memory:
+        from rlbridge.contract.memory import GiB, describe, predict_run
+
+        prediction = predict_run(
+            prepared.config,
+            prepared.backend,
+            prepared.plan,
+            prepared.plan.layout,
+            gpu_bytes=int(gpu_memory * GiB) if gpu_memory else None,
+        )
+        if prediction is None:
+            raise RLBridgeError(
+                f"backend '{prepared.plan.backend}' declares no memory behaviour (Backend.memory_behaviour)"
+            )
+        print(describe(prediction, f"{prepared.plan.backend} ({config.name})"))
+        return
     if check:
         prepared.backend.require_engine()
         prepared.backend.validate(prepared.plan)

@@ -151,6 +151,11 @@ class OpenRLHFBackend(Backend):
 
         return CONVENTION
 
+    def memory_behaviour(self, config: RunConfig, plan: Any) -> Any:
+        from rlbridge_adapters.openrlhf.memory import behaviour
+
+        return behaviour(config, plan)
+
     def knob_effects(self) -> dict[str, Any]:
         from rlbridge_adapters.openrlhf.effects import EFFECTS
 

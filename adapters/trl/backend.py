@@ -79,6 +79,11 @@ class TRLBackend(Backend):
 
         return CONVENTION
 
+    def memory_behaviour(self, config: RunConfig, plan: Any) -> Any:
+        from rlbridge_adapters.trl.memory import behaviour
+
+        return behaviour(config, plan)
+
     def knob_effects(self) -> dict[str, Any]:
         from rlbridge_adapters.trl.effects import EFFECTS
 

@@ -563,6 +563,13 @@ class Backend(ABC):
         or None: `rlbridge import --from <this backend>` is then refused naming the backend."""
         return None
 
+    def memory_behaviour(self, config: RunConfig, plan: Plan) -> Any:
+        """What the engine does with memory for this plan (rlbridge.contract.memory.MemoryBehaviour: precisions,
+        sharding, offload, which process holds which role, the colocated rollout's sleep), from which `rlbridge
+        plan --memory` predicts each device's peak and `rlbridge train` checks that it fits. Pure, like translate.
+        None: not declared; plan --memory says so and train runs without the check."""
+        return None
+
     native_arm: ClassVar[str | None] = None
     """Module of this engine's bench arm of kind `native` (rlbridge.run.bench): the plan run by the
     engine's own entry point, without rlbridge around it, to measure rlbridge's overhead. Run with the
