@@ -19,8 +19,7 @@ from rlbridge.contract.backend import (
     resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
-from rlbridge.errors import ConfigError
-from rlbridge_adapters.trl import asynchrony, knobs, stages
+from rlbridge_adapters.trl import asynchrony, knobs, layout, stages
 from rlbridge_adapters.trl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 TRAINERS = {"grpo": "GRPO", "dr_grpo": "GRPO", "rloo": "RLOO"}
@@ -98,14 +97,12 @@ class TRLBackend(Backend):
             return stages.translate(config)
         algo, tr, ro = config.algorithm, config.training, config.rollout
         gpus = gpus_per_node(config)
-        processes = max(gpus, 1)
+        # every training process is one data-parallel rank: the batch sizes are global (TRL: per_device_train_batch_size
+        # x num_processes x gradient_accumulation_steps samples per update), and check_devices divided them already
+        processes = layout.training_processes(config)
         per_step = config.updates_per_step
         mini = config.mini_batch_samples
         micro = tr.micro_batch_size or mini // processes
-        if mini % (micro * processes):
-            raise ConfigError(
-                f"training.micro_batch_size ({micro}) x {processes} process(es) does not divide the mini batch ({mini})"
-            )
         dtype = resolved_dtype(config)
         trainer = TRAINERS.get(algo.name, "GRPO")
         args: dict[str, Any] = {
@@ -141,7 +138,7 @@ class TRLBackend(Backend):
             "disable_tqdm": True,
             "eval_strategy": "steps" if config.data.eval is not None else "no",
             "eval_steps": config.data.eval_interval * per_step,
-            "per_device_eval_batch_size": config.rollout_samples,
+            "per_device_eval_batch_size": config.rollout_samples // processes,
             "save_strategy": "steps" if config.checkpoint.interval else "no",
             "save_steps": (config.checkpoint.interval or 1) * per_step,
             "save_total_limit": config.checkpoint.keep_last,
@@ -175,7 +172,8 @@ class TRLBackend(Backend):
         env = {"TOKENIZERS_PARALLELISM": "false"}
         if ro.engine == "vllm" and gpus == 0:
             env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
-        threads = tr.torch_threads or config.resources.cpus_per_node
+        cpus = config.resources.cpus_per_node
+        threads = tr.torch_threads or (cpus and max(cpus // layout.processes_per_node(config), 1))
         native = {
             "trainer": f"{trainer}Trainer",
             "config_class": f"{trainer}Config",
@@ -200,6 +198,7 @@ class TRLBackend(Backend):
         }
         if asynchrony.wants_async(config):
             return asynchrony.translate(config, native)
+        layout.translate(config, native)
         return native
 
     native_aliases = ALIASES
@@ -210,7 +209,8 @@ class TRLBackend(Backend):
         model_init_kwargs.dtype); what rlbridge's launcher does as launch.*."""
         args = plan.native["args"]
         settings = {**args, **{k: v for k, v in flatten(args).items() if "." in k}}
-        settings.update(launch_settings(plan.native, skip=("args",)))
+        settings.update(launch_settings(plan.native, skip=("args", "accelerate")))
+        settings.update(flatten(plan.native.get("accelerate") or {}, "accelerate."))  # accelerate's config-file keys
         return settings
 
     def render_native(self, plan) -> str:
@@ -222,6 +222,12 @@ class TRLBackend(Backend):
             f"# {module}{native['trainer']}({native['config_class']}(**args)); one rlbridge step = "
             f"{native['updates_per_step']} TRL optimizer step(s)\n"
         )
+        if native.get("accelerate"):
+            acc = native["accelerate"]
+            head += (
+                f"# {acc['num_processes']} training process(es) on {acc['num_machines']} node(s), on each node: "
+                f"{' '.join(layout.launch_command(native))}\n# (accelerate_config.yaml: the `accelerate` block below)\n"
+            )
         return head + yaml.safe_dump(native, sort_keys=False)
 
     def patches(self) -> list:

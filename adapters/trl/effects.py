@@ -10,6 +10,9 @@ from rlbridge.contract.effects import DPO_STAGE, REFUSED, SFT_STAGE, TEMPLATE, K
 
 VLLM = ("rollout.engine=vllm",)
 SPLIT = ("placement.policy=split", "placement.args={rollout_gpus: 1}")  # the async trainer's vLLM server
+# a GPU plan in float32: the plans are also validated by TRL's own GRPOConfig here, which refuses bf16 off GPUs
+F32 = ("model.dtype=float32",)
+GPUS = ("resources.gpus_per_node=2", *F32)
 
 EFFECTS = {
     "algorithm.name": {"launch.trainer": "RLOOTrainer"},
@@ -45,7 +48,8 @@ EFFECTS = {
     "rollout.top_p": {"top_p": 0.9},
     "rollout.top_k": {"top_k": 5},
     "rollout.gpu_memory_utilization": {"vllm_gpu_memory_utilization": 0.5},
-    "rollout.tensor_parallel_size": REFUSED,  # one training process: vLLM's tensor-parallel group cannot exceed it
+    # TRL's colocated vLLM shards over groups of training processes: two GPUs, two processes, one group
+    "rollout.tensor_parallel_size": KnobEffect({"vllm_tensor_parallel_size": 2}, context=GPUS),
     "rollout.drop_overlong_prompts": {"launch.data.drop_overlong_prompts": True},
     "rollout.max_staleness": KnobEffect({"launch.trainer": "AsyncGRPOTrainer", "max_staleness": 2}, context=SPLIT),
     "rollout.partial_rollouts": KnobEffect({"launch.pause_mode": "keep"}, context=SPLIT),
@@ -69,10 +73,45 @@ EFFECTS = {
     "training.torch_threads": {"launch.torch_threads": 2},
     "training.deterministic": {"full_determinism": True},
     "training.gradient_checkpointing": {"gradient_checkpointing": True},
-    "resources.gpus_per_node": REFUSED,  # one training process
+    "resources.gpus_per_node": KnobEffect(
+        {"use_cpu": False, "accelerate.num_processes": 2, "accelerate.distributed_type": "MULTI_GPU"}, context=F32
+    ),
+    # one accelerate launch per node (TRL runs without Ray: the sample's ray_address is not TRL's)
+    "resources.nodes": KnobEffect(
+        {"accelerate.num_machines": 2, "accelerate.num_processes": 2}, context=("resources.ray_address=null", *F32)
+    ),
     "resources.cpus_per_node": KnobEffect({"launch.torch_threads": 3}, context=("training.torch_threads=null",)),
-    "placement.policy": REFUSED,  # split needs rollout.max_staleness >= 1 (AsyncGRPOTrainer), and one training device
+    # split without the async loop: GRPOTrainer's vllm_mode server against trl vllm-serve on the rollout GPU
+    "placement.policy": KnobEffect(
+        {"vllm_mode": "server", "launch.placement.actor": 2, "launch.placement.rollout": 1}, context=F32
+    ),
     "placement.args": REFUSED,  # 'colocate' takes no arguments
+    # the training layout (layout.py): accelerate's own config-file keys
+    "training.strategy": {"accelerate.distributed_type": "FSDP", "accelerate.fsdp_config.fsdp_version": 2},
+    "training.sharding": KnobEffect(
+        {"accelerate.deepspeed_config.zero_stage": 3}, context=("training.strategy=deepspeed", *GPUS)
+    ),
+    "training.shard_group_size": KnobEffect(
+        {
+            "accelerate.parallelism_config.parallelism_config_dp_shard_size": 2,
+            "accelerate.parallelism_config.parallelism_config_dp_replicate_size": 2,
+        },
+        context=("training.strategy=fsdp", *F32),
+    ),
+    "training.offload": KnobEffect(
+        {
+            "accelerate.deepspeed_config.offload_optimizer_device": "cpu",
+            "accelerate.deepspeed_config.offload_param_device": "cpu",
+        },
+        context=("training.strategy=deepspeed", "training.sharding=parameters", *GPUS),
+    ),
+    # split placement's trl vllm-serve: one engine instead of one per rollout GPU
+    "rollout.data_parallel_size": KnobEffect(
+        {"launch.server.data_parallel_size": 1},
+        value=1,
+        context=("placement.policy=split", "placement.args={rollout_gpus: 2}", "resources.gpus_per_node=3", *F32),
+    ),
+    "resources.cpu_ranks_per_node": {"accelerate.num_processes": 2, "accelerate.distributed_type": "MULTI_CPU"},
     "checkpoint.dir": {"output_dir": "/tmp/rlbridge-effect/ckpt"},
     "checkpoint.interval": {"save_strategy": "steps", "save_steps": 5},
     "checkpoint.resume": {"launch.resume": True},

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlbridge.contract.backend import Capability, approximated, gpus_per_node, honoured, one_stop_condition, rejected
+from rlbridge.contract.backend import Capability, approximated, honoured, one_stop_condition, rejected
 from rlbridge.contract.config import RunConfig
 from rlbridge_adapters.trl import asynchrony, layout, stages
 
@@ -102,10 +102,18 @@ def _check_advantage_norm(config: RunConfig) -> str | None:
 
 
 def _check_tp(config: RunConfig) -> str | None:
-    if config.rollout.tensor_parallel_size != 1:
+    tp = config.rollout.tensor_parallel_size
+    if tp == 1:
+        return None
+    if config.rollout.max_staleness >= 1:
+        return "rlbridge starts AsyncGRPOTrainer's vLLM server on one device (adapters/trl/vllm_server.py); use 1"
+    if layout.wants_server(config):
+        return None  # trl vllm-serve --tensor-parallel-size; that it fits the rollout devices is the core's check
+    processes = layout.training_processes(config)
+    if processes % tp:
         return (
-            "the TRL adapter runs one training process, and TRL's colocated vLLM shards over the training processes; "
-            "use rollout.tensor_parallel_size: 1, or backend: verl / openrlhf for a tensor-parallel rollout"
+            f"TRL's colocated vLLM shards over groups of tensor_parallel_size training processes, which must divide "
+            f"the {processes} training process(es) (trl/generation/vllm_generation.py); use a divisor of {processes}"
         )
     return None
 
@@ -119,15 +127,12 @@ def _check_environment(config: RunConfig) -> str | None:
 
 
 def _check_resources(config: RunConfig) -> str | None:
-    if gpus_per_node(config) > 1 and config.placement.policy == "colocate":  # else the placement check says why
-        return (
-            "the TRL adapter runs one training process; multi-GPU TRL needs `accelerate launch`, which rlbridge does not "
-            "drive yet. Use gpus_per_node: 1, or backend: verl / openrlhf for several GPUs"
-        )
-    return None
+    return layout.check_processes(config)
 
 
 def _check_placement(config: RunConfig) -> str | None:
+    if layout.wants_server(config):
+        return layout.check_server(config)
     return asynchrony.check_placement(config)
 
 
@@ -197,8 +202,18 @@ def capabilities() -> list[Capability]:
         honoured("rollout.temperature", "temperature"),
         honoured("rollout.top_p", "top_p"),
         honoured("rollout.top_k", "top_k"),
-        honoured("rollout.gpu_memory_utilization", "vllm_gpu_memory_utilization", vllm_util),
-        honoured("rollout.tensor_parallel_size", "vllm_tensor_parallel_size", _check_tp),
+        honoured(
+            "rollout.gpu_memory_utilization",
+            ("vllm_gpu_memory_utilization", "launch.server.gpu_memory_utilization"),
+            vllm_util,
+        ),
+        honoured(
+            "rollout.tensor_parallel_size",
+            ("vllm_tensor_parallel_size", "launch.server.tensor_parallel_size"),
+            _check_tp,
+            note="colocated vLLM: vllm_tensor_parallel_size (groups of training processes); split placement: "
+            "trl vllm-serve --tensor-parallel-size",
+        ),
         honoured(
             "reward",
             ("reward_weights", "launch.rewards"),
@@ -254,21 +269,37 @@ def capabilities() -> list[Capability]:
             "deterministic modes (without torch's NaN fill of new tensors: 3.5x the update time on CPU); the "
             "data order and vLLM's engine seed follow training.seed already",
         ),
-        rejected("resources.nodes", "rlbridge starts a private single-node run; use resources.nodes: 1"),
-        rejected("resources.ray_address", "TRL runs in one process without Ray; leave resources.ray_address unset"),
-        honoured("resources.gpus_per_node", "use_cpu", _check_resources, note="use_cpu when 0"),
+        honoured(
+            "resources.nodes",
+            ("accelerate.num_machines", "accelerate.num_processes"),
+            _check_resources,
+            note="one accelerate launch per node, its machine rank and the main address from the allocation "
+            "(rlbridge submit --to slurm or kuberay)",
+        ),
+        rejected(
+            "resources.ray_address", "TRL runs without Ray (accelerate launch); leave resources.ray_address unset"
+        ),
+        honoured(
+            "resources.gpus_per_node",
+            ("use_cpu", "accelerate.num_processes", "accelerate.distributed_type"),
+            _check_resources,
+            note="use_cpu when 0; one training process per GPU (less split placement's rollout_gpus) under "
+            "accelerate launch",
+        ),
         approximated(
             "resources.cpus_per_node",
             "launch.torch_threads",
-            "TRL runs one process; cpus_per_node caps torch's threads unless training.torch_threads is set",
+            "cpus_per_node, divided among a node's training processes, caps each one's torch threads unless "
+            "training.torch_threads is set",
             when=lambda c: c.resources.cpus_per_node is not None,
         ),
         honoured(
             "placement.policy",
-            ("launch.trainer", "launch.placement.actor", "launch.placement.rollout"),
+            ("launch.trainer", "vllm_mode", "launch.placement.actor", "launch.placement.rollout"),
             _check_placement,
-            note="colocate: one process (or a colocated vLLM); split (with rollout.max_staleness >= 1): "
-            "AsyncGRPOTrainer on the training device, a vLLM server rlbridge starts on rollout_gpus",
+            note="colocate: the training processes (each with HF generate or a colocated vLLM); split: a vLLM server "
+            "rlbridge starts on rollout_gpus, GRPOTrainer's vllm_mode server against trl vllm-serve (GPUs) or, with "
+            "rollout.max_staleness >= 1, AsyncGRPOTrainer",
         ),
         honoured("placement.args", "launch.placement.rollout", note="checked by the placement policy"),
         honoured("checkpoint.dir", "output_dir"),
@@ -327,7 +358,9 @@ def capabilities() -> list[Capability]:
         ),
         rejected(
             "training.sequence_parallel_size",
-            "the TRL adapter runs one training process; use backend: verl (Ulysses) or openrlhf (ring attention)",
+            "TRL 1.16's GRPOConfig refuses sequence-dim parallelism (parallelism_config cp_size or sp_size > 1: GRPO "
+            "builds model inputs after generation, so sequence sharding cannot apply to the raw generation batch); "
+            "use backend: verl (Ulysses) or openrlhf (ring attention)",
         ),
         rejected("critic.path", NO_PPO),
         rejected("critic.lr", NO_PPO),

@@ -178,6 +178,12 @@ class CanonicalMetrics(TrainerCallback):
         self.scorer = None  # the reward worker pool (rlbridge.engine.workers): its fault counts per step
         self.to_canonical = to_canonical  # native -> canonical names (an offline stage's own: adapters/trl/stages.py)
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        from rlbridge_adapters.trl import launch
+
+        if launch.in_rank() and state.is_world_process_zero and self.trainer is not None:
+            launch.record_state(self.trainer, self.ctx.run_dir)  # how accelerate really laid the model out
+
     def on_step_begin(self, args, state, control, **kwargs):
         if self.step_started is None:
             self.step_started = time.perf_counter()
@@ -220,6 +226,10 @@ class CanonicalMetrics(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if args.world_size > 1:  # every rank has written its part (its RNG state, its shards) before it is complete
+            torch.distributed.barrier()
+        if not state.is_world_process_zero:
+            return
         if path.is_dir():
             mark_complete(path, state.global_step // self.per_step)
         self.ctx.checkpoint_saved(state.global_step // self.per_step, str(path))
@@ -277,11 +287,73 @@ def run_trl(plan, ctx) -> None:
 
         run_async(plan, ctx)
         return
+    from rlbridge_adapters.trl import launch
+
+    if launch.in_rank():
+        _train(plan, ctx)
+        return
+    server = start_server(native, ctx) if native.get("server") else None  # split placement: trl vllm-serve
+    try:
+        if native.get("accelerate"):  # more than one training process: accelerate launch (launch.py)
+            materialize_model(ctx.config, ctx.plugins)  # once, before the ranks load it
+            launch.run_launched(plan, ctx)
+        else:
+            _train(plan, ctx)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def start_server(native: dict[str, Any], ctx):
+    """GRPOTrainer's vllm_mode server: `trl vllm-serve` on the rollout's devices, the trainer's devices the rest
+    (CUDA_VISIBLE_DEVICES of this process, which accelerate's ranks inherit); the plan's args get its address."""
+    from rlbridge.helpers import free_port
+    from rlbridge_adapters.trl.async_run import _devices
+    from rlbridge_adapters.trl.vllm_server import VLLMServer
+
+    trainer_devices, rollout_devices = _devices(native)
+    opts = native["server"]
+    server = VLLMServer(
+        materialize_model(ctx.config, ctx.plugins),
+        rollout_devices,
+        ctx.run_dir / "vllm_server.log",
+        dtype=native["model"]["dtype"],
+        max_model_len=opts["max_model_len"],
+        seed=int(native["args"]["seed"]),
+        max_num_seqs=256,
+        gpu_memory_utilization=opts["gpu_memory_utilization"],
+        on_cpu=bool(native["args"].get("use_cpu")),
+        trl_serve={
+            "tensor_parallel_size": opts["tensor_parallel_size"],
+            "data_parallel_size": opts["data_parallel_size"],
+        },
+    )
+    try:
+        up = server.wait_ready(opts["start_timeout_s"])
+    except BaseException:
+        server.stop()
+        raise
+    print(f"rlbridge: trl vllm-serve up at {server.url} in {up:.0f} s (devices {rollout_devices})", flush=True)
+    native["args"].update(vllm_server_base_url=server.url, vllm_group_port=free_port())
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, trainer_devices))  # before torch initialises CUDA
+    return server
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _train(plan, ctx) -> None:
+    """Build the trainer and train, in this process (one of several under accelerate launch, or the only one)."""
+    native = plan.native
     config = ctx.config
+    main_process = _rank() == 0
     os.environ.update(native["env"])
-    check_drift(PATCHES, native, str(ctx.run_dir / "patches_drift.json"))  # before anything runs
+    drift = ctx.run_dir / ("patches_drift.json" if main_process else f"patches_drift.rank{_rank()}.json")
+    check_drift(PATCHES, native, str(drift))  # before anything runs
     patch_report = apply_patches(PATCHES, native)  # also this process's report in RLBRIDGE_PATCH_DIR
-    (ctx.run_dir / "patches.json").write_text(json.dumps(patch_report, indent=2))
+    if main_process:
+        (ctx.run_dir / "patches.json").write_text(json.dumps(patch_report, indent=2))
     if native["torch_threads"]:
         torch.set_num_threads(native["torch_threads"])
     if native["args"].get("full_determinism"):
@@ -306,7 +378,7 @@ def run_trl(plan, ctx) -> None:
         specs_with_factories([s.model_dump(mode="json") for s in config.reward], ctx.plugins),
         config.rollout_workers,
         rewards=bound,
-        fault_log=ctx.run_dir / "reward_faults.jsonl",
+        fault_log=ctx.run_dir / ("reward_faults.jsonl" if main_process else f"reward_faults.rank{_rank()}.jsonl"),
     )
     scorer.start_in_background()  # the reward workers start while TRL loads the model and builds the trainer
     rewards = [trl_reward(b, native["data"]["answer_key"], tok, collector, scorer) for b in bound]
@@ -324,7 +396,8 @@ def run_trl(plan, ctx) -> None:
         )
 
         spec = native["environment"]
-        events = ctx.run_dir / "trl_events.jsonl"  # episode rewards, as the other engines' drivers report them
+        # episode rewards, as the other engines' drivers report them
+        events = ctx.run_dir / ("trl_events.jsonl" if main_process else f"trl_events.rank{_rank()}.jsonl")
         events.unlink(missing_ok=True)
         os.environ[EVENTS_ENV] = str(events.resolve())
         trainer_class = recording_rows(trainer_class)

@@ -51,11 +51,44 @@ class VLLMServer:
         gpu_memory_utilization: float,
         on_cpu: bool,
         threads: int | None = None,
+        trl_serve: dict[str, int] | None = None,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.devices = devices
         self.log_path = log_path
+        if trl_serve is not None:  # GRPOTrainer's vllm_mode server: TRL's own `trl vllm-serve` command
+            argv = trl_serve_command(
+                model,
+                self.port,
+                dtype=dtype,
+                max_model_len=max_model_len,
+                enforce_eager=on_cpu,
+                gpu_memory_utilization=None if on_cpu else gpu_memory_utilization,
+                **trl_serve,
+            ) + ["--seed", str(seed), "--max-num-seqs", str(max_num_seqs)]
+        else:
+            argv = self._async_command(model, dtype, seed, max_num_seqs, max_model_len)
+            if not on_cpu:
+                argv += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
+        env = {
+            **os.environ,
+            "VLLM_SERVER_DEV_MODE": "1",  # /pause, /resume, /collective_rpc, TRL's weight-transfer endpoints
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, devices)),
+        }
+        if on_cpu:
+            if trl_serve is None:
+                argv.append("--enforce-eager")
+            env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
+            if threads:
+                env["OMP_NUM_THREADS"] = str(threads)
+        self.argv = argv
+        self._log = open(log_path, "ab")
+        # no new session: the launcher's stop of the engine's process group reaches the server too
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def _async_command(self, model: str, dtype: str, seed: int, max_num_seqs: int, max_model_len: int | None):
+        """AsyncGRPOTrainer's server: vLLM's OpenAI server with rlbridge's weight loader on every worker."""
         argv = [
             sys.executable,
             "-m",
@@ -79,22 +112,7 @@ class VLLMServer:
         ]
         if max_model_len:  # else the model's own context length
             argv += ["--max-model-len", str(max_model_len)]
-        env = {
-            **os.environ,
-            "VLLM_SERVER_DEV_MODE": "1",  # /pause, /resume, /collective_rpc
-            "CUDA_VISIBLE_DEVICES": ",".join(map(str, devices)),
-        }
-        if on_cpu:
-            argv.append("--enforce-eager")
-            env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
-            if threads:
-                env["OMP_NUM_THREADS"] = str(threads)
-        else:
-            argv += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
-        self.argv = argv
-        self._log = open(log_path, "ab")
-        # no new session: the launcher's stop of the engine's process group reaches the server too
-        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        return argv
 
     def wait_ready(self, timeout_s: float = 600.0) -> float:
         """Seconds until /health answered; raises with the server's own error if it exited first."""
@@ -140,6 +158,36 @@ class VLLMServer:
     def placement(self) -> dict[str, Any]:
         """Where the server runs, read back from its process (its CUDA_VISIBLE_DEVICES)."""
         return {"pid": self.proc.pid, "gpus": _visible_devices(self.proc.pid)}
+
+
+def trl_serve_command(
+    model: str,
+    port: int,
+    *,
+    tensor_parallel_size: int,
+    data_parallel_size: int,
+    dtype: str,
+    max_model_len: int | None,
+    enforce_eager: bool,
+    gpu_memory_utilization: float | None = None,
+) -> list[str]:
+    """What `trl vllm-serve` runs (TRL's own build_command: vLLM's server with its NCCL weight-transfer engine,
+    processed logprobs and unlimited logprobs), for one run's server on 127.0.0.1."""
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    kwargs = dict(
+        model=model,
+        host="127.0.0.1",
+        port=port,
+        tensor_parallel_size=tensor_parallel_size,
+        data_parallel_size=data_parallel_size,
+        dtype=dtype,
+        max_model_len=max_model_len,
+        enforce_eager=enforce_eager,
+    )
+    if gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+    return build_command(ScriptArguments(**kwargs))
 
 
 def _visible_devices(pid: int) -> list[int] | None:

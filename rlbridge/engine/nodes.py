@@ -1,0 +1,90 @@
+"""One run across several machines without Ray: the node agent, and what the main node publishes to it.
+
+An engine that starts its own processes on every node (TRL: one `accelerate launch` per node) is told by the
+batch system's script which node it is on and where the main node is, in the environment: RLBRIDGE_NODE_RANK
+(0 on the main node), RLBRIDGE_MAIN_ADDRESS (the main node's address), RLBRIDGE_MAIN_PORT (the port its
+rendezvous listens on). The main node runs `rlbridge train`; when its engine process starts the node's command,
+it publishes that command (argv and extra environment) to RUN_DIR/nodes/launch.json on the file system the
+nodes share. Every other node runs the agent, `python -m rlbridge.engine.nodes RUN_DIR`, which waits for a
+launch published after the agent started, runs it with its own node rank, and waits for the next one (a restart
+publishes again) until the main node's run has ended (run_state.json) or the script stops it.
+
+Standard library only: the agent runs in whatever Python the batch script names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+NODE_RANK_ENV = "RLBRIDGE_NODE_RANK"
+MAIN_ADDRESS_ENV = "RLBRIDGE_MAIN_ADDRESS"
+MAIN_PORT_ENV = "RLBRIDGE_MAIN_PORT"
+DEFAULT_PORT = 29500  # torchrun's
+
+
+def this_node(num_machines: int) -> tuple[int, str, int] | None:
+    """(node rank, main address, main port) from the environment, or None where the batch system set none."""
+    rank, address = os.environ.get(NODE_RANK_ENV), os.environ.get(MAIN_ADDRESS_ENV)
+    if rank is None or not address:
+        return None
+    node_rank = int(rank)
+    if not 0 <= node_rank < num_machines:
+        raise ValueError(f"{NODE_RANK_ENV}={rank} is outside the run's {num_machines} node(s)")
+    return node_rank, address, int(os.environ.get(MAIN_PORT_ENV) or DEFAULT_PORT)
+
+
+def launch_file(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "nodes" / "launch.json"
+
+
+def publish(run_dir: str | Path, argv: list[str], env: dict[str, str]) -> None:
+    """The main node's command for every other node (its own rank substituted there), written atomically."""
+    path = launch_file(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"argv": argv, "env": env, "published": time.time()}))
+    os.replace(tmp, path)
+
+
+def _run_ended(run_dir: Path) -> bool:
+    try:
+        state = json.loads((run_dir / "run_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return state.get("status") not in (None, "running")
+
+
+def agent(run_dir: str | Path, poll_s: float = 1.0) -> int:
+    """A non-main node: run each launch the main node publishes, with this node's rank, until its run ends."""
+    run_dir = Path(run_dir)
+    rank = os.environ.get(NODE_RANK_ENV)
+    if rank is None:
+        sys.stderr.write(f"rlbridge node agent: {NODE_RANK_ENV} is not set\n")
+        return 2
+    started, last, rc = time.time(), None, 0
+    while True:
+        path = launch_file(run_dir)
+        try:
+            launch = json.loads(path.read_text())
+        except (OSError, ValueError):
+            launch = None
+        if launch and launch["published"] >= started and launch["published"] != last:
+            last = launch["published"]
+            argv = [a.replace("--machine_rank=0", f"--machine_rank={rank}") for a in launch["argv"]]
+            if "--machine_rank" in argv:
+                argv[argv.index("--machine_rank") + 1] = rank
+            print(f"rlbridge node {rank}: {' '.join(argv)}", flush=True)
+            rc = subprocess.run(argv, env={**os.environ, **launch["env"]}).returncode
+            continue
+        if last is not None and _run_ended(run_dir):
+            return rc
+        time.sleep(poll_s)
+
+
+if __name__ == "__main__":
+    sys.exit(agent(sys.argv[1]))
