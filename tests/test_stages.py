@@ -396,7 +396,9 @@ def test_a_trained_reward_model_served_by_verl_fits_its_own_context(tmp_path):
     model trained from builtin:tiny-digits; vLLM refused 1288 = 1024 + 8 + 256)."""
     rm = tmp_path / "rm"
     rm.mkdir()
-    (rm / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    (rm / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 512}))
+    for name in ("model.safetensors", "tokenizer.json"):  # what the pre-flight check of a model directory looks for
+        (rm / name).write_text("")
     plan = _plan(
         "quickstart.yaml",
         "backend=verl",

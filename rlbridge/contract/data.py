@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbridge.contract.config import DataSource, RunConfig
+from rlbridge.contract.models import exists
 from rlbridge.errors import ConfigError
 
 DATA_DIGEST_ENV = "RLBRIDGE_DATA_DIGEST_DIR"
@@ -24,9 +25,9 @@ def check_source(source: DataSource, field_name: str, plugins) -> None:
         plugins.get("data_source", source.name, f"{field_name}.name")
     elif source.type == "hf":
         _check_local(source, field_name)
-        if _hf_local(source.name) or hf_offline():  # a hub id online: nothing to check without the network
+        if _hf_local(source.name, field_name) or hf_offline():  # a hub id online: nothing to check without the network
             _check_builder(source, field_name)
-    elif not Path(source.path).expanduser().exists():
+    elif not exists(source.path, f"{field_name}.path"):
         raise ConfigError(f"{field_name}.path: '{source.path}' does not exist; point it at your {source.type} data")
 
 
@@ -38,14 +39,14 @@ def hf_offline() -> bool:
     )
 
 
-def _hf_local(name: str) -> bool:
-    """A local dataset directory rather than a hub id: load_dataset's own rule
-    is 'an existing path is local'; a name that looks like a path but is missing is a local one mistyped."""
-    return name.startswith(("/", ".", "~")) or Path(name).expanduser().exists()
+def _hf_local(name: str, field_name: str) -> bool:
+    """A local dataset directory rather than a hub id ('gsm8k' may be either): load_dataset's own rule is 'an
+    existing path is local'; a name that looks like a path but is missing is a local one mistyped."""
+    return name.startswith(("/", ".", "~")) or exists(name, f"{field_name}.name")
 
 
 def _check_local(source: DataSource, field_name: str) -> None:
-    if _hf_local(source.name) and not Path(source.name).expanduser().exists():
+    if _hf_local(source.name, field_name) and not exists(source.name, f"{field_name}.name"):
         raise ConfigError(
             f"{field_name}.name: '{source.name}' does not exist; give a hub dataset id (org/name) or an "
             "existing local dataset directory"

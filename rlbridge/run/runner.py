@@ -19,9 +19,9 @@ from rlbridge.contract.backend import Backend, Plan, Support
 from rlbridge.contract.config import RunConfig, check_devices
 from rlbridge.contract.plugin_args import check_args
 from rlbridge.contract.data import check_source
-from rlbridge.errors import ConfigError, EngineNotAvailableError
+from rlbridge.errors import ConfigError, EngineNotAvailableError, RLBridgeError
 from rlbridge.run.loading import dump_config
-from rlbridge.contract.models import BUILTIN_PREFIX, looks_local
+from rlbridge.contract.models import BUILTIN_PREFIX, check_model_dir, exists, looks_local, transformers_in
 from rlbridge.contract.local_plugins import export_local_plugins, register_local_plugins
 from rlbridge.contract.native_rewards import check_reward_spec
 from rlbridge.contract.registry import PluginManager, get_plugin_manager
@@ -65,6 +65,18 @@ def model_paths(config: RunConfig) -> list[tuple[str, str]]:
     return paths
 
 
+def engine_python(config: RunConfig, backend: Backend) -> tuple[Path | None, RLBridgeError | None]:
+    """(the Python the engine will run in, None for this process; why there is none yet, or None): what the
+    pre-flight checks that must look where the engine runs (native rewards, the transformers that loads the
+    model) ask, without failing where the engine environment is not created yet."""
+    from rlbridge.envs.create import EnvError
+
+    try:
+        return choose_engine_python(config, backend), None
+    except (EnvError, EngineNotAvailableError) as exc:
+        return None, exc
+
+
 def check_native_rewards(config: RunConfig, backend: Backend, pm: PluginManager, engine_elsewhere: bool) -> None:
     """Native reward functions (`native:` + `function:`) load and fit their convention where they will run:
     this process when the engine runs here, else the engine environment (whose packages, verl's scorer for
@@ -73,12 +85,7 @@ def check_native_rewards(config: RunConfig, backend: Backend, pm: PluginManager,
     entries = [(f"reward[{i}]", spec.model_dump(mode="json")) for i, spec in enumerate(config.reward) if spec.native]
     if not entries:
         return
-    from rlbridge.envs.create import EnvError
-
-    try:
-        python, no_env = choose_engine_python(config, backend), None
-    except (EnvError, EngineNotAvailableError) as exc:
-        python, no_env = None, exc
+    python, no_env = engine_python(config, backend)
     if python is None or Path(python).absolute() == Path(sys.executable).absolute():  # venvs: not resolve()
         from rlbridge.contract.native_rewards import check_reward_specs
 
@@ -158,10 +165,19 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None, engine_else
     for field, path in model_paths(config):
         if path.startswith(BUILTIN_PREFIX):
             pm.get("model_builder", path[len(BUILTIN_PREFIX) :], field)
-        elif looks_local(path) and not Path(path).expanduser().exists():
-            raise ConfigError(
-                f"{field}: '{path}' does not exist; point it at a model directory, a hub id (org/name), "
-                f"or a built-in model such as 'builtin:tiny-digits'"
+        elif looks_local(path):
+            if not exists(path, field):
+                raise ConfigError(
+                    f"{field}: '{path}' does not exist; point it at a model directory, a hub id (org/name), "
+                    f"or a built-in model such as 'builtin:tiny-digits'"
+                )
+            # a directory that is not a model fails here, not inside an engine; architectures as the engine's
+            # transformers knows them; a tokenizer where the run loads one from that directory
+            check_model_dir(
+                path,
+                field,
+                tokenizer=field == "model.path" or field.startswith("reward["),
+                transformers_dir=transformers_in(engine_python(config, backend)[0]),
             )
     # plugins exist, and their args bind to their factories (rlbridge.contract.plugin_args)
     for field_name, source in (("data.train", config.data.train), ("data.eval", config.data.eval)):
