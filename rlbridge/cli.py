@@ -494,10 +494,28 @@ def doctor(
         table.add_row("torch", "[red]import timed out[/red]")
     table.add_row("NVIDIA GPUs (nvidia-smi)", str(count_gpus()))
     pm = get_plugin_manager()
+    from rlbridge.envs.create import envs_dir, is_complete
+
+    ready: dict[str, list[str]] = {}  # engine -> its complete environments (`rlbridge env list` without sizes)
+    for path in sorted(envs_dir().iterdir()) if envs_dir().is_dir() else []:
+        if path.is_dir() and not path.name.startswith(".") and is_complete(path):
+            engine, _, version = path.name.partition("-")
+            ready.setdefault(engine, []).append(f"{version} ({path})")
     for name, reg in sorted(pm.items["backend"].items()):
         cls = reg.item
         version = cls.installed_version()
-        if version is None:
+        if version is None and ready.get(name):
+            default = _default_env_label(name)
+            runs = (
+                f"engine_env: auto runs {name} {default} there"
+                if any(env.startswith(f"{default} (") for env in ready[name])
+                else f"engine_env: auto needs {default}: `rlbridge env create {name}`"
+            )
+            status = (
+                f"not installed here; engine environment{'s' if len(ready[name]) > 1 else ''} ready: "
+                f"{', '.join(ready[name])}; {runs}"
+            )
+        elif version is None:
             status = (
                 f"[yellow]not installed here[/yellow] (`rlbridge env create {name}`; engine_env: auto runs it there)"
             )
@@ -508,6 +526,16 @@ def doctor(
         table.add_row(f"backend {name}", status)
     table.add_row("cache dir", str(cache_dir()))
     out.print(table)
+
+
+def _default_env_label(engine: str) -> str | None:
+    """The version `engine_env: auto` runs an engine at (its recipe's default label), None if it has no recipe."""
+    from rlbridge.envs.create import EnvError, recipe_for
+
+    try:
+        return recipe_for(engine).label
+    except EnvError:
+        return None
 
 
 @app.command()
