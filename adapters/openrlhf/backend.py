@@ -22,7 +22,7 @@ from rlbridge.contract.backend import (
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
-from rlbridge_adapters.openrlhf import asynchrony, knobs, stages
+from rlbridge_adapters.openrlhf import asynchrony, knobs, layout, stages
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {
@@ -88,6 +88,11 @@ FLAT = {
     "ds.param_dtype": "param_dtype",
     "ds.attn_implementation": "attn_implementation",
     "ds.zero_stage": "zero_stage",
+    # the training layout's (layout.py), read in v0.9.10's and v0.10.1's train_ppo_ray.py
+    "ds.adam_offload": "adam_offload",
+    "ds.zpg": "zpg",
+    "ds.tensor_parallel_size": "ds_tensor_parallel_size",
+    "ref.offload": "ref_reward_offload",  # the reward model's too, when OpenRLHF runs one
     "logger.tensorboard_dir": "use_tensorboard",
     "ckpt.output_dir": "save_path",
     "ckpt.path": "ckpt_path",
@@ -171,17 +176,15 @@ class OpenRLHFBackend(Backend):
             return stages.translate(config, version, _model_path(config))
         algo, tr, ro = config.algorithm, config.training, config.rollout
         gpus = gpus_per_node(config)
-        devices = max(gpus, 1) * config.resources.nodes
         mini = config.mini_batch_samples
-        micro = tr.micro_batch_size or max(mini // devices, 1)
+        # train.micro_batch_size is per data-parallel rank, train.batch_size global (layout.py)
+        micro = tr.micro_batch_size or max(mini // layout.data_parallel_size(config), 1)
         estimator = ESTIMATORS.get(algo.name, "group_norm")
         dtype = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16"}.get(config.model.dtype, "bf16")
         prompt_cap = ro.max_prompt_tokens or DEFAULT_PROMPT_TOKENS
         colocate = config.placement.policy == "colocate"
-        # on CPU (gpus 0) one logical training GPU per node, whatever the policy (its layout says the same)
-        actor_gpus = (
-            devices if colocate or gpus == 0 else max(gpus * config.resources.nodes - knobs.rollout_devices(config), 1)
-        )
+        # on CPU (gpus 0) resources.cpu_ranks_per_node logical training GPUs per node, whatever the policy
+        actor_gpus = layout.training_devices(config)
         flags: dict[str, Any] = {
             "actor.model_name_or_path": "<model_dir>",
             "data.prompt_dataset": "<run_dir>/data/train.jsonl",
@@ -208,13 +211,12 @@ class OpenRLHFBackend(Backend):
             "actor.eps_clip_low_high": [algo.clip_low, algo.clip_high if algo.clip_high is not None else algo.clip_low],
             "actor.num_nodes": config.resources.nodes,
             "actor.num_gpus_per_node": actor_gpus // config.resources.nodes,
-            "vllm.num_engines": max(knobs.rollout_devices(config) // ro.tensor_parallel_size, 1),
+            "vllm.num_engines": layout.vllm_engines(config),
             "vllm.tensor_parallel_size": ro.tensor_parallel_size,
             "vllm.gpu_memory_utilization": ro.gpu_memory_utilization,
             # an agent executor, not --reward.remote_url: reward_func only sees decoded text (reward.py)
             "train.agent_func_path": "<run_dir>/rlbridge_reward.py",
             "ds.param_dtype": dtype,
-            "ds.zero_stage": 0 if gpus == 0 else 2,
             "logger.tensorboard_dir": "<run_dir>/tensorboard",
             "ckpt.output_dir": "<run_dir>/model_final",
             "ckpt.path": config.checkpoint.dir,
@@ -243,6 +245,7 @@ class OpenRLHFBackend(Backend):
         if knobs.engine_reward_model(config):  # OpenRLHF's own reward-model actors score instead of the executor
             del flags["train.agent_func_path"]
             flags["reward.model_name_or_path"] = knobs.engine_reward_model(config)
+        layout.translate(config, flags)
         role_gpus = knobs.translate(config, flags, version)
         asynchrony.translate(config, flags)
         if colocate and gpus > 0:
@@ -276,7 +279,7 @@ class OpenRLHFBackend(Backend):
                     f"backend_options.openrlhf.{key}: rlbridge sets --{key} itself for every OpenRLHF run; remove it"
                 )
         flags.update(passthrough)
-        logical_gpus = 0 if gpus else devices + flags["vllm.num_engines"] * ro.tensor_parallel_size + role_gpus
+        logical_gpus = 0 if gpus else actor_gpus + flags["vllm.num_engines"] * ro.tensor_parallel_size + role_gpus
         env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
         if tr.torch_threads:
             env["OMP_NUM_THREADS"] = str(tr.torch_threads)
@@ -317,7 +320,6 @@ class OpenRLHFBackend(Backend):
         "data.prompt_dataset": "data.train",
         "actor.model_name_or_path": "model.path",
         "ckpt.output_dir": "checkpoint.dir",
-        "ds.zero_stage": "resources.gpus_per_node",
     }
 
     def native_settings(self, plan) -> dict[str, Any]:

@@ -83,6 +83,24 @@ EFFECTS = {
     ),
     "training.sequence_packing": KnobEffect({"ds.packing_samples": True}, context=ONE_GPU),
     "training.sequence_parallel_size": KnobEffect({"ds.ring_attn_size": 2}, context=("resources.gpus_per_node=2",)),
+    # the training layout (adapters/openrlhf/layout.py)
+    "training.strategy": REFUSED,  # fsdp: OpenRLHF trains with DeepSpeed only
+    "training.sharding": {"ds.zero_stage": 3},
+    "training.shard_group_size": KnobEffect({"ds.zpg": 2}, context=("training.sharding=parameters",)),  # hpZ: ZeRO-3
+    # parameter offload of trained models is not offered by OpenRLHF (tests/test_openrlhf_plan.py refuses it)
+    "training.offload": KnobEffect(
+        {"ds.adam_offload": True, "ref.offload": True},
+        value={"optimizer": True, "reference": True},
+        context=("training.sharding=parameters", "algorithm.kl_coef=0.05", *ONE_GPU),  # on CPU nothing moves
+    ),
+    "training.tensor_parallel_size": {"ds.tensor_parallel_size": 2},
+    # colocated engines must cover the actor's GPUs: fewer replicas than rollout devices on a split layout
+    "rollout.data_parallel_size": KnobEffect(
+        {"vllm.num_engines": 1},
+        value=1,
+        context=("resources.gpus_per_node=4", "placement.policy=split", "placement.args={rollout_gpus: 2}"),
+    ),
+    "resources.cpu_ranks_per_node": {"actor.num_gpus_per_node": 2, "launch.ray.logical_gpus": 4},
     "resources.nodes": {"actor.num_nodes": 2},
     "resources.ray_address": {"launch.ray.address": "127.0.0.1:6379"},
     "resources.gpus_per_node": {"actor.num_gpus_per_node": 2},

@@ -328,6 +328,8 @@ class OpenRLHFRecipeImporter:
         )
         if self.asynchronous and v >= Version("0.10.2"):
             recipe.extras["base"] = async_start(recipe)
+        elif not stage and engines_beside_actor(recipe):
+            recipe.extras["base"] = async_start(recipe, asynchronous=False)
         return recipe
 
     def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
@@ -422,11 +424,20 @@ class OpenRLHFRecipeImporter:
         return {(DOTTED.get(k, k) if v < DOTTED_SINCE else k): value for k, value in found.items()}
 
 
-def async_start(recipe: Recipe) -> dict[str, Any]:
+def engines_beside_actor(recipe: Recipe) -> bool:
+    """Whether the recipe's vLLM engines get GPUs of their own: OpenRLHF puts them on the actor's GPUs only with
+    --train.colocate_all (flat --colocate_all_models)."""
+    by_key = {s.key: s.value for s in recipe.settings}
+    engines = by_key.get("vllm.num_engines")
+    return by_key.get("train.colocate_all") is not True and isinstance(engines, int) and engines > 0
+
+
+def async_start(recipe: Recipe, asynchronous: bool = True) -> dict[str, Any]:
     """Where the search starts for a recipe with --train.async_enable: rollout.max_staleness = its queue size
     (asynchrony.py: the queue of k batches bounds staleness at k, exactly), partial rollouts as the recipe says,
     and split placement with the vLLM engines' devices (num_engines x tensor_parallel_size) beside the actor's:
-    OpenRLHF's async loop never puts vLLM on the actor's GPUs. The solver then checks every flag against the plan."""
+    OpenRLHF's async loop never puts vLLM on the actor's GPUs. The solver then checks every flag against the plan.
+    asynchronous False: the split placement alone, for a synchronous recipe whose engines are beside the actor."""
     by_key = {s.key: s.value for s in recipe.settings}
     defaults = parser_defaults(recipe.version) or {}
 
@@ -435,11 +446,16 @@ def async_start(recipe: Recipe) -> dict[str, Any]:
         return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else fallback
 
     rollout_gpus = value("vllm.num_engines", 1) * value("vllm.tensor_parallel_size", 1)
+    split = {
+        "placement": {"policy": "split", "args": {"rollout_gpus": rollout_gpus}},
+        "resources": {"gpus_per_node": value("actor.num_gpus_per_node", 1) + rollout_gpus},
+    }
+    if not asynchronous:
+        return split
     return {
         "rollout": {
             "max_staleness": value("train.async_queue_size", 1),
             "partial_rollouts": by_key.get("train.partial_rollout_enable") is True,
         },
-        "placement": {"policy": "split", "args": {"rollout_gpus": rollout_gpus}},
-        "resources": {"gpus_per_node": value("actor.num_gpus_per_node", 1) + rollout_gpus},
+        **split,
     }

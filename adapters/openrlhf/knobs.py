@@ -227,17 +227,9 @@ def _check_environment(config: RunConfig) -> str | None:
     return None
 
 
-def rollout_devices(config: RunConfig) -> int:
-    """Devices of the vLLM engines: all of them when colocated (one logical GPU on CPU), else the
-    placement policy's rollout_gpus."""
-    if config.placement.policy == "colocate":
-        return max(gpus_per_node(config), 1) * config.resources.nodes
-    return int(config.placement.args.get("rollout_gpus", 1))
-
-
 def _check_tp(config: RunConfig) -> str | None:
-    tp, devices = config.rollout.tensor_parallel_size, rollout_devices(config)
-    if devices % tp:
+    tp, devices = config.rollout.tensor_parallel_size, layout.rollout_devices(config)
+    if config.rollout.data_parallel_size is None and devices % tp:
         where = (
             "all the run's devices (colocate)"
             if config.placement.policy == "colocate"
@@ -557,9 +549,9 @@ def translate(config: RunConfig, flags: dict[str, Any], version: Version) -> int
 
 def role_placement(config: RunConfig, flags: dict[str, Any]) -> int:
     """Nodes and GPUs of the reference, critic and reward-model roles (OpenRLHF defaults each to 8
-    GPUs per node). On GPUs every role takes the actor's layout: colocated, they share its placement
+    GPUs per node): every role takes the actor's layout. On GPUs, colocated, they share its placement
     group (OpenRLHF asserts ref == actor when colocating with KL); split, the reference shares the
-    actor's GPUs (--train.colocate_actor_ref). On CPU each role is one process on one logical GPU."""
+    actor's GPUs (--train.colocate_actor_ref). On CPU each role gets as many logical GPUs as the actor."""
     gpus = gpus_per_node(config)
     roles = []
     if config.algorithm.kl_coef > 0:
@@ -569,8 +561,8 @@ def role_placement(config: RunConfig, flags: dict[str, Any]) -> int:
     if flags.get("reward.model_name_or_path"):
         roles.append("reward")
     for role in roles:
-        flags[f"{role}.num_nodes"] = config.resources.nodes if gpus else 1
-        flags[f"{role}.num_gpus_per_node"] = flags["actor.num_gpus_per_node"] if gpus else 1
+        flags[f"{role}.num_nodes"] = flags["actor.num_nodes"]
+        flags[f"{role}.num_gpus_per_node"] = flags["actor.num_gpus_per_node"]
     if gpus and "ref" in roles and config.placement.policy != "colocate":
         flags["train.colocate_actor_ref"] = True
-    return 0 if gpus else len(roles)
+    return 0 if gpus else len(roles) * flags["actor.num_nodes"] * flags["actor.num_gpus_per_node"]

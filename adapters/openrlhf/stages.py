@@ -26,6 +26,7 @@ from packaging.version import Version
 from rlbridge.contract.backend import Capability, gpus_per_node, honoured, offline_only
 from rlbridge.contract.config import RunConfig
 from rlbridge.helpers import free_port
+from rlbridge_adapters.openrlhf import layout
 
 MODULES = {"sft": "openrlhf.cli.train_sft", "dpo": "openrlhf.cli.train_dpo", "reward_model": "openrlhf.cli.train_rm"}
 SINCE = Version("0.10.2")  # the dotted flags this module writes
@@ -119,7 +120,6 @@ def translate(config: RunConfig, version: Version, model_path: str) -> dict[str,
         "max_norm": tr.grad_clip if tr.grad_clip is not None else 1e9,
         "lr_scheduler": {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[tr.lr_schedule],
         "lr_warmup_ratio": (tr.warmup_steps / tr.steps) if tr.steps else 0.0,
-        "ds.zero_stage": 0 if gpus == 0 else 2,
         "ds.param_dtype": {"float16": "fp16"}.get(config.model.dtype, "bf16"),
         "logger.tensorboard_dir": "<run_dir>/tensorboard",
         "logger.logging_steps": 1,
@@ -128,6 +128,7 @@ def translate(config: RunConfig, version: Version, model_path: str) -> dict[str,
         "ckpt.max_num": config.checkpoint.keep_last or 10**6,
         "eval.steps": config.data.eval_interval * config.updates_per_step if config.data.eval is not None else -1,
     }
+    layout.translate(config, flags)  # training.sharding and training.offload (adapters/openrlhf/layout.py)
     if tr.deterministic:
         flags["train.full_determinism_enable"] = True
     if tr.gradient_checkpointing:
