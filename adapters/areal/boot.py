@@ -1,0 +1,168 @@
+"""Installed in every AReaL process of a run (rlbridge/engine/boot/sitecustomize.py calls install): the
+controller, its training and rollout workers (AReaL's RPC servers, started by its local scheduler with this
+process's environment) and the inference server they launch. It applies the version-gated patches and
+instruments, through post-import hooks (nothing of AReaL is imported before AReaL itself is):
+
+* the controller's StatsLogger.commit: each step's statistics, copied into the events file;
+* the controller's RecoverHandler.dump: AReaL's recover checkpoint (it keeps one, overwritten), moved to
+  `<checkpoint.dir>/global_step_<N>` once written, the older ones pruned to checkpoint.keep_last;
+* the training rank 0's weight update from disk: what it wrote for the inference server, counted as a
+  `weight_sync` event of the step.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+from pathlib import Path
+
+from rlbridge.contract.metrics import numbers
+from rlbridge.engine.events import engine_metrics, synced_weights, write_event
+from rlbridge.engine.importhooks import when_imported
+from rlbridge.engine.patches import apply_from_environment
+from rlbridge.engine.ray_engine import once
+
+NATIVE_ENV = "RLBRIDGE_AREAL_NATIVE"
+PATCH_REPORT_ENV = "RLBRIDGE_AREAL_PATCH_REPORT"
+STEP_PREFIX = "global_step_"
+COMPLETE = "rlbridge_complete.json"  # written last into a step's directory: it holds every file AReaL wrote
+
+
+@once
+def install() -> None:
+    from rlbridge_adapters.areal.patches import PATCHES
+
+    apply_from_environment(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV)
+    when_imported("areal.utils.stats_logger", _instrument_stats)
+    when_imported("areal.utils.recover", _instrument_recover)
+    when_imported("areal.engine.fsdp_engine", _instrument_weight_update)
+
+
+def _native() -> dict:
+    path = os.environ.get(NATIVE_ENV)
+    return json.loads(Path(path).read_text()) if path and os.path.exists(path) else {}
+
+
+def _instrument_stats(module) -> None:
+    logger = module.StatsLogger
+    original = logger.commit
+    if getattr(original, "_rlbridge", False):
+        return
+
+    @functools.wraps(original)
+    def commit(self, epoch, step, global_step, data):
+        rows = data if isinstance(data, list) else [data]
+        for i, row in enumerate(rows):
+            write_event(engine_metrics(global_step + 1 + i, numbers(row)))
+        return original(self, epoch, step, global_step, data)
+
+    commit._rlbridge = True
+    logger.commit = commit
+
+
+def _instrument_recover(module) -> None:
+    handler = module.RecoverHandler
+    original = handler.dump
+    if getattr(original, "_rlbridge", False):
+        return
+
+    @functools.wraps(original)
+    def dump(self, engine, step_info, *args, **kwargs):
+        before = self.last_step_info.global_step
+        result = original(self, engine, step_info, *args, **kwargs)
+        if self.last_step_info.global_step != before:  # AReaL saved at this step (its frequency said so)
+            keep_step(Path(self.config.fileroot), step_info.global_step + 1, _native().get("keep_last"))
+        return result
+
+    dump._rlbridge = True
+    handler.dump = dump
+
+
+def areal_root(fileroot: Path) -> Path:
+    """What AReaL's Saver and RecoverHandler write under a recover fileroot (checkpoints/<user>/...)."""
+    return fileroot / "checkpoints"
+
+
+def keep_step(fileroot: Path, step: int, keep_last: int | None) -> Path:
+    """Move AReaL's just-written recover checkpoint (its model and optimizer state and recover_info, under
+    `fileroot`) to `<fileroot's parent>/global_step_<step>`, mark it complete, prune to keep_last."""
+    source = areal_root(fileroot)
+    target = fileroot.parent / f"{STEP_PREFIX}{step}"
+    if target.exists():  # a step saved again after a resume from an earlier one
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    os.replace(source, target / source.name)
+    files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+    (target / COMPLETE).write_text(json.dumps({"step": step, "files": files}))
+    if keep_last:
+        steps = sorted(
+            int(p.name[len(STEP_PREFIX) :])
+            for p in fileroot.parent.glob(f"{STEP_PREFIX}*")
+            if p.name[len(STEP_PREFIX) :].isdigit()
+        )
+        for old in steps[:-keep_last]:
+            shutil.rmtree(fileroot.parent / f"{STEP_PREFIX}{old}", ignore_errors=True)
+    return target
+
+
+def checkpoint_complete(path: Path) -> bool:
+    """A global_step_N whose marker lists files that are all there (rlbridge moved AReaL's finished save in
+    whole, then wrote the marker)."""
+    marker = path / COMPLETE
+    try:
+        files = json.loads(marker.read_text())["files"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return bool(files) and all((path / name).is_file() for name in files)
+
+
+def restore_step(path: Path, fileroot: Path) -> None:
+    """Put a global_step_N back where AReaL's RecoverHandler loads from (a copy: the step stays)."""
+    target = areal_root(fileroot)
+    if target.exists():
+        shutil.rmtree(target)
+    fileroot.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(path / target.name, target)
+
+
+def _instrument_weight_update(module) -> None:
+    engine = module.FSDPEngine
+    original = engine._update_weights_from_disk
+    if getattr(original, "_rlbridge", False):
+        return
+    save = engine._save_model_to_hf
+
+    @functools.wraps(save)
+    def save_model_to_hf(self, path, *args, **kwargs):
+        result = save(self, path, *args, **kwargs)
+        if getattr(self, "_rlbridge_sync_path", None) == path:
+            _report_saved_weights(Path(path))
+        return result
+
+    @functools.wraps(original)
+    def update_weights_from_disk(self, meta):
+        import torch.distributed as dist
+
+        self._rlbridge_sync_path = meta.path if dist.get_rank() == 0 else None
+        try:
+            return original(self, meta)
+        finally:
+            self._rlbridge_sync_path = None
+
+    update_weights_from_disk._rlbridge = True
+    engine._update_weights_from_disk = update_weights_from_disk
+    engine._save_model_to_hf = save_model_to_hf
+
+
+def _report_saved_weights(directory: Path) -> None:
+    """The bytes and tensors of the safetensors AReaL wrote for the inference server to load."""
+    from safetensors import safe_open
+
+    size, tensors = 0, 0
+    for file in directory.glob("*.safetensors"):
+        size += file.stat().st_size
+        with safe_open(str(file), "pt") as fh:
+            tensors += len(list(fh.keys()))
+    write_event(synced_weights(size, tensors))

@@ -1,0 +1,119 @@
+"""AReaL 1.0.4 end to end in its engine environment, beyond the shipped conformance suite: the patches its vLLM
+server needs (each test fails without its patch), the asynchronous loop within its staleness bound, and FSDP2 over
+two gloo ranks with the policy's parameters sharded. Runs in the areal cell (`rlbridge compat run --engine areal`)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlbridge.run.loading import load_config
+from rlbridge.run.runner import train
+
+QUICKSTART = Path(__file__).resolve().parents[3] / "configs" / "quickstart.yaml"
+
+
+def _areal() -> str | None:
+    try:
+        return importlib.metadata.version("areal")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+pytestmark = pytest.mark.skipif(_areal() != "1.0.4", reason="runs in the areal 1.0.4 engine environment")
+SMALL = [
+    "backend=areal",
+    "resources.gpus_per_node=auto",
+    "training.batch_size=2",
+    "algorithm.group_size=4",
+    "rollout.max_new_tokens=8",
+]
+
+
+def _server_help(tmp_path: Path, boot: bool) -> subprocess.CompletedProcess:
+    """AReaL's vLLM server module as AReaL's rollout worker starts it (python -m ...), with or without the adapter's
+    boot (rlbridge.engine.ray_engine.boot_env) in its environment."""
+    from rlbridge.engine.ray_engine import boot_env
+    from rlbridge_adapters.areal.boot import NATIVE_ENV
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLBRIDGE_")}
+    env.pop("PYTHONPATH", None)
+    if boot:
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"cpu": True}))
+        env.update(boot_env("rlbridge_adapters.areal.boot:install"), **{NATIVE_ENV: str(plan)})
+    return subprocess.run(
+        [sys.executable, "-m", "areal.engine.vllm_ext.areal_vllm_server", "--help"],
+        env={**env, "VLLM_TARGET_DEVICE": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.engine
+def test_areal_s_vllm_server_starts_on_vllm_0_29_only_with_the_patch(tmp_path):
+    """areal-vllm-server-on-vllm-0.29: without it AReaL's server does not import on vLLM 0.29."""
+    bare = _server_help(tmp_path, boot=False)
+    assert bare.returncode != 0 and "No module named 'vllm.entrypoints.openai.cli_args'" in bare.stderr
+    patched = _server_help(tmp_path, boot=True)
+    assert patched.returncode == 0, patched.stderr[-2000:]
+    assert "--worker-extension-cls" in patched.stdout  # vLLM's own serve arguments, through AReaL's __main__
+
+
+@pytest.mark.engine
+def test_asynchronous_loop_trains_within_its_staleness_bound(tmp_path):
+    """max_staleness 1 (AReaL's max_head_offpolicyness 1, interruptible generation): every step trains, the
+    staleness AReaL measures on its samples never exceeds 1, and the weights reach the server every step."""
+    run = tmp_path / "run"
+    summary = train(
+        load_config(
+            QUICKSTART,
+            [
+                *SMALL,
+                f"output_dir={run}",
+                "training.steps=4",
+                "rollout.max_staleness=1",
+                "rollout.partial_rollouts=true",
+            ],
+        ),
+        progress=False,
+    )
+    assert summary["status"] == "completed"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["async/staleness_max"] <= 1 for r in rows), [r.get("async/staleness_max") for r in rows]
+    assert all(r["weight_sync/bytes"] > 0 and r["weight_sync/tensors"] > 0 for r in rows)
+    config = yaml_load(run / "areal_config.yaml")
+    assert config["rollout"]["max_head_offpolicyness"] == 1
+
+
+@pytest.mark.engine
+@pytest.mark.matrix_only  # a second training process: make compat
+def test_two_cpu_ranks_shard_the_policy_with_fsdp2(tmp_path):
+    """resources.cpu_ranks_per_node 2: AReaL starts two training ranks (fsdp:d2, gloo), and each applies FSDP2 (AReaL's
+    engine log of each rank)."""
+    run = tmp_path / "run"
+    summary = train(
+        load_config(QUICKSTART, [*SMALL, f"output_dir={run}", "training.steps=2", "resources.cpu_ranks_per_node=2"]),
+        progress=False,
+    )
+    assert summary["status"] == "completed"
+    config = yaml_load(run / "areal_config.yaml")
+    assert config["actor"]["backend"] == "fsdp:d2t1c1"
+    logs = list((run / "areal" / "logs").rglob("actor.log"))
+    text = "".join(p.read_text(errors="replace") for p in logs)
+    for rank in (0, 1):
+        assert f"[FSDPEngine Rank {rank}] INFO: Applying FSDP2" in text, f"rank {rank} applied no FSDP2"
+
+
+def yaml_load(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
