@@ -299,7 +299,7 @@ class WandbSink:
     failed (exit code 1) with the error in its summary when the rlbridge run fails.
 
     It never prompts: `mode: online` needs WANDB_API_KEY (or a `wandb login` done before), else a
-    one-line error before the run starts.
+    one-line error before the run starts. `group` puts the run in a W&B group (runs of one experiment shown together).
     """
 
     MODES = ("offline", "online", "disabled")
@@ -314,6 +314,7 @@ class WandbSink:
         tags: list[str] | None = None,
         dir: str | None = None,
         native: bool = False,
+        group: str | None = None,
     ) -> None:
         if mode not in self.MODES:
             raise ConfigError(f"telemetry.sinks: wandb mode '{mode}' is not one of {', '.join(self.MODES)}")
@@ -324,6 +325,7 @@ class WandbSink:
                 "use mode: offline and `wandb sync` later"
             )
         self.mode, self.project, self.entity, self.run_name, self.tags = mode, project, entity, run_name, tags
+        self.group = group
         self.dir = Path(dir).expanduser() if dir else Path(run_dir)
         self.native = native
         self.run = None
@@ -343,6 +345,7 @@ class WandbSink:
             project=self.project,
             entity=self.entity,
             name=self.run_name or config.run_name,
+            group=self.group,
             tags=self.tags,
             config=config.model_dump(mode="json"),
             settings=settings,

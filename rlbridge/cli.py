@@ -754,10 +754,22 @@ def import_(
         "(its reward model or reward-function file, imported by default).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    env: Optional[list[str]] = typer.Option(
+        None,
+        "--env",
+        help="NAME=VALUE (repeatable): a variable the launch script reads from its environment, e.g. one a `case` "
+        "branches on; PWD=DIR reads the script as launched from DIR (default: its own directory).",
+    ),
 ) -> None:
     """Read a verl, OpenRLHF or TRL recipe into a canonical config; report how every setting maps."""
     from rlbridge.run.importer import import_recipe, write
 
+    variables = {}
+    for item in env or []:
+        name, eq, value = item.partition("=")
+        if not eq or not name.isidentifier():
+            raise RLBridgeError(f"--env {item}: expected NAME=VALUE (a shell variable name, then =)")
+        variables[name] = value
     rewards = []
     for item in reward or []:
         name, _, weight = item.partition(":")
@@ -765,7 +777,7 @@ def import_(
             rewards.append({"name": name, **({"weight": float(weight)} if weight else {})})
         except ValueError:
             raise RLBridgeError(f"--reward {item}: the weight after ':' must be a number") from None
-    result = import_recipe(recipe, from_, engine_version, rewards or None)
+    result = import_recipe(recipe, from_, engine_version, rewards or None, env=variables)
     if as_json:
         print(json.dumps(result.report_data(), indent=2, default=str))
     else:

@@ -7,6 +7,8 @@ or in conflict must come back with the recipe's value.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -223,13 +225,14 @@ def test_reported_kinds():
     verl = imported("verl", "reward_function.sh")
     kinds = {e.key: e.kind for e in verl.entries}
     assert kinds["custom_reward_function.path"] == "reward"
-    assert kinds["trainer.logger"] == "owned"
-    grpo = imported("verl", "grpo_gsm8k.sh")
-    options = {e.key: e.detail for e in grpo.entries if e.kind == "option"}
-    assert (
-        options["actor_rollout_ref.actor.fsdp_config.param_offload"]
-        == "backend_options.verl.actor_rollout_ref.actor.fsdp_config.param_offload"
+    assert kinds["trainer.logger"] == "sink"  # console: rlbridge's progress bar
+    shm = import_recipe(
+        "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo actor_rollout_ref.model.use_shm=True",
+        "verl",
+        rewards=[{"name": "digit_match"}],
     )
+    options = {e.key: e.detail for e in shm.entries if e.kind == "option"}
+    assert options == {"actor_rollout_ref.model.use_shm": "backend_options.verl.actor_rollout_ref.model.use_shm"}
     assert imported("openrlhf", "flat_rloo_0.9.sh").recipe.version == "0.9.10"
 
 
@@ -274,6 +277,9 @@ def test_switch_engine_plans():
     """The README story: a verl recipe, imported, plans on OpenRLHF (backend_options.verl stay behind)."""
     result = import_recipe(str(RECIPES / "verl" / "grpo_gsm8k.sh"), "verl", rewards=[{"name": "exact_match"}])
     data = dict(result.config, backend="openrlhf")
+    if data.get("training", {}).get("offload", {}).get("reference"):
+        # verl's reference offload (ref.fsdp_config.param_offload) is ZeRO-3's on OpenRLHF: its refusal says so
+        data["training"] = {**data["training"], "sharding": "parameters"}
     config = resolve(RunConfig.model_validate(data))
     native = get_plugin_manager().backend("openrlhf").plan(config).native
     args = native["args"]
@@ -362,6 +368,32 @@ def test_cli_writes_config_and_report(tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
+def test_unknown_openrlhf_flag_is_refused_without_its_environment(tmp_path):
+    """Issue 45: a typo in a flag exits 2 naming it, with a did-you-mean, also where no OpenRLHF environment exists
+    (before, only its spelling was checked there and the typo landed in backend_options): the flag list copied from
+    each version's own parser (adapters/openrlhf/recipe_defaults/parser-types-VERSION.json)."""
+    cases = (
+        ("0.11.2", "--actor.adam.lr 1e-6", "--actor.adam.lrr 2e-6", "actor.adam.lr"),
+        (
+            "0.11.0",
+            "--actor.adam.lr 1e-6",
+            "--algo.advantage.is_corection_enable",
+            "algo.advantage.is_correction_enable",
+        ),
+        ("0.9.10", "--actor_learning_rate 1e-6", "--actor_learning_rat 2e-6", "actor_learning_rate"),
+    )
+    env = {**os.environ, "RLBRIDGE_CACHE_DIR": str(tmp_path / "empty-cache")}  # no engine environment at all
+    for version, good, typo, meant in cases:
+        script = tmp_path / f"typo-{version}.sh"
+        script.write_text(f"python3 -m openrlhf.cli.train_ppo_ray \\\n  {good} \\\n  {typo}\n")
+        cli = [sys.executable, "-m", "rlbridge", "import", str(script), "--from", "openrlhf"]
+        res = subprocess.run([*cli, "--engine-version", version], capture_output=True, text=True, timeout=300, env=env)
+        assert res.returncode == 2, (version, res.stderr)
+        message = " ".join(res.stderr.split())
+        assert f"{script}:3: unknown OpenRLHF {version} flag {typo.split()[0]}" in message, message
+        assert f"did you mean '{meant}'" in message and "Traceback" not in res.stderr
+
+
 @pytest.mark.engine_env
 def test_unknown_flag_rejected_by_openrlhf_own_parser(tmp_path, user_engine_envs):
     """OpenRLHF's own parser, read in its environment: make test runs this once it created it."""
@@ -369,6 +401,9 @@ def test_unknown_flag_rejected_by_openrlhf_own_parser(tmp_path, user_engine_envs
 
     if parser_flags("0.11.2") is None:
         pytest.skip("no complete OpenRLHF 0.11.2 engine environment here")
+    # the copy used where no environment exists is this version's parser, flag for flag
+    vendored = Path(__file__).parents[1] / "adapters" / "openrlhf" / "recipe_defaults" / "parser-types-0.11.2.json"
+    assert set(json.loads(vendored.read_text())) == parser_flags("0.11.2") - {"help"}
     msg = _error(
         tmp_path,
         "openrlhf",
@@ -411,3 +446,181 @@ def test_imported_verl_recipe_trains_on_trl(tmp_path, monkeypatch):
         apply_override(data, item)
     summary = train(validate_config(data))
     assert summary["status"] == "completed" and summary["steps"] == 3
+
+
+SELF_LOCATING = """\
+#!/bin/bash
+# OpenRLHF's examples find their repository from their own location (examples/scripts/*.sh)
+SCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)"
+WORK_DIR=$(cd "$SCRIPT_DIR/../.." && pwd)
+python3 -m openrlhf.cli.train_ppo_ray \\
+   --actor.model_name_or_path $WORK_DIR/models/tiny \\
+   --reward.remote_url $WORK_DIR/examples/python/reward_func.py \\
+   --data.prompt_dataset "$WORK_DIR/data/train.jsonl" \\
+   --data.input_key prompt --data.label_key label \\
+   --ckpt.path "$(cd "$SCRIPT_DIR/../.." && pwd)/exp/ckpt" --ckpt.save_steps 5 \\
+   --rollout.batch_size 2 --rollout.n_samples_per_prompt 4 --train.batch_size 8 --actor.adam.lr 2e-6
+"""
+
+
+def test_a_self_locating_script_imports_absolute_paths_that_plan(tmp_path):
+    """Issue 45: `$(cd "$(dirname "$0")/.." && pwd)` paths are evaluated as bash runs the script, so the config
+    holds the absolute paths of the files beside the script (not the `$(...)` text, once reported as mapped),
+    and `rlbridge plan` accepts it."""
+    from rlbridge.contract.models import builtin_model_dir
+
+    model = builtin_model_dir("tiny-digits")
+    if not (model / "config.json").exists():
+        get_plugin_manager().get("model_builder", "tiny-digits", "model.path").build(model)
+    repo = tmp_path / "repo"
+    for folder in ("examples/scripts", "examples/python", "data", "models"):
+        (repo / folder).mkdir(parents=True)
+    (repo / "models" / "tiny").symlink_to(model)
+    (repo / "examples" / "python" / "reward_func.py").write_text(
+        "def reward_func(queries, prompts, labels, **kwargs):\n"
+        "    return [float(label in query) for query, label in zip(queries, labels)]\n"
+    )
+    (repo / "data" / "train.jsonl").write_text('{"prompt": "1111", "label": "1"}\n{"prompt": "2222", "label": "2"}\n')
+    script = repo / "examples" / "scripts" / "train.sh"
+    script.write_text(SELF_LOCATING)
+    out = tmp_path / "job.yaml"
+    cli = [sys.executable, "-m", "rlbridge"]
+    res = subprocess.run(
+        [*cli, "import", str(script), "--from", "openrlhf", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,  # launched from elsewhere: the paths still come from the script's own location
+    )
+    assert res.returncode == 0, res.stderr
+    import yaml
+
+    config = yaml.safe_load(out.read_text())
+    repo = repo.resolve()
+    assert config["reward"] == [
+        {"native": "openrlhf", "function": f"{repo}/examples/python/reward_func.py:reward_func"}
+    ]
+    assert config["data"]["train"] == {"type": "jsonl", "path": f"{repo}/data/train.jsonl"}
+    assert config["model"]["path"] == f"{repo}/models/tiny" and config["checkpoint"]["dir"] == f"{repo}/exp/ckpt"
+    assert "$(" not in out.read_text() and "$(" not in res.stdout.split("note:")[0]
+    plan = subprocess.run([*cli, "plan", str(out)], capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0, plan.stderr
+
+
+def test_an_unknowable_value_is_reported_with_its_line_not_imported(tmp_path):
+    """What only running the script knows (`$(date)`, a directory not on this machine) is not imported as text:
+    the setting is under action with its line and the reason."""
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=grpo \\\n"
+        "  trainer.default_local_dir=$(cd /rlbridge-no-such-dir && pwd)/ckpt \\\n"
+        "  custom_reward_function.path=$(git rev-parse --show-toplevel)/reward.py\n"
+    )
+    result = import_recipe(str(script), "verl")
+    entries = {e.key: e for e in result.entries}
+    ckpt, reward = entries["trainer.default_local_dir"], entries["custom_reward_function.path"]
+    assert (ckpt.kind, ckpt.line, reward.kind, reward.line) == ("action", 3, "action", 4), result.report()
+    assert "/rlbridge-no-such-dir is not a directory on this machine" in ckpt.detail
+    assert "git rev-parse" in reward.detail and "set the value in the config" in reward.detail
+    assert "$(" not in result.to_yaml().split("\n", 1)[1]
+    assert "checkpoint" not in result.config
+
+
+BRANCHING = """\
+DEVICE=${DEVICE:-$(python3 -c 'import torch_npu' 2>/dev/null && echo npu || echo gpu)}
+case "$DEVICE" in
+  npu) BATCH=16 ;;
+  gpu) BATCH=64 ;;
+esac
+python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=$BATCH
+"""
+
+
+def test_env_decides_a_branch_on_the_environment(tmp_path):
+    """`case "$DEVICE" in gpu) ...`: without DEVICE the batch size is unknowable (exit 2 naming the line and
+    --env); `rlbridge import --env DEVICE=gpu` reads the gpu branch."""
+    script = tmp_path / "branch.sh"
+    script.write_text(BRANCHING)
+    cli = [sys.executable, "-m", "rlbridge", "import", str(script), "--from", "verl", "--reward", "digit_match"]
+    env = {k: v for k, v in os.environ.items() if k != "DEVICE"}
+    bad = subprocess.run(cli, capture_output=True, text=True, timeout=300, env=env)
+    assert bad.returncode == 2 and f"{script}:6:" in bad.stderr and "--env NAME=VALUE" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
+    for device, batch in (("gpu", 64), ("npu", 16)):
+        res = subprocess.run([*cli, "--env", f"DEVICE={device}", "--json"], capture_output=True, text=True, env=env)
+        assert res.returncode == 0, res.stderr
+        settings = {s["key"]: s for s in json.loads(res.stdout)["settings"]}
+        assert (
+            settings["data.train_batch_size"]["value"] == batch
+            and settings["data.train_batch_size"]["kind"] == "mapped"
+        )
+    wrong = subprocess.run([*cli, "--env", "DEVICE"], capture_output=True, text=True, env=env)
+    assert wrong.returncode == 2 and "--env DEVICE: expected NAME=VALUE" in wrong.stderr
+
+
+def _sinks_plan(config: dict) -> None:
+    """Each imported sink's args are what its factory takes (the check `rlbridge plan` makes)."""
+    from rlbridge.contract.plugin_args import check_args
+
+    pm = get_plugin_manager()
+    for i, sink in enumerate(RunConfig.model_validate(config).telemetry.sinks):
+        plugin = pm.get("telemetry_sink", sink.name, f"telemetry.sinks[{i}].name")
+        check_args(plugin.factory, sink.args, f"telemetry.sinks[{i}].args", sink.name, {"run_dir": "runs/x"})
+
+
+def test_trackers_import_as_telemetry_sinks_with_their_names(tmp_path):
+    """Issue 45: the recipe's trackers are telemetry.sinks with its project and run names (before: dropped as
+    owned), and an API key on the command line is never written, neither in the config nor in the report."""
+    secret = "0123456789abcdef-secret-key"
+    verl = import_recipe(
+        "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo trainer.logger=['console','wandb','swanlab'] "
+        "trainer.project_name=math_rl trainer.experiment_name=qwen_grpo",
+        "verl",
+        rewards=[{"name": "digit_match"}],
+    )
+    kinds = {e.key: (e.kind, e.detail) for e in verl.entries}
+    assert verl.config["telemetry"]["sinks"] == [{"name": "wandb", "args": {"mode": "online", "project": "math_rl"}}]
+    assert verl.config["run_name"] == "qwen_grpo" and kinds["trainer.experiment_name"][0] == "mapped"
+    assert kinds["trainer.project_name"][0] == "sink"
+    assert kinds["trainer.logger"][0] == "action" and "swanlab: rlbridge has no such sink" in kinds["trainer.logger"][1]
+    orl = import_recipe(
+        f"python3 -m openrlhf.cli.train_ppo_ray --actor.adam.lr 1e-6 --logger.wandb.key {secret} "
+        "--logger.wandb.project math_rl --logger.wandb.org lab --logger.wandb.group ablation "
+        "--logger.wandb.run_name rf_baseline --logger.tensorboard_dir /tmp/tb",
+        "openrlhf",
+        rewards=[{"name": "digit_match"}],
+    )
+    assert orl.config["telemetry"]["sinks"] == [
+        {"name": "wandb", "args": {"mode": "online", "project": "math_rl", "entity": "lab", "group": "ablation"}},
+        {"name": "tensorboard", "args": {"log_dir": "/tmp/tb/rf_baseline"}},
+    ]
+    assert orl.config["run_name"] == "rf_baseline"
+    assert {e.key: e.kind for e in orl.entries if e.key.startswith("logger.")} == dict.fromkeys(
+        [f"logger.wandb.{k}" for k in ("key", "project", "org", "group", "run_name")] + ["logger.tensorboard_dir"],
+        "sink",
+    )
+    key = next(e for e in orl.entries if e.key == "logger.wandb.key")
+    assert "WANDB_API_KEY" in key.detail
+    written = orl.report() + json.dumps(orl.report_data(), default=str) + orl.to_yaml()
+    assert secret not in written
+    flat = import_recipe(
+        f"python3 -m openrlhf.cli.train_ppo_ray --actor_learning_rate 1e-6 --use_wandb {secret} --wandb_project p9",
+        "openrlhf",
+        rewards=[{"name": "digit_match"}],
+    )
+    assert flat.config["telemetry"]["sinks"] == [{"name": "wandb", "args": {"mode": "online", "project": "p9"}}]
+    assert secret not in flat.report() + json.dumps(flat.report_data(), default=str) + flat.to_yaml()
+    recipe = tmp_path / "grpo.yaml"
+    recipe.write_text("learning_rate: 1.0e-6\nreport_to: [wandb, tensorboard]\nrun_name: trl-grpo\n")
+    trl = import_recipe(str(recipe), "trl", rewards=[{"name": "digit_match"}])
+    assert trl.config["telemetry"]["sinks"] == [
+        {"name": "wandb", "args": {"mode": "online", "project": "huggingface"}},
+        {"name": "tensorboard"},
+    ]
+    assert trl.config["run_name"] == "trl-grpo"
+    assert {e.key: e.kind for e in trl.entries if e.key in ("report_to", "run_name")} == {
+        "report_to": "sink",
+        "run_name": "sink",
+    }
+    for result in (verl, orl, flat, trl):
+        _sinks_plan(result.config)

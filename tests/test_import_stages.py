@@ -25,7 +25,8 @@ def test_verls_own_sft_recipe_imports_as_an_sft_job_and_plans_it_back(monkeypatc
     assert config["data"]["eval"]["path"] == "/data-home/data/gsm8k/test.parquet"
     assert config["training"]["epochs"] == 4 and config["run_name"] == "gsm8k-sft-deepseek-coder-6.7b-instruct"
     kinds = {e.key: e.kind for e in result.entries}
-    assert kinds["trainer.logger"] == kinds["trainer.project_name"] == "owned"
+    assert kinds["trainer.logger"] == kinds["trainer.project_name"] == "sink"  # a wandb sink in project gsm8k-sft
+    assert config["telemetry"]["sinks"] == [{"name": "wandb", "args": {"mode": "online", "project": "gsm8k-sft"}}]
     assert not [e for e in result.entries if e.kind in ("conflict", "action")], result.report()
     # the round trip: the imported job's sft_trainer plan sets every setting the report calls reproduced
     backend = get_plugin_manager().backend("verl")
@@ -54,7 +55,7 @@ def test_trls_own_dpo_and_sft_configs_import_as_their_stages():
     assert (sft.config["training"]["lr"], sft.config["training"]["epochs"]) == (2e-4, 1)
     kinds = {e.key: e.kind for e in sft.entries}
     assert (
-        kinds["report_to"] == "owned"
+        kinds["report_to"] == "action"  # trackio: rlbridge has no such sink
         and kinds["SFTTrainer.peft_config"] == kinds["SFTTrainer.train_dataset"] == "action"
     )
     assert (
@@ -91,9 +92,14 @@ def test_openrlhfs_own_stage_commands_import_as_their_stages():
     for name, stage in (("train_dpo_llama.sh", "dpo"), ("train_rm.sh", "reward_model")):
         result = import_recipe(command(name), "openrlhf")
         assert result.config["algorithm"] == {"name": stage} and result.config["offline"] == {"max_length": 8192}
-        # ZeRO-3 and the chat template of preference rows are not reproduced, each with its reason
-        assert {e.key for e in result.by_kind("conflict")} == {
-            "ds.zero_stage",
-            "data.apply_chat_template",
-            "ds.packing_samples",
-        }
+        # the chat template of preference rows is not reproduced, with its reason (nor ZeRO-3, until the layout
+        # knobs of issue 42 map it)
+        assert (
+            {"data.apply_chat_template", "ds.packing_samples"}
+            <= {e.key for e in result.by_kind("conflict")}
+            <= {
+                "ds.zero_stage",
+                "data.apply_chat_template",
+                "ds.packing_samples",
+            }
+        )

@@ -3,8 +3,9 @@
 The real launch scripts under tests/fixtures/recipes/real/ (vendored from verl, OpenRLHF and TRL, see
 SOURCE.md there) are the oracle's input: bash itself runs each one with `python3 -m` and `ray` replaced
 by shell functions that record the launch command's argv and exit (bash_oracle.sh), and the reader's
-words must equal bash's, word for word, except where the script runs a command substitution
-(`$(date ...)`), which the reader keeps literally with a note."""
+words must equal bash's, word for word, except where the script runs a command substitution the reader does
+not evaluate (`$(date ...)`), which it keeps literally with the reason. Both read a script as run from its own
+directory, `$0` its real path."""
 
 import os
 import subprocess
@@ -60,6 +61,7 @@ def _bash(script: Path, home: Path, env: dict) -> list[str]:
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_real_script_reads_as_bash_reads_it(script, tmp_path):
     env = {"DEVICE": "gpu"}  # verl's grpo script asks `$(python3 -c 'import torch_npu')`, which the reader does not run
+    script = script.resolve()
     bash = _bash(script, tmp_path, env)
     marker = next(i for i, a in enumerate(bash) if a.endswith(MARKERS))
     found = read_launch(
@@ -67,15 +69,17 @@ def test_real_script_reads_as_bash_reads_it(script, tmp_path):
         str(script),
         lambda w: w.endswith(MARKERS),
         "launch",
-        environ={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PWD": str(tmp_path), **env},
+        environ={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
+        script=str(script),
     )
-    ours = [a.text for a in found.args]
+    ours = found.args
     theirs = bash[marker + 1 :]
-    assert len(ours) == len(theirs), (ours, theirs)
+    assert len(ours) == len(theirs), ([a.text for a in ours], theirs)
     for mine, real in zip(ours, theirs):
-        if "$(" in mine:  # a command substitution, kept literally: bash ran it
+        if mine.unknown is not None:  # a command substitution the reader does not run (`$(date)`): bash ran it
+            assert "$(" in mine.text or "`" in mine.text, mine
             continue
-        assert mine == real
+        assert mine.text == real
     lines = script.read_text().splitlines()
     for a in found.args:  # every word carries the line it was written on
         assert 1 <= a.line <= len(lines)
@@ -134,13 +138,87 @@ def test_arrays_splice_one_word_per_element_with_its_line():
     assert _args(script, MODE="npu")[2] == "x.k1=1"
 
 
-def test_command_substitution_is_kept_with_a_note_and_not_split_at_its_and():
+# the ways launch scripts find themselves and the paths beside them (issue 45): read as bash runs them
+LOCATION_IDIOMS = """\
+SCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)"
+WORK_DIR=$(cd "$SCRIPT_DIR/../.." && pwd)
+HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &> /dev/null && pwd)
+NAME=$(basename "$0" .sh)
+REWARD=`realpath $SCRIPT_DIR/../python/reward_func.py`
+LINKED=$(readlink -f "$WORK_DIR/linked")
+PHYSICAL=$(cd -P "$WORK_DIR/linked" && pwd)
+LOGICAL=$(cd "$WORK_DIR/linked/.." && pwd)
+cd "$SCRIPT_DIR/.."
+pushd python > /dev/null
+IN_PYTHON=$(pwd)
+popd > /dev/null
+python3 -m verl.trainer.main_ppo \\
+    a.reward=$WORK_DIR/examples/python/reward_func.py:reward_func \\
+    a.ckpt="$(cd "$SCRIPT_DIR/../.." && pwd)/exp/ckpt" a.here=$HERE a.name=$NAME a.file=$(basename $REWARD .py) \\
+    a.reward2=$REWARD a.linked=$LINKED a.physical=$PHYSICAL a.logical=$LOGICAL a.python=$IN_PYTHON \\
+    a.pwd=$(pwd) a.PWD=$PWD a.dir=$(dirname "$SCRIPT_DIR/x/") a.echo="$(echo -n "$NAME" done)"
+"""
+
+
+def _tree(tmp_path: Path) -> Path:
+    """repo/examples/scripts/run.sh beside repo/examples/python/reward_func.py, and a symlinked directory."""
+    repo = tmp_path / "repo"
+    (repo / "examples" / "scripts").mkdir(parents=True)
+    (repo / "examples" / "python").mkdir()
+    (repo / "examples" / "python" / "reward_func.py").write_text("def reward_func(*a): return 0.0\n")
+    (tmp_path / "elsewhere" / "deep").mkdir(parents=True)
+    (repo / "linked").symlink_to(tmp_path / "elsewhere" / "deep")
+    script = repo / "examples" / "scripts" / "run.sh"
+    script.write_text(LOCATION_IDIOMS)
+    return script
+
+
+def test_script_location_idioms_read_as_bash_runs_them(tmp_path):
+    """`$(cd "$(dirname "$0")" && pwd)`, `basename`, `realpath`, `readlink -f`, `cd` / `pushd` in the script:
+    evaluated, word for word what bash passes (bash_oracle.sh runs the script from its own directory)."""
+    script = _tree(tmp_path).resolve()
+    home = tmp_path / "home"
+    home.mkdir()
+    bash = _bash(script, home, {})
+    found = read_launch(
+        script.read_text(), str(script), lambda w: w.endswith(MARKERS), "launch", environ={}, script=str(script)
+    )
+    assert [a.text for a in found.args] == bash[bash.index("verl.trainer.main_ppo") + 1 :]
+    assert all(a.unknown is None for a in found.args)
+    values = dict(a.text.split("=", 1) for a in found.args)
+    repo = script.parents[2]
+    assert values["a.reward"] == f"{repo}/examples/python/reward_func.py:reward_func"
+    assert values["a.ckpt"] == f"{repo}/exp/ckpt" and values["a.name"] == "run" and values["a.file"] == "reward_func"
+    assert values["a.physical"] == values["a.linked"] == str((tmp_path / "elsewhere" / "deep").resolve())
+    assert values["a.logical"] == str(repo) and values["a.python"] == f"{repo}/examples/python"
+    assert values["a.pwd"] == values["a.PWD"] == f"{repo}/examples"  # after the script's own `cd`
+    assert values["a.echo"] == "run done" and values["a.dir"] == f"{repo}/examples/scripts"
+    # the same script given as a command line (no file): $0 is not its path, the launch directory is yours
+    elsewhere = read_launch(
+        LOCATION_IDIOMS, "<command line>", lambda w: w.endswith(MARKERS), "launch", environ={}, cwd=str(tmp_path)
+    )
+    assert any(a.unknown is not None for a in elsewhere.args)
+
+
+def test_unknowable_substitutions_keep_their_text_and_say_why():
     script = (
-        'WORK_DIR=$(cd "$(dirname "$0")/../.." && pwd)\npython3 -m verl.trainer.main_ppo a.dir=$WORK_DIR/x b=`date`\n'
+        "WORK_DIR=$(cd /rlbridge-no-such-dir && pwd)\n"
+        "python3 -m verl.trainer.main_ppo a.dir=$WORK_DIR/x b=`date` c=$(git rev-parse --show-toplevel)/x "
+        "d=$(cd /tmp | cat) e=$(dirname /a/b/c)\n"
     )
     found = read_launch(script, "recipe.sh", lambda w: w.endswith(MARKERS), "launch", environ={})
-    assert [a.text for a in found.args] == ['a.dir=$(cd "$(dirname "$0")/../.." && pwd)/x', "b=`date`"]
-    assert any("command substitution" in note and line == 1 for line, note in found.notes)
+    texts = [a.text for a in found.args]
+    assert texts == [
+        "a.dir=$(cd /rlbridge-no-such-dir && pwd)/x",
+        "b=`date`",
+        "c=$(git rev-parse --show-toplevel)/x",
+        "d=$(cd /tmp | cat)",
+        "e=/a/b",
+    ]
+    reasons = [a.unknown.reason if a.unknown else None for a in found.args]
+    assert "/rlbridge-no-such-dir is not a directory on this machine" in reasons[0] and "line 1" in reasons[0]
+    assert all("command substitution rlbridge import does not run" in r for r in reasons[1:4]) and reasons[4] is None
+    assert any("command substitution" in note and line == 2 for line, note in found.notes)
 
 
 def test_a_branch_on_an_unknown_value_names_the_line_and_what_to_set():
@@ -153,7 +231,7 @@ def test_a_branch_on_an_unknown_value_names_the_line_and_what_to_set():
         _args(script)
     message = str(exc.value)
     assert message.startswith("recipe.sh:6:") and "line 2" in message and "DEVICE" not in message.split("depends")[0]
-    assert "\n" not in message and "$(python3 -c" in message and "environment" in message
+    assert "\n" not in message and "$(python3 -c" in message and "--env NAME=VALUE" in message
     assert _args(script, DEVICE="npu") == ["data.train_batch_size=16"]
     # a test bash decides from numbers: `[ x -gt 1 ] && a || b`
     assert _args('PP=2\n[ "$PP" -gt 1 ] && V=4 || V=null\npython3 -m verl.trainer.main_ppo v=$V\n') == ["v=4"]

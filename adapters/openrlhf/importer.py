@@ -21,7 +21,7 @@ from packaging.version import Version
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import looks_local
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.run.recipe import Recipe, Setting, Token, find_command, scalar
+from rlbridge.run.recipe import Recipe, Setting, Token, find_command, is_file, scalar
 from rlbridge_adapters.openrlhf import stage_import
 from rlbridge_adapters.openrlhf.backend import DOTTED_SINCE, FLAT
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION
@@ -64,6 +64,25 @@ ACTION = {
 }
 
 
+# OpenRLHF's tracker flags (dotted; LOGGER_FLAT: their flat spelling before 0.10.2) -> the W&B sink's argument
+LOGGER_ARGS = {
+    "logger.wandb.key": "API key",
+    "logger.wandb.project": "project",
+    "logger.wandb.org": "entity",
+    "logger.wandb.group": "group",
+    "logger.wandb.run_name": "run name",
+    "logger.tensorboard_dir": "log_dir",
+}
+LOGGER_FLAGS = set(LOGGER_ARGS)
+LOGGER_FLAT = {
+    "use_wandb": "logger.wandb.key",
+    "wandb_project": "logger.wandb.project",
+    "wandb_org": "logger.wandb.org",
+    "wandb_group": "logger.wandb.group",
+    "wandb_run_name": "logger.wandb.run_name",
+    "use_tensorboard": "logger.tensorboard_dir",
+}
+
 # Where rlbridge's OpenRLHF plan departs from train_ppo_ray's defaults, and why
 DIFFERENCES = {
     "train.colocate_all": "placement.policy: colocate (rlbridge's default, on GPUs) shares the GPUs between actor, reference "
@@ -78,8 +97,9 @@ DIFFERENCES = {
 }
 
 
-def read_flags(args: list[Token], version: Version) -> list[tuple[str, Any, int | None, str, str]]:
-    """`--name v ...` tokens -> (normalised key, value, line, text, spelling). No value: True; several: a list."""
+def read_flags(args: list[Token], version: Version) -> list[tuple[str, Any, int | None, str, str, str]]:
+    """`--name v ...` tokens -> (normalised key, value, line, text, spelling, why the value is unknown without
+    running the script, or ''). No value: True; several: a list."""
     out = []
     i = 0
     while i < len(args):
@@ -95,7 +115,8 @@ def read_flags(args: list[Token], version: Version) -> list[tuple[str, Any, int 
         value: Any = True if not values else (scalar(values[0]) if len(values) == 1 else [scalar(v) for v in values])
         key = DOTTED.get(name, name) if version < DOTTED_SINCE else name
         text = " ".join(t.text for t in args[i:j])
-        out.append((key, value, tok.line, text, "" if key == name else name))
+        unknown = next((t.unknown for t in args[i:j] if t.unknown), "")
+        out.append((key, value, tok.line, text, "" if key == name else name, unknown))
         i = j
     return out
 
@@ -108,12 +129,14 @@ def _version_of(args: list[Token], version: str | None) -> str:
 
 
 def parser_flags(version: str) -> set[str] | None:
-    """The option names of train_ppo_ray's own parser, from the OpenRLHF engine environment (None without one)."""
+    """The option names of train_ppo_ray's own parser: from the OpenRLHF engine environment, else the copy made
+    from it for exactly that version (recipe_defaults/parser-types-VERSION.json), else None (the spelling only)."""
     from rlbridge.envs.create import env_path, env_python, is_complete
 
     path = env_path("openrlhf", version)
     if not is_complete(path):
-        return None
+        vendored = Path(__file__).parent / "recipe_defaults" / f"parser-types-{version}.json"
+        return set(json.loads(vendored.read_text())) if vendored.exists() else None
     from rlbridge.machine import cache_dir
 
     cached = cache_dir() / "import" / f"openrlhf-{version}-flags.json"
@@ -272,8 +295,8 @@ class OpenRLHFRecipeImporter:
 
     def read(self, source: str, version: str | None) -> Recipe:
         path = Path(source)
-        text = path.read_text() if path.is_file() else source
-        name = str(path) if path.is_file() else "<command line>"
+        text = path.read_text() if is_file(source) else source
+        name = str(path) if is_file(source) else "<command line>"
         cmd = find_command(text, MARKERS, name, "`python -m openrlhf.cli.train_ppo_ray`")
         version = _version_of(cmd.args, version)
         recipe = Recipe("openrlhf", name, version, [], list(cmd.notes))
@@ -299,7 +322,7 @@ class OpenRLHFRecipeImporter:
                 )
             )
         kinds = {} if stage else parser_types(version)
-        for key, value, line, text, spelling in read_flags(cmd.args, v):
+        for key, value, line, text, spelling, unknown in read_flags(cmd.args, v):
             written = spelling or key
             if v >= DOTTED_SINCE and "." not in written:
                 hint = (
@@ -321,8 +344,9 @@ class OpenRLHFRecipeImporter:
                 raise ConfigError(
                     f"{recipe.where(line)}: unknown OpenRLHF {version} flag --{written}{did_you_mean(written, known)}"
                 )
-            _check_type(recipe, line, written, value, kinds.get(written))
-            recipe.settings.append(Setting(key, value, line, text, spelling))
+            if not unknown:
+                _check_type(recipe, line, written, value, kinds.get(written))
+            recipe.settings.append(Setting(key, value, line, text, spelling, unknown))
         self.asynchronous = not stage and any(
             s.key == "train.async_enable" and s.value is True for s in recipe.settings
         )
@@ -388,11 +412,68 @@ class OpenRLHFRecipeImporter:
             return []  # an offline stage has no reward
         out = []
         for s in recipe.settings:
-            if s.key == "reward.model_name_or_path" and isinstance(s.value, str):
+            if s.key == "reward.model_name_or_path" and isinstance(s.value, str) and not s.unknown:
                 out += [RecipeReward({"model": path.strip()}, [s]) for path in s.value.split(",") if path.strip()]
+            elif s.unknown:
+                continue  # known only when the script runs: the report names it
             elif s.key == "reward.remote_url" and isinstance(s.value, str) and s.value.endswith(".py"):
                 out.append(RecipeReward({"native": "openrlhf", "function": f"{s.value}:reward_func"}, [s]))
         return out
+
+    def telemetry(self, recipe: Recipe):
+        """OpenRLHF's trackers as telemetry.sinks: W&B when --logger.wandb.key is given (flat --use_wandb KEY), with
+        its project (OpenRLHF's default when unset), org and group, and its run name as run_name; TensorBoard when
+        --logger.tensorboard_dir is (flat --use_tensorboard), in DIR/RUN_NAME as OpenRLHF writes it. The key itself
+        is never imported (WANDB_API_KEY)."""
+        from rlbridge.run.importer import SECRET, SECRET_DETAIL, RecipeTelemetry, tracker_sink
+
+        by_key: dict[str, Setting] = {}
+        for s in recipe.settings:
+            dotted = LOGGER_FLAT.get(s.key, s.key)
+            if dotted in LOGGER_FLAGS and not s.unknown:
+                by_key[dotted] = s
+        if not by_key:
+            return None
+        defaults = {LOGGER_FLAT.get(k, k): v for k, v in (parser_defaults(recipe.version) or {}).items()}
+
+        def value(flag: str) -> Any:
+            found = by_key.get(flag)
+            return found.value if found is not None else None
+
+        wandb, board, run_name = (
+            "logger.wandb.key" in by_key,
+            value("logger.tensorboard_dir"),
+            value("logger.wandb.run_name"),
+        )
+        sinks: list[dict[str, Any]] = []
+        if wandb:
+            project = value("logger.wandb.project") or defaults.get("logger.wandb.project")
+            sinks.append(
+                tracker_sink(
+                    "wandb",
+                    project=project,
+                    entity=value("logger.wandb.org"),
+                    group=value("logger.wandb.group"),
+                )
+            )
+        if isinstance(board, str):
+            sinks.append(tracker_sink("tensorboard", log_dir=f"{board.rstrip('/')}/{run_name}" if run_name else board))
+        settings = []
+        for flag, s in by_key.items():
+            if flag == "logger.wandb.key":
+                shown = Setting(s.key, SECRET, s.line, s.text, s.spelling)
+                settings.append((shown, "sink", f"the wandb sink; {SECRET_DETAIL}"))
+            elif flag == "logger.tensorboard_dir":
+                settings.append((s, "sink", f"the tensorboard sink, log_dir {sinks[-1]['args']['log_dir']}"))
+            elif flag == "logger.wandb.run_name" and (wandb or isinstance(board, str)):
+                settings.append((s, "sink", f"run_name={s.value} (the trackers' run name)"))
+            elif wandb:
+                settings.append((s, "sink", f"the wandb sink's {LOGGER_ARGS[flag]}"))
+            else:
+                settings.append(
+                    (s, "owned", "a W&B setting, unused: OpenRLHF logs to W&B only with --logger.wandb.key")
+                )
+        return RecipeTelemetry(sinks, settings, run_name if isinstance(run_name, str) and sinks else None)
 
     def difference_reason(self, key: str, config: RunConfig) -> str | None:
         """Why rlbridge's plan sets `key` to other than OpenRLHF's default (None: the knob that sets it says why)."""

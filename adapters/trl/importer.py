@@ -21,7 +21,7 @@ from typing import Any
 
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.run.recipe import Recipe, Setting, read_mapping
+from rlbridge.run.recipe import Recipe, Setting, is_file, read_mapping
 
 CONFIG_CLASSES = ("GRPOConfig", "RLOOConfig", "SFTConfig", "DPOConfig", "RewardConfig")
 # the offline stages' config classes -> algorithm.name (adapters/trl/stages.py): an SFT/DPO/RM recipe
@@ -61,6 +61,15 @@ SCRIPT_KEYS = {  # keys of `trl grpo --config` that are not config fields
     "lora_task_type": None,
     "attn_implementation": "the model's attention implementation: set by the engine",
     "trust_remote_code": "rlbridge loads local models",
+}
+TORCH_DTYPES = {"bfloat16", "float16", "float32", "float64", "half", "float", "double"}
+# peft's LoraConfig(...) arguments -> the LoRA keys of `trl grpo --config` (ModelConfig), which view() reads back
+LORA_ARGS = {
+    "r": "lora_r",
+    "lora_alpha": "lora_alpha",
+    "lora_dropout": "lora_dropout",
+    "target_modules": "lora_target_modules",
+    "task_type": "lora_task_type",
 }
 _OPS = {
     ast.Add: operator.add,
@@ -112,7 +121,31 @@ def _literal(node: ast.AST, constants: dict[str, Any]) -> Any:
         raise _Unreadable(node, f"the name {node.id!r}, which is not a module-level constant")
     if isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
         return "".join(str(v.value) for v in node.values)
+    if (  # torch.bfloat16: TRL and transformers take the dtype's name as well (model_init_kwargs={"dtype": ...})
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "torch"
+        and node.attr in TORCH_DTYPES
+    ):
+        return node.attr
     raise _Unreadable(node, f"`{ast.unparse(node)}`")
+
+
+def _lora_settings(node: ast.AST, constants: dict[str, Any]) -> list[Setting] | None:
+    """`peft_config=LoraConfig(r=16, ...)` as the LoRA settings of `trl grpo --config` (use_peft and lora_*), each
+    with its line; None for anything else (another config class, a variable, a value that is not a literal)."""
+    if not (isinstance(node, ast.Call) and _call_name(node) == "LoraConfig" and not node.args):
+        return None
+    out = [Setting("use_peft", True, node.lineno, f"peft_config={ast.unparse(node)}", "peft_config")]
+    for kw in node.keywords:
+        if kw.arg not in LORA_ARGS:
+            return None  # a LoraConfig argument no canonical LoRA knob has: the report keeps the whole object
+        try:
+            value = _literal(kw.value, constants)
+        except _Unreadable:
+            return None
+        out.append(Setting(LORA_ARGS[kw.arg], value, kw.value.lineno, f"{kw.arg}={ast.unparse(kw.value)}", kw.arg))
+    return out
 
 
 def _constants(tree: ast.Module) -> dict[str, Any]:
@@ -150,7 +183,7 @@ class TRLRecipeImporter:
 
     def read(self, source: str, version: str | None) -> Recipe:
         path = Path(source)
-        if not path.is_file():
+        if not is_file(source):
             raise ConfigError(
                 f"{source}: no such file; --from trl reads a GRPOConfig/RLOOConfig as YAML, JSON or a Python file"
             )
@@ -250,6 +283,8 @@ class TRLRecipeImporter:
                             recipe.notes.append(
                                 (kw.value.lineno, f"model={ast.unparse(kw.value)} is not a literal; set model.path")
                             )
+                    elif kw.arg == "peft_config" and _lora_settings(kw.value, constants) is not None:
+                        recipe.settings += _lora_settings(kw.value, constants)
                     elif kw.arg in (
                         "reward_funcs",
                         "train_dataset",
@@ -319,6 +354,13 @@ class TRLRecipeImporter:
     def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
         out = dict(native["args"])
         out["config_class"] = native["config_class"]
+        processes = (native.get("accelerate") or {}).get("num_processes", 1)
+        per_step = out.get("per_device_train_batch_size", 0) * processes
+        if "steps_per_generation" not in out and out.get("generation_batch_size") and per_step:
+            # what TRL's __post_init__ computes from generation_batch_size (grpo_config.py), as a recipe writes it
+            steps, rest = divmod(out["generation_batch_size"], per_step)
+            if not rest:
+                out["steps_per_generation"] = steps
         out["model_name_or_path"] = native["model"]["path"]
         out["dtype"] = native["model"]["dtype"]
         lora = native.get("lora")
@@ -335,6 +377,8 @@ class TRLRecipeImporter:
 
     def special(self, setting: Setting) -> tuple[str, str] | None:
         key = setting.key
+        if key == "report_to" and setting.value == "none":
+            return None  # what rlbridge's plan sets itself: the round trip gives it back
         if key in OWNED:
             return "owned", OWNED[key]
         if key in SCRIPT_KEYS and SCRIPT_KEYS[key]:
@@ -393,6 +437,37 @@ class TRLRecipeImporter:
                 for (spec, used), w in zip(found, weights.value)
             ]
         return [RecipeReward(spec, [used]) for spec, used in found]
+
+    def telemetry(self, recipe: Recipe):
+        """report_to's trackers as telemetry.sinks (wandb, tensorboard, mlflow; W&B's project is the one transformers
+        picks, WANDB_PROJECT or 'huggingface'), run_name as the config's run_name. report_to 'none' is what the plan
+        sets itself (same)."""
+        from rlbridge.run.importer import RecipeTelemetry, _show, tracker_sink
+
+        by_key = {s.key: s for s in recipe.settings if s.key in ("report_to", "run_name")}
+        report, name = by_key.get("report_to"), by_key.get("run_name")
+        trackers = [] if report is None else report.value if isinstance(report.value, list) else [report.value]
+        trackers = [str(t) for t in trackers if t not in ("none", None)]
+        if not trackers and name is None:
+            return None
+        sinks, missing = [], []
+        for tracker in trackers:
+            sink = tracker_sink(tracker, project="huggingface" if tracker == "wandb" else None)
+            if sink:
+                sinks.append(sink)
+            else:
+                missing.append(tracker)
+        settings = []
+        if trackers:
+            detail = f"telemetry.sinks={_show(sinks)}"
+            if missing:
+                detail += f"; {', '.join(missing)}: rlbridge has no such sink (`rlbridge plugins` lists the sinks)"
+            settings.append((report, "action" if missing else "sink", detail))
+        if name is not None and isinstance(name.value, str):
+            settings.append((name, "sink", f"run_name={name.value}"))
+        return RecipeTelemetry(
+            sinks, settings, name.value if name is not None and isinstance(name.value, str) else None
+        )
 
     def defaults(self, recipe: Recipe) -> dict[str, Any]:
         """What TRL's own config class makes of the recipe: the values it leaves unset, as TRL computes them."""
@@ -458,7 +533,26 @@ class TRLRecipeImporter:
             if isinstance(value, (int, float, str, bool, list, dict)) or value is None:
                 out[name] = value.value if hasattr(value, "value") else value
         out["config_class"] = class_name
+        out.update(_lora_defaults(recipe))
         return out
+
+
+def _lora_defaults(recipe: Recipe) -> dict[str, Any]:
+    """peft's LoraConfig defaults of the arguments a recipe's `peft_config=LoraConfig(...)` leaves unset (the
+    rank and alpha a bare LoraConfig() trains with), as the LoRA keys view() reads back; empty without peft."""
+    given = {s.key for s in recipe.settings}
+    if "use_peft" not in given or not any(s.spelling == "peft_config" for s in recipe.settings):
+        return {}
+    try:
+        import peft
+    except ImportError:
+        return {}
+    declared = {f.name: f.default for f in dataclasses.fields(peft.LoraConfig)}
+    return {
+        key: declared[arg]
+        for arg, key in LORA_ARGS.items()
+        if key not in given and isinstance(declared.get(arg), (int, float, str))
+    }
 
 
 def _as_trl_reads_it(recipe: Recipe) -> None:
@@ -476,6 +570,7 @@ def _reward_items(setting: Setting, recipe: Recipe) -> list[dict[str, Any]] | No
     None when one item is not a name this reader can resolve without running anything."""
     value = setting.value
     defined: set[str] = set()
+    imported: dict[str, str] = {}
     if "." in setting.key:  # GRPOTrainer(reward_funcs=...): the argument's source text
         try:
             node = ast.parse(value, mode="eval").body
@@ -483,6 +578,7 @@ def _reward_items(setting: Setting, recipe: Recipe) -> list[dict[str, Any]] | No
         except (SyntaxError, OSError):
             return None
         defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        imported = _imported_names(tree)
         nodes = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
         names: list[Any] = []
         for n in nodes:
@@ -496,7 +592,9 @@ def _reward_items(setting: Setting, recipe: Recipe) -> list[dict[str, Any]] | No
         names = value if isinstance(value, list) else [value]
     out: list[dict[str, Any]] = []
     for name in names:
-        if isinstance(name, tuple):
+        if isinstance(name, tuple) and name[1] in imported:  # `from trl.rewards import accuracy_reward`
+            out.append({"native": "trl", "function": imported[name[1]]})
+        elif isinstance(name, tuple):
             if name[1] not in defined:
                 return None
             out.append(
@@ -514,6 +612,17 @@ def _reward_items(setting: Setting, recipe: Recipe) -> list[dict[str, Any]] | No
         else:
             return None
     return out
+
+
+def _imported_names(tree: ast.Module) -> dict[str, str]:
+    """Names the file imports from a module (`from trl.rewards import accuracy_reward as acc`) -> 'module:name'."""
+    return {
+        (alias.asname or alias.name): f"{node.module}:{alias.name}"
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level
+        for alias in node.names
+        if alias.name != "*"
+    }
 
 
 def _trl_reward_names() -> set[str]:

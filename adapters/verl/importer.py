@@ -19,7 +19,7 @@ import yaml
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.contract.backend import flatten
-from rlbridge.run.recipe import Recipe, Setting, find_command, read_mapping
+from rlbridge.run.recipe import Recipe, Setting, find_command, is_file, read_mapping
 from rlbridge_adapters.verl import asynchrony, stage_import
 from rlbridge_adapters.verl.package import DEFAULT_VERSION
 
@@ -98,11 +98,11 @@ class VerlRecipeImporter:
     def read(self, source: str, version: str | None) -> Recipe:
         version = version or DEFAULT_VERSION
         path = Path(source)
-        if path.is_file() and path.suffix in (".yaml", ".yml", ".json"):
+        if is_file(source) and path.suffix in (".yaml", ".yml", ".json"):
             recipe = self._read_config(path, version)
         else:
-            text = path.read_text() if path.is_file() else source
-            name = str(path) if path.is_file() else "<command line>"
+            text = path.read_text() if is_file(source) else source
+            name = str(path) if is_file(source) else "<command line>"
             recipe = self._read_script(text, name, version)
         self._check_known(recipe)
         if recipe.extras.get("async_entry"):
@@ -152,9 +152,9 @@ class VerlRecipeImporter:
             overrides.append(tok)
         for tok in overrides:
             key, eq, value = tok.text.partition("=")
-            if eq and ("$(" in value or "`" in value):  # a command substitution, kept literally (noted): a string value
+            if eq and tok.unknown:  # known only when the script runs (a `$(...)` the reader does not run): reported
                 recipe.settings.append(
-                    Setting(key.lstrip("+"), value, tok.line, tok.text, key if key.startswith("+") else "")
+                    Setting(key.lstrip("+"), value, tok.line, tok.text, key if key.startswith("+") else "", tok.unknown)
                 )
                 continue
             recipe.settings.append(self._override(tok.text, tok.line, name))
@@ -278,11 +278,17 @@ class VerlRecipeImporter:
                 enable in by_key
                 and by_key[enable].value is True
                 and isinstance(getattr(by_key.get(path), "value", None), str)
+                and not by_key[path].unknown
             ):
                 out.append(RecipeReward({"model": by_key[path].value}, [by_key[enable], by_key[path]]))
         for prefix in ("custom_reward_function.", "reward.custom_reward_function."):
             function = by_key.get(prefix + "path")
-            if function is not None and isinstance(function.value, str) and function.value.endswith(".py"):
+            if (
+                function is not None
+                and not function.unknown
+                and isinstance(function.value, str)
+                and function.value.endswith(".py")
+            ):
                 name = by_key.get(prefix + "name")
                 used = [function] + ([name] if name is not None else [])
                 out.append(
@@ -296,6 +302,44 @@ class VerlRecipeImporter:
             # data_source (gsm8k, math, ...); the import keeps that function, run unchanged (where verl is installed)
             out.append(RecipeReward({"native": "verl", "function": DEFAULT_SCORER}, []))
         return out
+
+    def telemetry(self, recipe: Recipe):
+        """trainer.logger's trackers as telemetry.sinks (wandb, tensorboard, mlflow), with trainer.project_name as
+        their project (verl's packaged default when the recipe leaves it); 'console' is rlbridge's progress bar and
+        'file' its metrics.jsonl. trainer.experiment_name is run_name, which the plan gives back (mapped)."""
+        from rlbridge.run.importer import RecipeTelemetry, _show, tracker_sink
+
+        by_key = {s.key: s for s in recipe.settings if not s.unknown}
+        logger, project = by_key.get("trainer.logger"), by_key.get("trainer.project_name")
+        if logger is None and project is None:
+            return None
+        name = project.value if project else (_defaults_of(recipe) or {}).get("trainer.project_name")
+        trackers = [] if logger is None else logger.value if isinstance(logger.value, list) else [logger.value]
+        sinks, missing = [], []
+        for tracker in map(str, trackers):
+            if tracker in ("console", "file"):
+                continue  # rlbridge's own: the progress bar, metrics.jsonl
+            sink = tracker_sink("wandb" if tracker == "tracking" else tracker, project=str(name) if name else None)
+            if sink:
+                sinks.append(sink)
+            else:
+                missing.append(tracker)
+        settings = []
+        if logger is not None:
+            detail = f"telemetry.sinks={_show(sinks)}" + (
+                "; console: rlbridge's progress bar" if "console" in trackers else ""
+            )
+            if missing:
+                detail += f"; {', '.join(missing)}: rlbridge has no such sink (`rlbridge plugins` lists the sinks)"
+            settings.append((logger, "action" if missing else "sink", detail))
+        if project is not None:
+            uses = [s["name"] for s in sinks if s["name"] in ("wandb", "mlflow")]
+            settings.append(
+                (project, "sink", f"the project of the {' and '.join(uses)} sink")
+                if uses
+                else (project, "owned", "a tracker's project; trainer.logger names no tracker that has one")
+            )
+        return RecipeTelemetry(sinks, settings)
 
     def asynchrony(self, recipe: Recipe):
         """A launch of verl's async trainers (fully_async_main, one_step_off_policy.main_ppo) as canonical async knobs

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 from rlbridge.contract.backend import Backend
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, RLBridgeError
-from rlbridge.run.recipe import Recipe, Setting, same
+from rlbridge.run.recipe import Recipe, Setting, is_file, launch_environment, same
 
 # Canonical fields the solver does not search: the core's own (the runner fills them), and the
 # plugin lists, which a recipe's reward code cannot be translated into (the report says so).
@@ -53,6 +53,7 @@ KINDS = {
     "option": "kept as backend_options",
     "owned": "dropped: rlbridge sets it itself",
     "reward": "became a canonical reward entry, which rlbridge runs itself (the plan does not repeat this key)",
+    "sink": "became a telemetry sink or the run's name, which rlbridge logs to itself (the engine's own logger stays off)",
     "action": "not imported: needs an rlbridge plugin or knob",
     "conflict": "not reproduced: the plan sets another value",
 }
@@ -86,6 +87,10 @@ class RecipeImporter(Protocol):
         reward function file: {native: ENGINE, function: FILE.py:NAME}), each with the settings it
         consumes. Optional: an importer without it leaves rewards to --reward."""
 
+    def telemetry(self, recipe: Recipe) -> RecipeTelemetry | None:
+        """The recipe's trackers and run name as canonical telemetry (verl's trainer.logger, OpenRLHF's
+        --logger.wandb.*, TRL's report_to). Optional: an importer without it leaves logging settings to special()."""
+
 
 @dataclass
 class RecipeReward:
@@ -93,6 +98,49 @@ class RecipeReward:
     """A canonical reward entry (RewardSpec fields)."""
     settings: list[Setting]
     """The recipe settings this entry stands for (they leave the solver's targets)."""
+
+
+@dataclass
+class RecipeTelemetry:
+    """What a recipe's logging settings become (returned by an importer's optional `telemetry(recipe)`)."""
+
+    sinks: list[dict[str, Any]]
+    """telemetry.sinks entries (TelemetrySink fields): the trackers the recipe logs to, with its project names."""
+    settings: list[tuple[Setting, str, str]]
+    """Each logging setting consumed, with its report kind ('sink'; 'action' for a tracker rlbridge has no sink
+    for) and how it maps. A secret's Setting carries SECRET as its value: the report never shows it."""
+    run_name: str | None = None
+    """The run's name the recipe gives its tracker (the config's run_name), if it gives one."""
+
+
+SECRET = "<not imported>"
+"""The value the report shows for an API key the recipe passes on its command line."""
+SECRET_DETAIL = (
+    "an API key: never written into the config; the W&B sink reads it from WANDB_API_KEY in the environment the "
+    "run starts from (or `wandb login`)"
+)
+TRACKERS = ("wandb", "tensorboard", "mlflow")
+"""The engines' trackers that rlbridge has a telemetry sink of the same name for (plugins/telemetry.py)."""
+
+
+def tracker_sink(
+    tracker: str,
+    project: str | None = None,
+    entity: str | None = None,
+    group: str | None = None,
+    log_dir: str | None = None,
+) -> dict[str, Any] | None:
+    """The telemetry.sinks entry of an engine's tracker (None: rlbridge has no sink for it). W&B logs online, as
+    the engine's run would; its project, entity and group are the recipe's."""
+    if tracker not in TRACKERS:
+        return None
+    args = {
+        "wandb": {"mode": "online", "project": project, "entity": entity, "group": group},
+        "tensorboard": {"log_dir": log_dir},
+        "mlflow": {"experiment": project},
+    }[tracker]
+    args = {k: v for k, v in args.items() if v is not None}
+    return {"name": tracker, **({"args": args} if args else {})}
 
 
 @dataclass
@@ -273,8 +321,10 @@ def import_recipe(
     version: str | None = None,
     rewards: list[dict[str, Any]] | None = None,
     plugins=None,
+    env: dict[str, str] | None = None,
 ) -> ImportResult:
-    """Read `source` (a file or a command line) as a recipe of `engine` and return the canonical config and report."""
+    """Read `source` (a file or a command line) as a recipe of `engine` and return the canonical config and report.
+    `env`: variables a launch script reads from its environment (`--env NAME=VALUE`), over this process's own."""
     from rlbridge.contract.registry import get_plugin_manager
 
     pm = plugins or get_plugin_manager()
@@ -284,7 +334,8 @@ def import_recipe(
         raise ConfigError(f"--from {engine}: backend '{engine}' has no recipe importer")
     _check_text(source)
     try:
-        recipe = importer.read(source, version)
+        with launch_environment(env or {}):
+            recipe = importer.read(source, version)
     except SyntaxError as exc:  # a truncated or broken Python recipe (TRL), as Python itself reports it
         raise ConfigError(f"{exc.filename or source}:{exc.lineno}: not valid Python: {exc.msg}") from None
     if version and not backend.version_supported(version):
@@ -297,9 +348,9 @@ def import_recipe(
 def _check_text(source: str) -> None:
     """A recipe file must be text: a binary file is one line naming where, not a decoding traceback."""
     path = Path(source)
+    if not is_file(source):
+        return  # a command line
     try:
-        if not path.is_file():
-            return
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read the recipe ({exc.strerror})") from None
@@ -439,6 +490,11 @@ class Solver:
         self.asynchrony: RecipeAsync | None = getattr(importer, "asynchrony", lambda r: None)(recipe)
         for s in self.asynchrony.settings if self.asynchrony else []:
             consumed.setdefault((s.key, s.line), [])  # out of the search: the plan refuses what they are
+        self.telemetry: RecipeTelemetry | None = getattr(importer, "telemetry", lambda r: None)(recipe)
+        logging = {
+            (s.key, s.line): (s, kind, detail)
+            for s, kind, detail in (self.telemetry or RecipeTelemetry([], [])).settings
+        }
         self.async_notes: list[str] = []
         self.reward_settings: list[tuple[Setting, list[RecipeReward]]] = []
         self.unplanned_rewards = False
@@ -448,7 +504,20 @@ class Solver:
         self.lines: dict[str, Setting] = {}
         for s in recipe.settings:
             special = importer.special(s)
-            if (s.key, s.line) in consumed:
+            if s.unknown:  # the script computes it when it runs: nothing to import, the report names it and why
+                self.entries.append(
+                    Entry(
+                        s.spelling or s.key,
+                        s.value,
+                        s.line,
+                        "action",
+                        f"known only when the script runs: {s.unknown}; set the value in the config",
+                    )
+                )
+            elif (s.key, s.line) in logging:  # a tracker and its names: telemetry.sinks, run_name (not searched)
+                shown, kind, detail = logging[(s.key, s.line)]
+                self.entries.append(Entry(s.spelling or s.key, shown.value, s.line, kind, detail))
+            elif (s.key, s.line) in consumed:
                 if consumed[(s.key, s.line)]:
                     self.reward_settings.append((s, consumed[(s.key, s.line)]))
             elif special:
@@ -1061,6 +1130,10 @@ class Solver:
         if not self.explicit_version:
             out.pop("engine_version", None)
         out["reward"] = self.rewards or [r.spec for r in self.recipe_rewards]
+        if self.telemetry and self.telemetry.sinks:
+            out["telemetry"] = {**out.get("telemetry", {}), "sinks": self.telemetry.sinks}
+        if self.telemetry and self.telemetry.run_name:
+            out["run_name"] = self.telemetry.run_name
         ordered = {"backend": self.backend.name}
         ordered.update({k: v for k, v in out.items() if k != "backend"})
         return ordered
@@ -1072,7 +1145,14 @@ class Solver:
                 "reward: the recipe's own rewards do not plan on this machine (is the model path there?); "
                 "the settings were solved with a placeholder reward"
             )
-        if not self.rewards and any(".py:" in r.spec.get("function", "") for r in self.recipe_rewards):
+        files = [] if self.rewards else [r.spec.get("function", "").rpartition(":")[0] for r in self.recipe_rewards]
+        files = [f for f in files if f.endswith(".py")]
+        missing = [f for f in files if Path(f).is_absolute() and not Path(f).is_file()]
+        if missing:
+            notes.append(
+                f"reward: {missing[0]} is not on this machine; the config plans where it is (or give --reward)"
+            )
+        if any(not Path(f).is_absolute() for f in files):
             notes.append(
                 "reward: a reward function file's path is as the recipe wrote it (relative to where the recipe was "
                 "launched); rlbridge reads FILE.py relative to the config file, so check it there"

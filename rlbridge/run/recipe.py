@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -31,6 +33,9 @@ class Setting:
     """The setting as written (e.g. `actor_rollout_ref.actor.optim.lr=1e-6`)."""
     spelling: str = ""
     """The key as written, when the importer normalised it (e.g. a `+` prefix, a flat OpenRLHF flag)."""
+    unknown: str = ""
+    """Why the value cannot be known without running the script (e.g. a `$(...)` the reader does not run):
+    the value is then the text as written, and the importer reports the setting instead of importing it."""
 
 
 @dataclass
@@ -54,6 +59,8 @@ class Recipe:
 class Token:
     text: str
     line: int
+    unknown: str = ""
+    """Why the word's value is unknown without running the script ('' when it is known)."""
 
 
 # --- shell scripts -------------------------------------------------------------------------
@@ -70,18 +77,53 @@ class ShellCommand:
     notes: list[tuple[int | None, str]]
 
 
+_LAUNCH_ENV: ContextVar[dict[str, str] | None] = ContextVar("rlbridge_launch_env", default=None)
+
+
+@contextmanager
+def launch_environment(variables: dict[str, str]) -> Iterator[None]:
+    """Variables a launch script reads as if they were in the environment it runs in (`rlbridge import --env
+    NAME=VALUE`), over this process's own, for the recipes read inside the block; `PWD` names the directory
+    the script is read as launched from."""
+    token = _LAUNCH_ENV.set(dict(variables))
+    try:
+        yield
+    finally:
+        _LAUNCH_ENV.reset(token)
+
+
+def is_file(source: str) -> bool:
+    """Whether a recipe argument names a file (else it is a command line: one longer than a file name can be, or
+    with a NUL byte, is not a file either)."""
+    try:
+        return Path(source).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def find_command(text: str, markers: tuple[str, ...], source: str, what: str) -> ShellCommand:
     """The first command in `text` (a script or a command line) with a word in `markers`: the words bash
-    would pass it, read statically by rlbridge.run.shell (nothing is run), each with its line."""
+    would pass it, read statically by rlbridge.run.shell (nothing is run), each with its line. A script file
+    (`source` names one) is read as bash runs it from its own directory, `$0` its real path."""
     from rlbridge.run.shell import read_launch
 
-    found = read_launch(text, source, lambda word: any(_is_marker(word, m) for m in markers), what)
+    given = _LAUNCH_ENV.get() or {}
+    script = str(Path(source).resolve()) if source and is_file(source) else None
+    found = read_launch(
+        text,
+        source,
+        lambda word: any(_is_marker(word, m) for m in markers),
+        what,
+        environ={**os.environ, **given},
+        script=script,
+        cwd=given.get("PWD"),
+    )
+
+    def token(f) -> Token:
+        return Token(f.text, f.line, f.unknown.reason if f.unknown is not None else "")
+
     return ShellCommand(
-        [Token(f.text, f.line) for f in found.words],
-        [Token(f.text, f.line) for f in found.args],
-        found.line,
-        found.variables,
-        found.notes,
+        [token(f) for f in found.words], [token(f) for f in found.args], found.line, found.variables, found.notes
     )
 
 

@@ -13,10 +13,17 @@ Hand-written, not bashlex (PyPI, GPL-3.0, last release 2023): bashlex rejects ba
 (`${A:-${B:-/x}/y}` parses as `A:-${B:-/x`), and evaluates nothing: expansion, arrays and conditions
 would still be ours. Python's shlex has no `$` semantics (quotes are dropped before expansion).
 
-What cannot be known without running (a `$(...)` result, a file test, a `while` loop, `source`) is
-unknown: kept literally in the launch command with a note, and when a branch depends on it, every
-variable the branch sets becomes unknown; a launch word built from one is an error naming its line,
-the branch and what to set. Every lexer step consumes input, so no input makes the reader loop.
+The script is read as bash runs it from its own directory: `$0` and `${BASH_SOURCE[0]}` are its real
+path, `$PWD` and `pwd` its directory (`--env PWD=DIR` for another). Command substitutions made only of
+`cd`, `pwd`, `dirname`, `basename`, `realpath`, `readlink -f` and `echo` (`$(cd "$(dirname "$0")/.." && pwd)`)
+are evaluated as bash would, on this machine's directories; `cd` in the script itself moves the directory
+the rest of it reads.
+
+What cannot be known without running (any other `$(...)` result, a file test, a `while` loop, `source`,
+a `cd` into a directory that is not here) is unknown: a launch word built from it carries the reason
+(the importer reports that setting, with its line, as needing the user), and when a branch depends on
+it, every variable the branch sets becomes unknown; a launch word built from one is an error naming its
+line, the branch and what to set. Every lexer step consumes input, so no input makes the reader loop.
 """
 
 from __future__ import annotations
@@ -681,11 +688,33 @@ _BREAK = object()
 _SPLICE = object()  # marks a "${A[@]}" splice (an empty array makes no field)
 
 
+class _NotDeterministic(Exception):
+    """A command substitution that is not made only of the commands rlbridge import evaluates."""
+
+
+# commands whose output depends only on their arguments and this machine's directories: a command
+# substitution made of these is evaluated (Interpreter.evaluate); any other is unknown
+_EVALUATED = {"cd", "pwd", "dirname", "basename", "realpath", "readlink", "echo", "true", ":"}
+
+
 class Interpreter:
-    def __init__(self, source: str, is_launch: Callable[[str], bool], environ: dict[str, str] | None = None):
+    def __init__(
+        self,
+        source: str,
+        is_launch: Callable[[str], bool],
+        environ: dict[str, str] | None = None,
+        script: str | None = None,
+        cwd: str | None = None,
+    ):
         self.src = source
         self.is_launch = is_launch
         self.env = dict(os.environ if environ is None else environ)
+        self.script = script
+        """The script's real path ($0, ${BASH_SOURCE[0]}); None for a command line."""
+        self.cwd: str | Unknown = cwd or (os.path.dirname(script) if script else os.getcwd())
+        """The directory bash would be in at this point of the script ($PWD, `pwd`; moved by `cd`)."""
+        self.at_launch = True  # no `cd` has moved it: it is the launch directory (noted where read)
+        self.pushed: list[tuple[str | Unknown, bool]] = []  # pushd's directory stack (cwd, at_launch)
         self.vars: dict[str, Var] = {}
         self.functions: dict[str, Function] = {}
         self.positional: list[Field] = []
@@ -954,6 +983,26 @@ class Interpreter:
         if marker is not None:
             raise _Found(Launch(fields, marker, fields[marker].line))
         name = fields[0].text
+        if name in ("cd", "pushd"):  # the directory the rest of the script reads (`pwd`, relative paths)
+            if name == "pushd":
+                self.pushed.append((self.cwd, self.at_launch))
+            try:
+                moved = self.change_directory([f.text for f in fields[1:]], node.line)
+            except _NotDeterministic:
+                moved = Unknown(f"`{name}` at line {node.line}, whose target rlbridge import does not know")
+            unknown = next((f.unknown for f in fields[1:] if f.unknown is not None), None) or (
+                moved if isinstance(moved, Unknown) else None
+            )
+            if unknown is not None or self.taint is not None:
+                self.cwd = self.taint or unknown
+            return
+        if name == "popd":
+            self.cwd, self.at_launch = (
+                self.pushed.pop()
+                if self.pushed
+                else (Unknown(f"`popd` at line {node.line} with no `pushd` before it"), False)
+            )
+            return
         if name in ("export", "declare", "typeset", "local", "readonly"):
             self.declaration(name, words[1:], node.line)
         elif name == "unset":
@@ -1045,13 +1094,30 @@ class Interpreter:
         if name.isdigit():
             n = int(name)
             if n == 0:
-                return Var(self.src, None, line)
+                return Var(self.script or self.src, None, line)
             return Var(self.positional[n - 1].text, None, line) if n <= len(self.positional) else None
-        if name in self.env or name == "PWD":
-            value = self.env.get(name) or os.getcwd()  # bash sets PWD itself: where the script is launched
+        if name == "BASH_SOURCE" and self.script:
+            return Var([Field(self.script, line)], None, line)
+        if name == "PWD":  # bash sets PWD itself: the directory it is in
+            return Var(*self.directory(line, "$PWD"), line)
+        if name in self.env:
+            value = self.env[name]
             self.note(line, f"${name} is not set in the script; taken from your environment ({value})")
             return Var(value, None, line)
         return None
+
+    def directory(self, line: int, what: str) -> tuple[str, Unknown | None]:
+        """The directory bash is in here (its value, or why it is unknown), noting where the launch directory came from."""
+        if isinstance(self.cwd, Unknown):
+            return "", self.cwd
+        if self.at_launch:
+            self.note(
+                line,
+                f"{what} is the directory the script is launched from, read as "
+                + ("the script's own" if self.script else "yours")
+                + f" ({self.cwd}); --env PWD=DIR reads it as launched from DIR",
+            )
+        return self.cwd, None
 
     def expand(self, raw: str, line: int, split: bool = True, assignment: bool = False) -> list[Field]:
         """One raw word -> the fields bash makes of it (quote removal, expansion, field splitting)."""
@@ -1176,14 +1242,152 @@ class Interpreter:
         return out
 
     def substitution(self, text: str, line: int, quoted: bool) -> tuple:
+        body = text[2:-1] if text.startswith("$(") else re.sub(r"\\([$`\\])", r"\1", text[1:-1])
+        value = self.evaluate(body, line)
+        if isinstance(value, str):
+            self.note(line, f"command substitution {text} evaluated as bash would: {value!r}")
+            return (value, not quoted, None, None, quoted)
         self.note(line, f"command substitution {text} is not run; kept literally")
         return (
             text,
             False,
-            Unknown(f"{text} (line {line}, a command substitution rlbridge import does not run)"),
+            value or Unknown(f"{text} (line {line}, a command substitution rlbridge import does not run)"),
             None,
             quoted,
         )
+
+    # -- command substitutions rlbridge import evaluates --
+    def evaluate(self, body: str, line: int) -> str | Unknown | None:
+        """The output of `$(body)` when it is made only of the commands in _EVALUATED (run in a subshell: the
+        script's directory is unchanged after it); Unknown when one of them fails here (a directory that is not
+        on this machine); None when it runs anything else."""
+        try:
+            tree = Parser(Lexer(body, self.src).tokens(), self.src).program()
+        except ShellError:
+            return None
+        if not tree:
+            return None
+        saved = self.cwd, self.at_launch
+        out: list[str] = []
+        try:
+            for node in tree:
+                if not isinstance(node, AndOr):
+                    return None
+                status = self.builtin(node.first, out, line)
+                for op, other in node.rest:
+                    if op == "|" or isinstance(status, Unknown):
+                        return None if op == "|" else status
+                    if status is (op == "&&"):
+                        status = self.builtin(other, out, line)
+                if isinstance(status, Unknown):
+                    return status
+        except _NotDeterministic:
+            return None
+        finally:
+            self.cwd, self.at_launch = saved
+        return "".join(out).rstrip("\n")
+
+    def builtin(self, node: Any, out: list[str], line: int) -> bool | Unknown:
+        """Run one command of _EVALUATED: its output appended to `out`; True, or Unknown when it fails here."""
+        if not isinstance(node, Simple) or not node.words or node.words[0].kind != "word":
+            raise _NotDeterministic
+        if _ASSIGN.match(node.words[0].text):
+            raise _NotDeterministic
+        words = [f for tok in node.words if tok.kind == "word" for f in self.expand(tok.text, tok.line)]
+        if not words or words[0].text not in _EVALUATED:
+            raise _NotDeterministic
+        unknown = next((w.unknown for w in words if w.unknown is not None), None)
+        if unknown is not None:
+            return unknown
+        name, args = words[0].text, [w.text for w in words[1:]]
+        if any(_redirects_stdout(r) for r in node.redirs):
+            out = []  # stdout redirected away: nothing captured
+        if name == "cd":
+            return self.change_directory(args, line)
+        if name in ("true", ":"):
+            return True
+        result = self.output(name, args, line)
+        if isinstance(result, Unknown):
+            return result
+        out.append(result)
+        return True
+
+    def output(self, name: str, args: list[str], line: int) -> str | Unknown:
+        """What pwd, dirname, basename, realpath, readlink -f and echo print (bash's and coreutils' rules)."""
+        opts, operands = _options(args) if name != "echo" else ([], args)
+        if name == "pwd":
+            cwd, unknown = self.directory(line, "`pwd`")
+            if unknown is not None:
+                return unknown
+            return (os.path.realpath(cwd) if "-P" in opts else cwd) + "\n"
+        if name == "dirname":
+            return "".join(_dirname(a) + "\n" for a in operands)
+        if name == "basename":
+            suffix, names, rest = None, False, list(args)
+            while rest and rest[0].startswith("-") and rest[0] != "-":
+                flag = rest.pop(0)
+                if flag == "--":
+                    break
+                if flag in ("-s", "--suffix") and rest:
+                    suffix, names = rest.pop(0), True
+                elif flag.startswith(("-s", "--suffix=")):
+                    suffix, names = flag.split("=", 1)[-1] if "=" in flag else flag[2:], True
+                elif flag in ("-a", "--multiple"):
+                    names = True
+                else:
+                    raise _NotDeterministic
+            if not names and len(rest) == 2:
+                rest, suffix = rest[:1], rest[1]
+            return "".join(_basename(a, suffix or "") + "\n" for a in rest)
+        if name == "echo":
+            newline = True
+            while operands and operands[0] in ("-n", "-E"):
+                newline = newline and operands[0] != "-n"
+                operands = operands[1:]
+            if operands and operands[0].startswith("-e"):
+                raise _NotDeterministic  # escapes: not read
+            return " ".join(operands) + ("\n" if newline else "")
+        # realpath, readlink: canonical paths, resolved against this machine's file system
+        if name == "readlink" and not {"-f", "-e", "-m"} & set(opts):
+            raise _NotDeterministic  # plain readlink prints a link's target
+        if any(o.startswith("--relative") for o in opts):
+            raise _NotDeterministic
+        lines = []
+        for operand in operands:
+            base, unknown = self.directory(line, f"`{name} {operand}`") if not operand.startswith("/") else ("/", None)
+            if unknown is not None:
+                return unknown
+            path = os.path.join(base, operand)
+            resolved = _normalize(path) if "-s" in opts or "--no-symlinks" in opts else os.path.realpath(path)
+            missing = (
+                not os.path.exists(resolved)
+                if "-e" in opts
+                else (not os.path.isdir(os.path.dirname(resolved)) if "-m" not in opts else False)
+            )
+            if missing:
+                return Unknown(f"`{name} {operand}` (line {line}): {path} is not on this machine")
+            lines.append(resolved + "\n")
+        return "".join(lines)
+
+    def change_directory(self, args: list[str], line: int) -> bool | Unknown:
+        """`cd [-L|-P] [DIR]` as bash does it (logical: `..` removes the previous component): True, or Unknown
+        when DIR is not a directory on this machine."""
+        opts, operands = _options(args)
+        target = operands[0] if operands else self.env.get("HOME", "")
+        if target == "-" or not target:
+            raise _NotDeterministic
+        if target.startswith("/"):
+            path = target
+        else:
+            base, unknown = self.directory(line, f"`cd {target}`")
+            if unknown is not None:
+                return unknown
+            path = base.rstrip("/") + "/" + target
+        new = os.path.realpath(path) if "-P" in opts else _normalize(path)
+        if not os.path.isdir(new):
+            return Unknown(f"`cd {target}` (line {line}): {new} is not a directory on this machine")
+        self.cwd, self.at_launch = new, False
+        return True
 
     def dollar(self, s: str, i: int, line: int, quoted: bool) -> tuple[int, list[Any] | None]:
         if s.startswith("$((", i):
@@ -1507,6 +1711,58 @@ def _trim(value: str, pattern: str, op: str) -> str:
     return value
 
 
+def _redirects_stdout(redir: Tok) -> bool:
+    """Whether a redirection sends a command's standard output elsewhere (`>f`, `1>>f`, `&>f`, `>&2`)."""
+    m = Lexer._REDIR.fullmatch(redir.text)
+    if not m or m.group(1) not in ("", "1", "&") or m.group(2) not in (">", ">>", ">|", ">&"):
+        return False
+    return not (m.group(2) == ">&" and redir.items and redir.items[0][0] == "1")
+
+
+def _options(args: list[str]) -> tuple[list[str], list[str]]:
+    """A coreutils command's options (up to `--` or the first operand) and its operands."""
+    for k, arg in enumerate(args):
+        if arg == "--":
+            return args[:k], args[k + 1 :]
+        if not arg.startswith("-") or arg == "-":
+            return args[:k], args[k:]
+    return args, []
+
+
+def _normalize(path: str) -> str:
+    """A path with `.`, `..` and repeated slashes removed lexically, as bash's logical `cd` and `pwd` keep it."""
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(part)
+    return "/" + "/".join(parts)
+
+
+def _dirname(path: str) -> str:
+    """POSIX dirname: the path without its last component (`.` when there is none)."""
+    stripped = path.rstrip("/")
+    if not stripped:
+        return "/" if path else "."
+    if "/" not in stripped:
+        return "."
+    head = stripped[: stripped.rindex("/")].rstrip("/")
+    return head or "/"
+
+
+def _basename(path: str, suffix: str = "") -> str:
+    """POSIX basename: the last component, without `suffix` unless it is the whole component."""
+    stripped = path.rstrip("/")
+    if not stripped:
+        return "/" if path else ""
+    base = stripped.rsplit("/", 1)[-1]
+    return base[: -len(suffix)] if suffix and base.endswith(suffix) and base != suffix else base
+
+
 def _evaluate_arith(text: str, interp: Interpreter, line: int) -> int | Unknown:
     import ast
 
@@ -1613,9 +1869,16 @@ class Found:
 
 
 def read_launch(
-    text: str, source: str, is_launch: Callable[[str], bool], what: str, environ: dict[str, str] | None = None
+    text: str,
+    source: str,
+    is_launch: Callable[[str], bool],
+    what: str,
+    environ: dict[str, str] | None = None,
+    script: str | None = None,
+    cwd: str | None = None,
 ) -> Found:
-    """Read `text` (a script or a command line) statically and return the first launch command."""
+    """Read `text` (a script or a command line) statically and return the first launch command. `script` is
+    the script file's real path (`$0`; the directory it is read from, unless `cwd` names another)."""
     if "\x00" in text:
         raise ShellError(
             f"{source}:1: not a shell script (binary data); rlbridge import reads a launch script, a command line "
@@ -1623,7 +1886,7 @@ def read_launch(
         )
     toks = Lexer(text, source).tokens()
     tree = Parser(toks, source).program()
-    interp = Interpreter(source, is_launch, environ)
+    interp = Interpreter(source, is_launch, environ, script, cwd)
     try:
         launch = interp.run(tree)
     except _Exit as stop:
@@ -1638,7 +1901,7 @@ def read_launch(
         if f.unknown is not None and f.unknown.branch:
             raise ShellError(
                 f"{source}:{f.line}: {f.text!r} depends on {f.unknown.reason}; set the variables that "
-                "branch tests in your environment (or in the script) so the launch command can be read"
+                "branch tests (`rlbridge import --env NAME=VALUE`, or your environment) so the launch command can be read"
             )
     variables = {
         k: (v.value if isinstance(v.value, str) else " ".join(x.text for x in v.value)) for k, v in interp.vars.items()
