@@ -624,3 +624,37 @@ def test_trackers_import_as_telemetry_sinks_with_their_names(tmp_path):
     }
     for result in (verl, orl, flat, trl):
         _sinks_plan(result.config)
+
+
+def test_trl_python_recipe_reads_dtypes_imported_rewards_and_lora(tmp_path):
+    """TRL's own examples/scripts/rloo.py style: `torch.bfloat16`, reward functions imported from trl.rewards and
+    `peft_config=LoraConfig(...)` are read without running the file (before: an error at the dtype, then an
+    action for the rewards and the LoRA config)."""
+    recipe = tmp_path / "rloo.py"
+    recipe.write_text(
+        "import torch\nfrom peft import LoraConfig\nfrom trl import RLOOConfig, RLOOTrainer\n"
+        "from trl.rewards import accuracy_reward, think_format_reward as think\n\n"
+        "args = RLOOConfig(\n    output_dir='out',\n    model_init_kwargs={'dtype': torch.bfloat16},\n"
+        "    learning_rate=1e-5,\n)\n"
+        "trainer = RLOOTrainer(\n    model='Qwen/Qwen3-0.6B',\n    args=args,\n    reward_funcs=[think, accuracy_reward],\n"
+        "    peft_config=LoraConfig(r=16, lora_alpha=32),\n)\n"
+    )
+    result = import_recipe(str(recipe), "trl")
+    kinds = {e.key: e.kind for e in result.entries}
+    assert result.config["reward"] == [
+        {"native": "trl", "function": "trl.rewards:think_format_reward"},
+        {"native": "trl", "function": "trl.rewards:accuracy_reward"},
+    ]
+    assert result.config["model"]["lora"]["rank"] == 16 and result.config["model"]["lora"]["alpha"] == 32
+    assert kinds["model_init_kwargs"] == kinds["peft_config"] == kinds["r"] == kinds["lora_alpha"] == "mapped"
+    assert kinds["RLOOTrainer.reward_funcs"] == "reward", result.report()
+
+
+def test_a_command_line_longer_than_a_file_name_imports():
+    """A quoted command line of 300 characters is a command line, not a file name the OS refuses (OSError)."""
+    line = "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo " + " ".join(
+        f"+custom.key_{i}=value_{i}" for i in range(12)
+    )
+    assert len(line) > 255
+    result = import_recipe(line, "verl", rewards=[{"name": "digit_match"}])
+    assert result.recipe.source == "<command line>" and len(result.recipe.settings) == 13
