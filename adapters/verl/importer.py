@@ -80,12 +80,14 @@ def _version_dir(version: str) -> Path | None:
     return Path(found[0]) if found else None
 
 
-def packaged_defaults(version: str) -> dict[str, Any] | None:
-    """verl's packaged main_ppo config (flat) for a version whose engine environment exists."""
+def packaged_defaults(version: str, model_engine: str = "dp") -> dict[str, Any] | None:
+    """verl's packaged main_ppo config (flat) for a version whose engine environment exists; model_engine=megatron
+    composes its Megatron configs (layout.py)."""
+    name = "ppo_megatron_trainer" if model_engine == "megatron" else "ppo_trainer"
     config_dir = _version_dir(version)
-    path = config_dir / "_generated_ppo_trainer.yaml" if config_dir is not None else None
+    path = config_dir / f"_generated_{name}.yaml" if config_dir is not None else None
     if path is None or not path.exists():
-        path = Path(__file__).parent / "recipe_defaults" / f"ppo_trainer-{version}.yaml"  # a copy of the same file
+        path = Path(__file__).parent / "recipe_defaults" / f"{name}-{version}.yaml"  # a copy of the same file
     if not path.exists():
         return None
     return flatten(yaml.safe_load(path.read_text()))
@@ -159,12 +161,14 @@ class VerlRecipeImporter:
                 continue
             recipe.settings.append(self._override(tok.text, tok.line, name))
         engine = next((s for s in recipe.settings if s.key == "model_engine"), None)
-        if engine is not None and engine.value not in ("dp", "fsdp"):
+        if engine is not None and engine.value not in ("dp", "fsdp", "megatron"):
             raise ConfigError(
                 f"{recipe.where(engine.line)}: model_engine={engine.value} composes verl's {engine.value} trainer config; "
-                "rlbridge runs verl's FSDP engine (model_engine=dp, the default), so this recipe's "
-                f"{engine.value} keys have no meaning there: import the FSDP variant of the recipe"
+                "rlbridge runs verl's FSDP engine (model_engine=dp, the default) or Megatron (training.strategy: "
+                f"megatron), so this recipe's {engine.value} keys have no meaning there: import its FSDP or Megatron variant"
             )
+        if engine is not None:  # its defaults are the Megatron configs' (training.strategy: megatron)
+            recipe.extras["model_engine"] = engine.value
         return recipe
 
     @staticmethod
@@ -225,8 +229,8 @@ class VerlRecipeImporter:
             return
         prefixes = {k.rsplit(".", i)[0] for k in defaults for i in range(1, k.count(".") + 1)}
         for s in recipe.settings:
-            if s.spelling.startswith("+"):
-                continue  # `+key` adds a key: Hydra accepts new keys there
+            if s.spelling.startswith("+") or s.key == "model_engine":
+                continue  # `+key` adds a key: Hydra accepts new keys there; model_engine is a defaults group
             if s.key in defaults:
                 _check_type(recipe, s, defaults[s.key])
                 continue
@@ -449,10 +453,11 @@ class VerlRecipeImporter:
     def difference_reason(self, key: str, config: RunConfig) -> str | None:
         """Why rlbridge's plan sets `key` to other than verl's default (None: the knob that sets it says why)."""
         from rlbridge_adapters.verl.backend import CPU_ONLY_REASONS
+        from rlbridge_adapters.verl.layout import DIFFERENCES as LAYOUT_DIFFERENCES
 
         if config.is_offline:
             return stage_import.DIFFERENCES.get(key)
-        return CPU_ONLY_REASONS.get(key) or DIFFERENCES.get(key)
+        return CPU_ONLY_REASONS.get(key) or LAYOUT_DIFFERENCES.get(key) or DIFFERENCES.get(key)
 
     def engine_defaults(self, recipe: Recipe) -> dict[str, Any]:
         """verl's packaged defaults, every key (what the report compares the plan with)."""
@@ -500,7 +505,7 @@ def _defaults_of(recipe: Recipe) -> dict[str, Any] | None:
     (its own yaml composed over main_ppo's)."""
     if recipe.extras.get("stage"):
         return stage_import.sft_defaults(recipe.version)
-    defaults = packaged_defaults(recipe.version)
+    defaults = packaged_defaults(recipe.version, recipe.extras.get("model_engine", "dp"))
     entry = recipe.extras.get("async_entry")
     if entry and defaults is not None:
         overlay = entry_defaults(entry, recipe.version)

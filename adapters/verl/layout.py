@@ -44,6 +44,17 @@ from packaging.version import Version
 from rlbridge.contract.backend import Capability, approximated, gpus_per_node, honoured
 from rlbridge.contract.config import RunConfig
 
+LAYOUT_KNOBS = (
+    "training.strategy",
+    "training.sharding",
+    "training.shard_group_size",
+    "training.offload",
+    "training.tensor_parallel_size",
+    "training.pipeline_parallel_size",
+    "training.expert_parallel_size",
+    "rollout.data_parallel_size",
+    "resources.cpu_ranks_per_node",
+)
 FSDP2 = "fsdp2"
 MEGATRON = "megatron"
 MODEL_ENGINE_SINCE = Version("0.7.1")  # the model_engine defaults group (megatron); before: its own config name
@@ -55,6 +66,14 @@ CPU_RANKS_SINCE = Version("0.9.0")  # the CPU platform (patches/v09_cpu.py) seve
 
 A, REF, CRITIC = "actor_rollout_ref.actor.", "actor_rollout_ref.ref.", "critic."
 CRITIC_FSDP = ("critic.fsdp.", "critic.model.fsdp_config.")  # from 0.9.0, before
+# Where the layout's plan departs from verl's own defaults whatever the config says, and why (rlbridge import, plan
+# --explain)
+DIFFERENCES = {
+    f"{A}strategy": "training.strategy auto and fsdp are FSDP2 everywhere: verl's default FSDP1 ('fsdp') hard-codes "
+    "sync_module_states=True, which torch refuses without a GPU, and one FSDP on CPU and GPUs runs the same code",
+    f"{REF}strategy": "the reference follows the actor's strategy (FSDP2)",
+    "critic.strategy": "the critic follows the actor's strategy (FSDP2)",
+}
 NO_DEEPSPEED = (
     "verl trains with FSDP or Megatron-Core (actor.strategy fsdp, fsdp2, megatron; verl/workers/engine registers "
     "no DeepSpeed engine); use training.strategy: fsdp or megatron, or backend: openrlhf for DeepSpeed ZeRO"
