@@ -13,5 +13,7 @@ TESTS = (
     "tests/engines/test_verl_code_interpreter_in_env.py",
     "tests/engines/test_verl_stages_in_env.py",
     "tests/engines/test_verl_async_in_env.py",
+    "tests/engines/test_verl_layout_in_env.py",
     "tests/test_verl_plan.py",
+    "tests/test_verl_layout_plan.py",
 )
