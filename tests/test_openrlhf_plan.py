@@ -130,6 +130,10 @@ def test_sharding_is_the_zero_stage_auto_keeps_2_on_gpus_and_0_on_cpu(tmp_path):
     for sharding, stage in (("none", "0"), ("optimizer", "1"), ("gradients", "2"), ("parameters", "3")):
         argv = _argv(tmp_path, "0.11.2", "resources.gpus_per_node=2", f"training.sharding={sharding}")
         assert _flag(argv, "--ds.zero_stage") == stage, sharding
+    # measured: OpenRLHF's ZeRO-3 gives NaN log-probs on CPU (ZeRO-0 and ZeRO-2 train there)
+    with pytest.raises(CapabilityError, match="ZeRO-3 does not train on CPU"):
+        _argv(tmp_path, "0.11.2", "training.sharding=parameters")
+    assert _flag(_argv(tmp_path, "0.11.2", "training.sharding=gradients"), "--ds.zero_stage") == "2"
     # the knob owns the flag now, not resources.gpus_per_node
     with pytest.raises(ConfigError, match="training.sharding"):
         _argv(tmp_path, "0.11.2", "backend_options.openrlhf={ds.zero_stage: 3}")

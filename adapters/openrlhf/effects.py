@@ -85,7 +85,7 @@ EFFECTS = {
     "training.sequence_parallel_size": KnobEffect({"ds.ring_attn_size": 2}, context=("resources.gpus_per_node=2",)),
     # the training layout (adapters/openrlhf/layout.py)
     "training.strategy": REFUSED,  # fsdp: OpenRLHF trains with DeepSpeed only
-    "training.sharding": {"ds.zero_stage": 3},
+    "training.sharding": KnobEffect({"ds.zero_stage": 3}, context=ONE_GPU),  # ZeRO-3 gives NaN on CPU
     "training.shard_group_size": KnobEffect({"ds.zpg": 2}, context=("training.sharding=parameters",)),  # hpZ: ZeRO-3
     # parameter offload of trained models is not offered by OpenRLHF (tests/test_openrlhf_plan.py refuses it)
     "training.offload": KnobEffect(

@@ -104,6 +104,16 @@ def _check_strategy(config: RunConfig) -> str | None:
     return None
 
 
+def _check_sharding(config: RunConfig) -> str | None:
+    if config.training.sharding == "parameters" and gpus_per_node(config) == 0 and not config.is_offline:
+        return (
+            "OpenRLHF's ZeRO-3 does not train on CPU: with 2 gloo ranks its policy forward gives NaN log-probs "
+            "(policy_loss and ppo_kl NaN at step 1; OpenRLHF 0.11.2, DeepSpeed 0.19.6, measured); use none, "
+            "optimizer or gradients on CPU, or GPUs"
+        )
+    return None
+
+
 def _check_shard_group(config: RunConfig) -> str | None:
     if config.training.shard_group_size is not None and zero_stage(config) != 3:
         return (
@@ -198,6 +208,7 @@ def capabilities() -> list[Capability]:
         honoured(
             "training.sharding",
             "ds.zero_stage",
+            _check_sharding,
             note="none / optimizer / gradients / parameters: ZeRO-0/1/2/3 (auto: 2 on GPUs, 0 on CPU) for the "
             "actor and the critic; the reference is sharded (ZeRO-3) only with parameters",
         ),
