@@ -54,8 +54,9 @@ def _instrument_stats(module) -> None:
     @functools.wraps(original)
     def commit(self, epoch, step, global_step, data):
         rows = data if isinstance(data, list) else [data]
-        for i, row in enumerate(rows):
-            write_event(engine_metrics(global_step + 1 + i, numbers(row)))
+        for i, row in enumerate(rows):  # without AReaL's counter keys, as it logs them itself
+            kept = {k: v for k, v in row.items() if not k.endswith("__count")}
+            write_event(engine_metrics(global_step + 1 + i, numbers(kept)))
         return original(self, epoch, step, global_step, data)
 
     commit._rlbridge = True

@@ -10,6 +10,7 @@ AReaL's in-place reload from disk does not re-pack.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.util
@@ -157,4 +158,69 @@ UNPACKED_LINEAR = Patch(
 )
 
 
-PATCHES = [VLLM_SERVER, UNPACKED_LINEAR]
+# --- FSDP on packed sequences with SDPA (or eager) attention ---------------------------------------------------
+
+VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3")  # what reads AReaL's cu_seq_lens_q / _k
+
+
+def _packed_attention_mask(module) -> None:
+    engine = module.FSDPEngine
+    original = engine._prepare_mb_list
+    if getattr(original, "_rlbridge", False):
+        return
+
+    @functools.wraps(original)
+    def _prepare_mb_list(self, input_):
+        mb_list = original(self, input_)
+        impl = str(getattr(self.config, "attn_impl", ""))
+        if impl in VARLEN_ATTENTION or "flash" in impl:
+            return mb_list
+        for batch in (mb_list.mbs, mb_list.padded_mbs or []):
+            for mb in batch:
+                mask = mb.get("attention_mask")
+                if isinstance(mask, dict) and all(v is None for v in mask.values()):
+                    # transformers then builds the causal mask itself, per packed sequence (from position_ids)
+                    mb["attention_mask"] = None
+        return mb_list
+
+    _prepare_mb_list._rlbridge = True
+    engine._prepare_mb_list = _prepare_mb_list
+
+
+PACKED_SDPA = Patch(
+    name="areal-fsdp-packed-sequences-sdpa",
+    engine="areal",
+    versions=AREAL,
+    kind=PatchKind.UPSTREAM_BUG,
+    fixes="With attn_impl sdpa (AReaL's CPU example, and any non-flash attention) the FSDP engine packs a micro "
+    "batch's sequences into one row and passes attention_mask=dict(full_attention=None, sliding_attention=None) "
+    "(areal/engine/fsdp_engine.py _prepare_mb_list, :1898), so transformers skips its mask building and SDPA runs "
+    "plain causal attention over the whole row: every sequence attends to the ones packed before it (measured: "
+    "logits of the second of two packed sequences off by 0.50 from the sequence alone; the quickstart's reward "
+    "stalled at 0.07 after 150 steps, the policy learning digits but not the prompt's)",
+    why="Pass attention_mask=None instead: transformers' create_causal_mask then finds the packed sequences from "
+    "the position ids AReaL already passes (masking_utils.find_packed_sequence_indices) and builds the "
+    "block-causal mask (logits equal to each sequence alone, to 2e-7). Flash attention reads AReaL's cu_seq_lens "
+    "and is left as it is.",
+    probe=lambda: True,
+    apply=lambda: when_imported("areal.engine.fsdp_engine", _packed_attention_mask),
+    in_native_arms=True,  # without it AReaL's own script trains across sequences on CPU too
+    diff="""\
+--- a/areal/engine/fsdp_engine.py
++++ b/areal/engine/fsdp_engine.py
+@@ def _prepare_mb_list(self, input_: dict[str, Any]) -> MicroBatchList:
+-            else:
++            elif "flash" in self.config.attn_impl:
+                 mb["attention_mask"] = dict(full_attention=None, sliding_attention=None)
+                 padded_mb["attention_mask"] = dict(
+                     full_attention=None, sliding_attention=None
+                 )
++            else:  # sdpa / eager: let transformers build the per-sequence causal mask from position_ids
++                mb["attention_mask"] = None
++                padded_mb["attention_mask"] = None
+""",
+    targets=(Target("areal.engine.fsdp_engine", "FSDPEngine._prepare_mb_list", ("b7d76c38bc1e",)),),
+)
+
+
+PATCHES = [VLLM_SERVER, UNPACKED_LINEAR, PACKED_SDPA]

@@ -67,6 +67,58 @@ def test_areal_s_vllm_server_starts_on_vllm_0_29_only_with_the_patch(tmp_path):
     assert "--worker-extension-cls" in patched.stdout  # vLLM's own serve arguments, through AReaL's __main__
 
 
+def _packed_logits(prepare_mb_list) -> tuple:
+    """Two sequences through AReaL's own micro-batch preparation (FSDPEngine._prepare_mb_list: packed into one row)
+    and the tiny model with SDPA attention: the second sequence's logits, and its logits alone."""
+    import types
+
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from areal.api.cli_args import MicroBatchSpec
+    from rlbridge.contract.models import materialize_path
+
+    if not dist.is_initialized():  # AReaL logs its rank
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+    model = AutoModelForCausalLM.from_pretrained(
+        materialize_path("builtin:tiny-digits", "model.path"), dtype=torch.float32, attn_implementation="sdpa"
+    )
+    a, b = [5, 5, 5, 5, 9, 8, 7], [6, 6, 6, 6, 1, 2]
+    width = len(a)
+    batch = {
+        "input_ids": torch.tensor([a, b + [0] * (width - len(b))]),
+        "attention_mask": torch.tensor([[1] * len(a), [1] * len(b) + [0] * (width - len(b))]),
+    }
+    engine = types.SimpleNamespace(
+        enable_tree_training=False,
+        model_config=types.SimpleNamespace(model_type="qwen2"),
+        config=types.SimpleNamespace(attn_impl="sdpa", mb_spec=MicroBatchSpec(n_mbs=1), pad_to_maximum=False),
+        logger=types.SimpleNamespace(info=lambda *a, **k: None),
+    )
+    mb = prepare_mb_list(engine, batch).padded_mbs[0]
+    keep = ("input_ids", "position_ids", "attention_mask")
+    with torch.no_grad():
+        packed = model(**{k: mb[k] for k in keep}, use_cache=False).logits[0, len(a) : len(a) + len(b)]
+        alone = model(torch.tensor([b])).logits[0]
+    return packed, alone
+
+
+def test_packed_sequences_attend_only_to_themselves_only_with_the_patch():
+    """areal-fsdp-packed-sequences-sdpa: AReaL's FSDP engine packs sequences into one row; with SDPA its mask lets a
+    sequence attend to the one before it, unless the patch passes no mask (transformers' per-sequence mask)."""
+    import areal.engine.fsdp_engine as fsdp_engine
+
+    from rlbridge_adapters.areal.patches import _packed_attention_mask
+
+    unpatched = getattr(fsdp_engine.FSDPEngine._prepare_mb_list, "__wrapped__", fsdp_engine.FSDPEngine._prepare_mb_list)
+    packed, alone = _packed_logits(unpatched)
+    assert (packed - alone).abs().max() > 0.05  # AReaL 1.0.4 as released: the sequences see each other
+    _packed_attention_mask(fsdp_engine)
+    packed, alone = _packed_logits(fsdp_engine.FSDPEngine._prepare_mb_list)
+    assert (packed - alone).abs().max() < 1e-4
+
+
 @pytest.mark.engine
 def test_asynchronous_loop_trains_within_its_staleness_bound(tmp_path):
     """max_staleness 1 (AReaL's max_head_offpolicyness 1, interruptible generation): every step trains, the

@@ -248,7 +248,9 @@ def test_import_splits_a_legacy_allocation_mode(tmp_path):
     config = tmp_path / "legacy.yaml"
     config.write_text(textwrap.dedent("allocation_mode: sglang:d1+fsdp:d2\nactor:\n  path: org/m\n"))
     by_key = {s.key: s.value for s in ArealRecipeImporter().read(str(config), None).settings}
-    assert by_key["rollout.backend"] == "sglang:d1t1" and by_key["actor.backend"] == "fsdp:d2t1c1"  # as plans write them
+    assert (
+        by_key["rollout.backend"] == "sglang:d1t1" and by_key["actor.backend"] == "fsdp:d2t1c1"
+    )  # as plans write them
 
 
 def test_import_refuses_an_unknown_key(tmp_path):
