@@ -258,3 +258,49 @@ def test_offline_stages_take_sharding_and_offload_and_refuse_ranks(tmp_path):
     assert "--ds.adam_offload" in argv and "--ref.offload" in argv
     with pytest.raises(CapabilityError, match="one process"):
         _argv(tmp_path, "0.11.2", *sft, "resources.cpu_ranks_per_node=2")
+
+
+@pytest.mark.parametrize("name", ["zero3_split.sh", "zero3_flat_0.9.sh"])
+def test_a_zero3_recipe_imports_into_the_layout_knobs_with_an_exact_round_trip(name):
+    """--ds.zero_stage 3 / --zero_stage 3, Adam and reference offload, AutoTP, ring attention and 2 vLLM
+    engines of tensor-parallel size 2 beside a 4-GPU actor (8 GPUs): every flag lands on a canonical knob,
+    none is in conflict, and the written config plans every flag back (the importer's own round trip,
+    re-checked here from the plan)."""
+    pytest.importorskip("hydra", reason="rlbridge[import]")
+    from pathlib import Path
+
+    from rlbridge.contract.config import RunConfig
+    from rlbridge.contract.registry import get_plugin_manager
+    from rlbridge.run.importer import import_recipe
+    from rlbridge.run.recipe import same
+    from rlbridge.run.runner import resolve
+
+    recipe = Path(__file__).parent / "fixtures" / "recipes" / "openrlhf" / name
+    result = import_recipe(str(recipe), "openrlhf")
+    assert not result.by_kind("conflict") and not result.by_kind("action"), result.report()
+    config = result.config
+    assert config["training"]["sharding"] == "parameters"
+    assert config["training"]["offload"] == {"optimizer": True, "reference": True}
+    assert (config["training"]["tensor_parallel_size"], config["training"]["sequence_parallel_size"]) == (2, 2)
+    assert config["resources"]["gpus_per_node"] == 8
+    assert config["placement"] == {"policy": "split", "args": {"rollout_gpus": 4}}
+    assert config["rollout"]["tensor_parallel_size"] == 2
+    kinds = {e.key: e.kind for e in result.entries}
+    layout_flags = ("zero_stage", "adam_offload", "ref_reward_offload", "ds_tensor_parallel_size", "ring_attn_size")
+    if name.startswith("zero3_split"):
+        layout_flags = (
+            "ds.zero_stage",
+            "ds.adam_offload",
+            "ref.offload",
+            "ds.tensor_parallel_size",
+            "ds.ring_attn_size",
+        )
+    for flag in (*layout_flags, "vllm.num_engines" if "split" in name else "vllm_num_engines"):
+        assert kinds[flag] == "mapped", (flag, kinds[flag])
+    backend = get_plugin_manager().backend("openrlhf")
+    data = dict(config, reward=[{"name": "digit_match"}], engine_version=result.recipe.version)
+    planned = resolve(RunConfig.model_validate(data))
+    view = backend.recipe_importer().view(backend.plan(planned).native, planned)
+    for setting in result.recipe.settings:
+        if kinds[setting.spelling or setting.key] in ("mapped", "same"):
+            assert same(view[setting.key], setting.value), (setting.key, view.get(setting.key), setting.value)
