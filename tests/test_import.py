@@ -153,6 +153,17 @@ EXPECTED = {
         "training.warmup_steps": 10,
         "checkpoint.interval": 100,
     },
+    # TRL's CLI hands the keys GRPOConfig does not know to accelerate launch (issue 42: adapters/trl/layout.py)
+    ("trl", "grpo_multi_gpu.yaml"): {"resources.gpus_per_node": 4, "resources.nodes": 1, "training.strategy": "auto"},
+    ("trl", "grpo_fsdp2.yaml"): {"resources.gpus_per_node": 4, "training.strategy": "fsdp", "training.steps": 200},
+    ("trl", "grpo_zero3_two_nodes.yaml"): {
+        "resources.nodes": 2,
+        "resources.gpus_per_node": 8,
+        "training.strategy": "deepspeed",
+        "training.sharding": "parameters",
+        "training.offload.parameters": True,
+        "training.offload.optimizer": True,
+    },
     ("trl", "lora_grpo.yaml"): {
         "training.batch_size": 2,
         "training.micro_batch_size": 4,

@@ -100,8 +100,9 @@ def _check_staleness(config: RunConfig) -> str | None:
         return f"TRL's AsyncGRPOTrainer runs with placement.policy split or colocate (got {config.placement.policy})"
     if rollout_layout(config)["actor"] != 1:
         return (
-            "the TRL adapter runs one training process (multi-GPU AsyncGRPOTrainer needs `accelerate launch`); "
-            "give training one device: resources.gpus_per_node = rollout_gpus + 1 (or 0 on CPU)"
+            "rlbridge runs AsyncGRPOTrainer in one training process beside the vLLM server it starts (synchronous "
+            "GRPOTrainer runs across devices); give training one device: resources.gpus_per_node = rollout_gpus + 1 "
+            "(or 0 on CPU)"
         )
     if config.rollout.engine == "hf":
         return "AsyncGRPOTrainer generates with vLLM only; set rollout.engine: vllm (or auto)"

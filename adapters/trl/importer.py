@@ -22,6 +22,7 @@ from typing import Any
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.run.recipe import Recipe, Setting, is_file, read_mapping
+from rlbridge_adapters.trl import layout
 
 CONFIG_CLASSES = ("GRPOConfig", "RLOOConfig", "SFTConfig", "DPOConfig", "RewardConfig")
 # the offline stages' config classes -> algorithm.name (adapters/trl/stages.py): an SFT/DPO/RM recipe
@@ -206,10 +207,22 @@ class TRLRecipeImporter:
         data = {k: v for k, v in data.items() if k != "trainer"}
         recipe = Recipe("trl", str(path), version, [], extras={"config_class": class_name})
         recipe.settings.append(Setting("config_class", class_name, None, class_name))
+        fields = config_fields(class_name) or {}
+        launch: dict[str, Setting] = {}  # what TRL's CLI hands to `accelerate launch` (its flags over its config file)
         for key, value in data.items():
-            recipe.settings.append(
-                Setting(_key(key), value, lines.get(key), f"{key}: {value}", key if _key(key) != key else "")
-            )
+            known = key in fields or key in SCRIPT_KEYS
+            accelerate = None if known else layout.recipe_settings(key, value, path.parent)
+            if accelerate is None:
+                recipe.settings.append(
+                    Setting(_key(key), value, lines.get(key), f"{key}: {value}", key if _key(key) != key else "")
+                )
+                continue
+            from_file = key in ("accelerate_config", "config_file")
+            for name, item in accelerate:
+                if not (from_file and name in launch):
+                    text = f"{key}: {value}" + (f" ({name.split('.', 1)[1]}: {item})" if from_file else "")
+                    launch[name] = Setting(name, item, lines.get(key), text, "" if from_file else key)
+        recipe.settings += launch.values()
         return recipe
 
     def _read_python(self, path: Path, version: str) -> Recipe:
@@ -353,6 +366,7 @@ class TRLRecipeImporter:
 
     def view(self, native: dict[str, Any], config: RunConfig) -> dict[str, Any]:
         out = dict(native["args"])
+        out.update(layout.recipe_view(native))  # accelerate's config-file keys (TRL's CLI launches through it)
         out["config_class"] = native["config_class"]
         processes = (native.get("accelerate") or {}).get("num_processes", 1)
         per_step = out.get("per_device_train_batch_size", 0) * processes
@@ -383,6 +397,9 @@ class TRLRecipeImporter:
             return "owned", OWNED[key]
         if key in SCRIPT_KEYS and SCRIPT_KEYS[key]:
             return "action", SCRIPT_KEYS[key]
+        if key.startswith("accelerate."):  # what TRL's CLI hands to accelerate launch (layout.recipe_settings)
+            owned = layout.ACCELERATE_OWNED.get(key.split(".", 1)[1])
+            return ("owned", owned) if owned else None
         if "." in key:  # GRPOTrainer(reward_funcs=..., train_dataset=...)
             what = key.split(".", 1)[1]
             return "action", {
@@ -514,6 +531,7 @@ class TRLRecipeImporter:
                         and isinstance(f.default, (int, float, str, bool))
                     }
                     out["config_class"] = class_name
+                    out.update(layout.RECIPE_DEFAULTS)
                     return out
                 line = next(
                     (s.line for s in recipe.settings if isinstance(s.value, str) and s.value and s.value in first), None
@@ -534,6 +552,7 @@ class TRLRecipeImporter:
                 out[name] = value.value if hasattr(value, "value") else value
         out["config_class"] = class_name
         out.update(_lora_defaults(recipe))
+        out.update(layout.RECIPE_DEFAULTS)
         return out
 
 

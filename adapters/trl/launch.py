@@ -126,8 +126,18 @@ def run_launched(plan, ctx) -> None:
     env = {**os.environ, **native["env"], RANK_JOB_ENV: str(files["job"])}
     if native.get("torch_threads"):
         env["OMP_NUM_THREADS"] = str(native["torch_threads"])
-    if acc["num_machines"] > 1:
-        nodes.publish(ctx.run_dir, argv, {RANK_JOB_ENV: str(files["job"])})  # what every other node runs
+    if acc["num_machines"] > 1:  # what every other node runs: the command, and the run's own variables
+        shared = {k: v for k, v in env.items() if k.startswith("RLBRIDGE_") and not k.endswith("_FD")}
+        shared.pop(nodes.NODE_RANK_ENV, None)
+        nodes.publish(
+            ctx.run_dir,
+            argv,
+            {
+                **native["env"],
+                **shared,
+                **({"OMP_NUM_THREADS": env["OMP_NUM_THREADS"]} if "OMP_NUM_THREADS" in env else {}),
+            },
+        )
     print(f"rlbridge: {' '.join(argv)}", flush=True)
     proc = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent)
     relay = EventRelay(files["events"], ctx)

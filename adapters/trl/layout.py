@@ -411,3 +411,134 @@ def launch_command(native: dict[str, Any], config_file: str = "accelerate_config
         argv += ["--machine_rank", "$NODE_RANK", "--main_process_ip", "$MAIN_ADDRESS"]
     argv += ["--main_process_port", "$MAIN_PORT", "-m", "rlbridge_adapters.trl.launch", job]
     return argv
+
+
+# --- import: a TRL CLI recipe's accelerate settings ------------------------------------------------------------------
+
+# accelerate's own settings that rlbridge sets on every launch (its launcher, not the run's layout)
+ACCELERATE_OWNED = {
+    "compute_environment": "rlbridge launches on the machine or the batch system's nodes it runs on",
+    "machine_rank": "each node's own, set at launch from the allocation (rlbridge.engine.nodes)",
+    "main_process_ip": "the main node's address, set at launch from the allocation",
+    "main_process_port": "a free port, set at launch",
+    "main_training_function": "rlbridge's own launch module",
+    "rdzv_backend": "rlbridge launches with a static rendezvous",
+    "same_network": "rlbridge launches with a static rendezvous",
+    "gpu_ids": "rlbridge gives the training processes their devices (split placement: the rollout's are left out)",
+    "debug": "accelerate's debug mode: not a training setting",
+    "downcast_bf16": "TPU only",
+    "enable_cpu_affinity": "accelerate's NUMA affinity: not a training setting",
+    "tpu_env": "TPU only",
+    "tpu_use_cluster": "TPU only",
+    "tpu_use_sudo": "TPU only",
+    "tpu_name": "TPU only",
+    "tpu_zone": "TPU only",
+    "dynamo_config": "torch.compile: not planned by rlbridge",
+    "dynamo_backend": "torch.compile: not planned by rlbridge",
+    "deepspeed_config.deepspeed_multinode_launcher": "rlbridge launches one accelerate launch per node (standard)",
+    # read in transformers 5.25 (modeling_utils: with it, ranks other than 0 load no weights and wait for rank 0's
+    # broadcast) and TRL 1.16 (trl/models/utils.py prepare_fsdp: the reference model is fully_shard-ed without
+    # that broadcast), so rlbridge has every rank load the weights itself
+    "fsdp_config.fsdp_cpu_ram_efficient_loading": "rlbridge has every rank load the weights (false): with it, TRL's "
+    "reference model would keep ranks 1..N's unloaded weights (prepare_fsdp shards it without rank 0's broadcast)",
+    "fsdp_config.fsdp_sync_module_states": "follows fsdp_cpu_ram_efficient_loading (every rank loads the weights)",
+    "quiet": "launcher output",
+}
+# accelerate launch's own defaults of what a recipe leaves unset (commands/launch.py _validate_launch_command)
+RECIPE_DEFAULTS = {"accelerate.num_machines": 1}
+_LAUNCH_TYPE = {
+    "multi_gpu": "MULTI_GPU",
+    "use_fsdp": "FSDP",
+    "use_deepspeed": "DEEPSPEED",
+    "use_megatron_lm": "MEGATRON_LM",
+}
+_DEEPSPEED_FLAGS = {
+    "zero_stage",
+    "offload_optimizer_device",
+    "offload_param_device",
+    "offload_optimizer_nvme_path",
+    "offload_param_nvme_path",
+    "zero3_init_flag",
+    "zero3_save_16bit_model",
+    "deepspeed_config_file",
+    "deepspeed_hostfile",
+    "deepspeed_multinode_launcher",
+    "deepspeed_moe_layer_cls_names",
+}
+
+
+def _launch_flags() -> set[str]:
+    """Every `accelerate launch` option, from accelerate's own parser."""
+    from accelerate.commands.launch import launch_command_parser
+
+    return {a.dest for a in launch_command_parser()._actions if a.option_strings}
+
+
+def _as_accelerate_reads_it(key: str, value: Any) -> Any:
+    if key == "fsdp_config.fsdp_reshard_after_forward" and isinstance(value, str):
+        # FSDP2's plugin reads FSDP1's strategy names as reshard_after_forward (accelerate utils/dataclasses.py)
+        return value.upper() in ("FULL_SHARD", "HYBRID_SHARD", "TRUE")
+    return value
+
+
+def recipe_settings(key: str, value: Any, base_dir) -> list[tuple[str, Any]] | None:
+    """A key of a `trl <command> --config` recipe that TRL's CLI hands to `accelerate launch`
+    (trl/cli/commands/training.py: what the script's parser leaves) as accelerate's config-file settings
+    (`accelerate.<key>`, dicts one level down), or None when it is not accelerate's. `accelerate_config` /
+    `config_file` name an accelerate config file (a path, relative to the recipe, or one TRL ships by name:
+    trl/accelerate_configs), whose every key is read."""
+    from pathlib import Path
+
+    import yaml
+
+    if key in ("accelerate_config", "config_file"):
+        path = Path(base_dir) / str(value)
+        if not path.is_file():
+            from importlib import resources
+
+            shipped = resources.files("trl.accelerate_configs").joinpath(f"{value}.yaml")
+            if not shipped.is_file():
+                from rlbridge.errors import ConfigError
+
+                raise ConfigError(
+                    f"{key}: {value} is neither a file nor one of TRL's accelerate configs (trl/accelerate_configs)"
+                )
+            path = Path(str(shipped))
+        data = yaml.safe_load(path.read_text()) or {}
+        out = []
+        for name, item in data.items():
+            if isinstance(item, dict):
+                out += [(f"{name}.{k}", _as_accelerate_reads_it(f"{name}.{k}", v)) for k, v in item.items()]
+            else:
+                out.append((name, item))
+        return [(f"accelerate.{k}", v) for k, v in out]
+    if key not in _launch_flags():
+        return None
+    if key in _LAUNCH_TYPE:
+        return [("accelerate.distributed_type", _LAUNCH_TYPE[key])] if value else []
+    if key == "cpu":
+        return [("accelerate.use_cpu", bool(value))]
+    if key.startswith("fsdp_"):
+        name = f"fsdp_config.{key}"
+    elif key in _DEEPSPEED_FLAGS:
+        name = f"deepspeed_config.{key}"
+    elif key.startswith("parallelism_config_"):
+        name = f"parallelism_config.{key}"
+    else:
+        name = key
+    return [(f"accelerate.{name}", _as_accelerate_reads_it(name, value))]
+
+
+def recipe_view(native: dict[str, Any]) -> dict[str, Any]:
+    """A plan's accelerate settings as a recipe spells them (`accelerate.*`); one process in place is
+    accelerate's distributed_type NO."""
+    from rlbridge.helpers import flatten
+
+    acc = native.get("accelerate") or {
+        "distributed_type": "NO",
+        "num_processes": 1,
+        "num_machines": 1,
+        "use_cpu": bool(native["args"].get("use_cpu")),
+        "mixed_precision": "bf16" if native["args"].get("bf16") else ("fp16" if native["args"].get("fp16") else "no"),
+    }
+    return flatten(acc, "accelerate.")

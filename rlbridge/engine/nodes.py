@@ -7,7 +7,9 @@ rendezvous listens on). The main node runs `rlbridge train`; when its engine pro
 it publishes that command (argv and extra environment) to RUN_DIR/nodes/launch.json on the file system the
 nodes share. Every other node runs the agent, `python -m rlbridge.engine.nodes RUN_DIR`, which waits for a
 launch published after the agent started, runs it with its own node rank, and waits for the next one (a restart
-publishes again) until the main node's run has ended (run_state.json) or the script stops it.
+publishes again) until the main node's run has ended (run_state.json) or the script stops it. Slurm runs one
+step over every node (SLURM_NODEID is the rank); KubeRay's RayJob places one Ray actor per worker pod
+(`ray_job`, Ray only to start the processes).
 
 Standard library only: the agent runs in whatever Python the batch script names.
 """
@@ -86,5 +88,48 @@ def agent(run_dir: str | Path, poll_s: float = 1.0) -> int:
         time.sleep(poll_s)
 
 
+def ray_job(config_path: str, run_dir: str, nodes: int, gpus: int, python: str) -> int:
+    """A RayJob's entrypoint for a run over `nodes` pods without Ray in the engine (KubeRay, rlbridge.run.kuberay):
+    one Ray actor on each worker pod (a placement group, strictly spread, of the pod's GPUs each), ranked in
+    bundle order; rank 0's runs `rlbridge train` with the others' rank and its own address in their environment,
+    the others the node agent. Ray only starts the processes: the engine's own launcher does the rest. The pods
+    share the run directory (a volume). Returns the first non-zero exit code, else 0."""
+    import ray
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    ray.init(address="auto", log_to_driver=True)
+    bundle = {"CPU": 1.0, **({"GPU": float(gpus)} if gpus else {})}
+    group = placement_group([dict(bundle) for _ in range(nodes)], strategy="STRICT_SPREAD")
+    ray.get(group.ready(), timeout=900)
+
+    @ray.remote
+    class Node:
+        def address(self) -> str:
+            return ray.util.get_node_ip_address()
+
+        def run(self, argv: list[str], env: dict[str, str]) -> int:
+            return subprocess.run(argv, env={**os.environ, **env}).returncode
+
+    actors = [
+        Node.options(num_cpus=1, num_gpus=gpus, scheduling_strategy=PlacementGroupSchedulingStrategy(group, i)).remote()
+        for i in range(nodes)
+    ]
+    main = ray.get(actors[0].address.remote())
+    runs = []
+    for rank, actor in enumerate(actors):
+        env = {NODE_RANK_ENV: str(rank), MAIN_ADDRESS_ENV: main, MAIN_PORT_ENV: str(DEFAULT_PORT)}
+        argv = (
+            [python, "-m", "rlbridge", "train", config_path, "--no-progress"]
+            if rank == 0
+            else [python, "-m", "rlbridge.engine.nodes", run_dir]
+        )
+        runs.append(actor.run.remote(argv, env))
+    codes = ray.get(runs)
+    return next((c for c in codes if c), 0)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--ray":  # python -m rlbridge.engine.nodes --ray CONFIG RUN_DIR NODES GPUS PYTHON
+        sys.exit(ray_job(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]))
     sys.exit(agent(sys.argv[1]))

@@ -174,8 +174,25 @@ def manifests(config, python: str = "python") -> list[dict[str, Any]]:
     if kr.ray_version:
         cluster["rayVersion"] = kr.ray_version
 
+    entrypoint = f"{python} -m rlbridge train {CONFIG_MOUNT}/config.yaml --no-progress"
+    from rlbridge.contract.registry import get_plugin_manager
+    from rlbridge.run.runner import uses_ray
+
+    if res.nodes > 1 and not uses_ray(get_plugin_manager().backend(config.backend)):
+        # an engine without Ray that starts its own processes on every node (TRL: one accelerate launch per pod): one
+        # Ray actor per worker pod starts them, each with its rank and rank 0's address (rlbridge.engine.nodes); the
+        # pods meet in the run directory, so it must be on the shared volume
+        if not kr.checkpoint_claim:
+            raise ConfigError(
+                f"resources.nodes ({res.nodes}): backend '{config.backend}' starts its processes on every pod, which "
+                "find each other in the run directory: set launcher.kuberay.checkpoint_claim (a volume every pod mounts)"
+            )
+        entrypoint = (
+            f"{python} -m rlbridge.engine.nodes --ray {CONFIG_MOUNT}/config.yaml {job.output_dir} {res.nodes} {gpus} "
+            f"{python}"
+        )
     spec: dict[str, Any] = {
-        "entrypoint": f"{python} -m rlbridge train {CONFIG_MOUNT}/config.yaml --no-progress",
+        "entrypoint": entrypoint,
         "rayClusterSpec": cluster,
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": kr.ttl_seconds_after_finished,

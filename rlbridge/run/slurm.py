@@ -38,6 +38,10 @@ import sys
 import time
 from pathlib import Path
 
+from rlbridge.engine.nodes import MAIN_ADDRESS_ENV as NODE_ADDRESS_ENV
+from rlbridge.engine.nodes import MAIN_PORT_ENV as NODE_PORT_ENV
+from rlbridge.engine.nodes import NODE_RANK_ENV
+
 TERMINAL_STATES = (
     "COMPLETED",
     "FAILED",
@@ -91,6 +95,7 @@ def batch_script(
         if mounts:
             container += f" --container-mounts={q(','.join(mounts))}"
     cpus = logical_cpus or res.cpus_per_node or "$SLURM_CPUS_ON_NODE"
+    node_command = None
     lines = [
         "#!/bin/bash",
         *(f"#SBATCH {d}" for d in directives),
@@ -166,10 +171,30 @@ def batch_script(
             'event ray_up ", \\"ray_address\\": \\"$RAY_ADDRESS\\""',
             'TRAIN_NODE=(-w "${nodes[0]}")',
         ]
+    elif res.nodes > 1:
+        # an engine without Ray that starts its own processes on every node (TRL: one accelerate launch each): one
+        # step over every node; the node of SLURM_NODEID 0 runs `rlbridge train`, the others the node agent that runs
+        # what its engine process publishes there, each told its rank and the first node's address
+        # (rlbridge.engine.nodes); a port of this job's own, so two jobs sharing a node do not meet
+        train = f'{python} -m rlbridge train "{record}/config.yaml" --no-progress'  # inside bash -c '...'
+        agent = f'{python} -m rlbridge.engine.nodes "{job.output_dir}"'
+        lines += [
+            'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
+            "head_addr=$(scontrol show node \"${nodes[0]}\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
+            f"export {NODE_ADDRESS_ENV}=$(getent ahostsv4 \"$head_addr\" | awk '{{print $1; exit}}')",
+            f"export {NODE_PORT_ENV}=$((20000 + SLURM_JOB_ID % 10000))",
+            f"STEP=(srun --overlap --nodes={res.nodes} --ntasks-per-node=1 {container})".replace(" )", ")"),
+            "TRAIN_NODE=()",
+        ]
+        node_command = (
+            f'bash -c \'export {NODE_RANK_ENV}="$SLURM_NODEID"; if [ "$SLURM_NODEID" = 0 ]; then exec {train}; '
+            f"else exec {agent}; fi'"
+        )
     else:
         lines.append("TRAIN_NODE=()")
+    command = node_command or f'{python} -m rlbridge train "$RECORD/config.yaml" --no-progress'
     lines += [
-        f'"${{STEP[@]}}" "${{TRAIN_NODE[@]}}" {python} -m rlbridge train "$RECORD/config.yaml" --no-progress &',
+        f'"${{STEP[@]}}" "${{TRAIN_NODE[@]}}" {command} &',
         "train=$!",
         "steps+=($train)",
         # `wait` returns early when a trapped signal arrives (USR1 runs on_requeue, then we wait again)
