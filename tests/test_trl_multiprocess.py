@@ -341,7 +341,9 @@ def test_kuberay_starts_one_node_process_per_worker_pod_on_a_shared_volume():
     _, ray_job = kuberay.manifests(job)
     assert kuberay.validate(ray_job) == []
     entrypoint = ray_job["spec"]["entrypoint"]
-    assert entrypoint.startswith("python -m rlbridge.engine.nodes --ray /etc/rlbridge/config.yaml /rlbridge/quickstart ")
+    assert entrypoint.startswith(
+        "python -m rlbridge.engine.nodes --ray /etc/rlbridge/config.yaml /rlbridge/quickstart "
+    )
     assert entrypoint.endswith(" 2 8 python")
     (gpu_group,) = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert gpu_group["replicas"] == 2 and gpu_group["rayStartParams"]["num-gpus"] == "8"
@@ -388,3 +390,57 @@ def test_two_nodes_meet_through_the_node_agent(one_rank, tmp_path):
     assert "num_machines: 2" in config and "machine_rank: 0" in config
     assert (_state(out)["num_processes"], _state(out)["distributed_type"]) == (2, "MULTI_CPU")
     assert_same_update(one_rank, out)
+
+
+@pytest.mark.engine
+@pytest.mark.matrix_only  # ~40 s
+def test_a_failing_rank_stops_the_whole_run(tmp_path):
+    """Rank 1 raises in its first rollout: the run fails naming rank 1's error, and no process of it is left
+    (torchrun stops rank 0, each rank's tree goes with it)."""
+    out = tmp_path / "failing"
+    (out / "rollouts").mkdir(parents=True)
+    sets = [a for o in ["resources.gpus_per_node=0", *ONE_STEP, f"output_dir={out}"] for a in ("--set", o)]
+    res = run_cli(
+        "train",
+        str(QUICKSTART),
+        "--no-progress",
+        "--set",
+        "resources.cpu_ranks_per_node=2",
+        *sets,
+        env={"RLBRIDGE_TEST_ROLLOUT_DIR": str(out / "rollouts"), "RLBRIDGE_TEST_FAIL_RANK": "1"},
+    )
+    assert res.returncode != 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and "rank 1" in summary["error"] and "on purpose" in summary["error"]
+    needle = f"{out / 'accelerate' / 'job.json'}".encode()
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if needle in Path(f"/proc/{pid}/cmdline").read_bytes():
+                left.append(pid)
+        except OSError:
+            continue
+    assert not left, f"processes of the run still alive: {left}"
+
+
+def test_plan_check_reads_the_accelerate_config_with_accelerates_own_classes():
+    pytest.importorskip("accelerate")
+    from rlbridge_adapters.trl import layout
+
+    for extra in (
+        (
+            "training.strategy=fsdp",
+            "training.shard_group_size=2",
+            "training.offload={parameters: true, optimizer: true}",
+        ),
+        ("training.strategy=deepspeed", "training.sharding=parameters", "training.offload={parameters: true}"),
+    ):
+        layout.validate(_native("resources.gpus_per_node=4", "model.dtype=float32", *extra))
+    native = _native("resources.cpu_ranks_per_node=2", "training.strategy=fsdp")
+    native["accelerate"]["fsdp_config"]["fsdp_state_dict_type"] = "WHOLE_MODEL"  # not one of accelerate's
+    with pytest.raises(ConfigError, match="accelerate rejected"):
+        layout.validate(native)
+    native = _native("resources.cpu_ranks_per_node=2")
+    native["accelerate"]["distributed_typ"] = "MULTI_CPU"
+    with pytest.raises(ConfigError, match="accelerate rejected"):
+        layout.validate(native)

@@ -239,6 +239,7 @@ class TRLBackend(Backend):
         from rlbridge_adapters.trl.train import make_args
 
         make_args(plan.native)
+        layout.validate(plan.native)  # accelerate's own classes read the accelerate config
 
     def recipe_importer(self):
         """Reads trl recipes for `rlbridge import` (the inverse mapping is derived from translate())."""

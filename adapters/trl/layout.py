@@ -399,6 +399,40 @@ def translate(config: RunConfig, native: dict[str, Any]) -> None:
             native["args"].setdefault("ddp_find_unused_parameters", False)
 
 
+def validate(native: dict[str, Any]) -> None:
+    """`rlbridge plan --check`: the accelerate config read by accelerate's own classes (its config file's
+    ClusterConfig, and the FSDP or DeepSpeed plugin and ParallelismConfig each process builds from it)."""
+    acc = native.get("accelerate")
+    if not acc:
+        return
+    from accelerate.commands.config.config_args import ClusterConfig
+    from accelerate.utils import DeepSpeedPlugin, FullyShardedDataParallelPlugin
+
+    from rlbridge.errors import ConfigError
+
+    try:
+        ClusterConfig(**acc)
+        if "fsdp_config" in acc:
+            import dataclasses
+
+            names = {f.name for f in dataclasses.fields(FullyShardedDataParallelPlugin)}
+            fsdp = {(k if k in names else k.removeprefix("fsdp_")): v for k, v in acc["fsdp_config"].items()}
+            fsdp["cpu_offload"] = fsdp.pop("offload_params")
+            fsdp["auto_wrap_policy"] = fsdp["auto_wrap_policy"].lower()
+            FullyShardedDataParallelPlugin(**fsdp)
+        if "deepspeed_config" in acc:
+            ds = {k: v for k, v in acc["deepspeed_config"].items() if k != "deepspeed_multinode_launcher"}
+            DeepSpeedPlugin(**ds)
+        if "parallelism_config" in acc:
+            from accelerate.parallelism_config import ParallelismConfig
+
+            ParallelismConfig(
+                **{k.removeprefix("parallelism_config_"): v for k, v in acc["parallelism_config"].items()}
+            )
+    except (TypeError, ValueError, KeyError) as exc:  # KeyError: a name that is none of an accelerate enum's
+        raise ConfigError(f"accelerate rejected the planned accelerate config: {exc!r}") from exc
+
+
 def launch_command(native: dict[str, Any], config_file: str = "accelerate_config.yaml", job: str = "JOB") -> list[str]:
     """The command rlbridge runs on each node (launch.py); shown by `rlbridge plan`."""
     acc = native["accelerate"]
