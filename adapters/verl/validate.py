@@ -5,7 +5,7 @@
 2. Run verl's own checks: `verl.utils.config.validate_config` where it exists (0.6+), else
    `RayPPOTrainer._validate_config` (0.5), and the config dataclasses (`omega_conf_to_dataclass`).
 3. Check against verl's registries the names verl accepts without checking: the advantage
-   estimator, the policy loss mode, the actor strategy and the rollout name.
+   estimator, the policy loss mode and the rollout name (the strategy is training.strategy's: layout.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from typing import Any
 
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.verl.backend import PROMPT_LENGTH_AUTO, format_value
-
-STRATEGIES = {"fsdp", "fsdp2", "megatron"}
 
 
 def overrides_for(native: dict[str, Any], run_dir: str, model_dir: str, max_prompt_length: int = 512) -> list[str]:
@@ -103,11 +101,6 @@ def check_config(cfg) -> None:
     losses = {"vanilla", *getattr(core_algos, "POLICY_LOSS_REGISTRY", {})}  # vanilla is built in everywhere
     if loss_mode not in losses:
         raise ConfigError(f"backend_options.verl: verl has no policy loss mode '{loss_mode}'; it has {sorted(losses)}")
-    strategy = cfg.actor_rollout_ref.actor.strategy
-    if strategy not in STRATEGIES:
-        raise ConfigError(
-            f"backend_options.verl: verl has no actor strategy '{strategy}'; use one of {sorted(STRATEGIES)}"
-        )
     rollout = cfg.actor_rollout_ref.rollout.name
     rollouts = _rollouts()
     if rollouts is not None and rollout not in rollouts:
