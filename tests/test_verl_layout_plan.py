@@ -4,6 +4,8 @@ replicas land in verl's own keys per version, or are refused with verl's reason;
 world size. verl's own config code validates these plans in the verl environment
 (tests/engines/test_verl_layout_in_env.py)."""
 
+from pathlib import Path
+
 import pytest
 
 from rlbridge.errors import CapabilityError, ConfigError
@@ -12,6 +14,7 @@ from rlbridge.run.runner import prepare
 from rlbridge.testing import QUICKSTART
 
 A, REF = "actor_rollout_ref.actor.", "actor_rollout_ref.ref."
+SFT = Path(__file__).resolve().parents[1] / "configs" / "sft.yaml"
 PPO = ("algorithm.name=ppo", "algorithm.group_size=1", "training.batch_size=16")
 
 
@@ -190,3 +193,16 @@ def test_grad_clip_reaches_the_key_each_version_clips_at():
 def test_backend_options_cannot_set_what_the_layout_knobs_own(option, knob):
     with pytest.raises(ConfigError, match=f"set {knob} instead"):
         _o(f"backend_options.verl.{option}")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("training.strategy=fsdp", "resources.gpus_per_node=1"),  # sft_trainer keeps verl's FSDP1 on GPUs
+        ("training.sharding=gradients",),
+        ("resources.cpu_ranks_per_node=2",),
+    ],
+)
+def test_the_offline_stage_keeps_verls_default_layout(overrides):
+    with pytest.raises(CapabilityError, match="sft_trainer as one process"):
+        prepare(load_config(SFT, ["backend=verl", "engine_version=0.9.1", *overrides]))

@@ -84,8 +84,8 @@ MEGATRON_NEEDS_GPUS = (
     "(verl/workers/engine/megatron/transformer_impl.py); on CPU use training.strategy: fsdp"
 )
 OFFLINE = (
-    "rlbridge runs verl's sft_trainer as one process with its default FSDP layout (adapters/verl/stages.py); "
-    "remove it, or use backend: trl"
+    "rlbridge runs verl's sft_trainer as one process with verl's default FSDP layout (FSDP1 on GPUs, FSDP2 on "
+    "CPU: adapters/verl/stages.py); remove it, or use backend: trl"
 )
 
 
@@ -149,10 +149,11 @@ def _check_strategy(config: RunConfig) -> str | None:
     chosen = config.training.strategy
     if chosen == "deepspeed":
         return NO_DEEPSPEED
+    if config.is_offline and chosen != "auto" and (chosen == MEGATRON or gpus_per_node(config) > 0):
+        # sft_trainer keeps verl's engine.strategy on GPUs (FSDP1 'fsdp'), FSDP2 on CPU (stages.py)
+        return OFFLINE.replace("remove it", "leave training.strategy: auto")
     if chosen != MEGATRON:
         return None
-    if config.is_offline:
-        return OFFLINE
     version = _version(config)
     if version < MODEL_ENGINE_SINCE:
         return (
