@@ -161,6 +161,11 @@ def train(
         "--resume",
         help="Continue from the newest complete checkpoint (checkpoint.resume=true), e.g. after the run was killed.",
     ),
+    no_fit_check: bool = typer.Option(
+        False,
+        "--no-fit-check",
+        help="Train even where the predicted peak memory exceeds the device's (docs/memory.md says when).",
+    ),
 ) -> None:
     """Train: plan the config for its backend, then run it and write output_dir. A pipeline file (a
     top-level `stages` list, docs/stages.md) runs its stages in order; --set takes STAGE.key=value."""
@@ -187,7 +192,7 @@ def train(
         return
 
     cfg = _load(config, [*(set_ or []), *(["checkpoint.resume=true"] if resume else [])], plugin)
-    summary = run_train(cfg, progress=False if no_progress else None)
+    summary = run_train(cfg, progress=False if no_progress else None, fit_check=not no_fit_check)
     learned = (
         f"{summary['loss']} {summary['loss_first']:.3f} -> {summary['loss_last']:.3f}"
         if "loss" in summary

@@ -63,8 +63,8 @@ def behaviour(config: RunConfig, plan: Plan) -> MemoryBehaviour:
     param = 2.0 if bf16 else 4.0
     if stage == 0:  # BF16_Optimizer: an fp32 gradient accumulator beside the bf16 gradients, master weights, moments
         grad, optim = param + 4.0, 12.0
-    elif stage == 3:
-        grad, optim = param, 12.0  # DeepSpeed's estimate: 18 bytes a parameter over the ranks, with the parameters
+    elif stage == 3:  # DeepSpeed's own estimate: 18 bytes a parameter over the ranks, the bf16 parameters included
+        grad, optim = 4.0, 12.0
     else:
         grad, optim = param + 4.0, 12.0
     kl = float(f.get("algo.kl.init_coef", 0.01)) > 0

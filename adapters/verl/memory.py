@@ -82,6 +82,7 @@ def behaviour(config: RunConfig, plan: Plan) -> MemoryBehaviour | None:
         shards=shards,
         gathered_param_bytes=float(compute),
         offload_parameters=bool(_get(o, A + "fsdp_config.param_offload", False)),
+        offload_loads_whole=True,
         offload_optimizer=bool(_get(o, A + "fsdp_config.optimizer_offload", False)),
         optimizer_steps_on_device=True,
         optimizer_step_bytes=4.0 if on_gpu else 0.0,

@@ -196,6 +196,10 @@ class MemoryBehaviour:
     gathered_param_bytes: float = 0.0
     """Bytes a parameter of a gathered (unsharded) layer takes while it computes (FSDP's bf16 copy); 0: none."""
     offload_parameters: bool = False
+    offload_loads_whole: bool = False
+    """With offload_parameters: True when the whole model comes back to the device to compute (verl's
+    FSDPEngine.to); False when each layer is gathered from host memory as it computes (FSDP2's CPUOffloadPolicy,
+    ZeRO-3 offload_param), the gradients going back as they are made."""
     offload_optimizer: bool = False
     optimizer_steps_on_device: bool = True
     """With offload_optimizer: True when the states are loaded back for the step (verl), False when the step runs
@@ -326,10 +330,10 @@ def activation_bytes_per_token(shape: ModelShape, compute_bytes: int, checkpoint
     s, h, kv, i = compute_bytes, shape.hidden, shape.kv_dim, shape.intermediate
     norm = (4 + s) * h  # the fp32 upcast of its input and the normalized output in the compute dtype
     layer = s * (4 * h + 2 * kv + 4 * i) + 2 * norm + 4 * shape.heads + 8
-    outside = s * h + 4 * h + s * h + 2 * shape.head_dim + 12  # embedding output, final norm, rotary tables
+    outside = s * h + 4 * h + s * h + 12  # the embedding's output, the final norm's input and output
     if checkpointing:
         return shape.layers * s * h + outside, layer
-    return shape.layers * layer + outside, layer
+    return shape.layers * layer + outside + 2 * shape.head_dim, layer  # and the rotary tables
 
 
 def kv_bytes_per_token(shape: ModelShape, kv_bytes: int) -> int:
@@ -459,19 +463,15 @@ def predict(
         frozen = params - trainable_params
         param_total = trainable_params * b.param_bytes + frozen * (b.reference_bytes or b.param_bytes)
         param_device = per_device(param_total, s_params)
-        if b.offload_parameters and on_gpu:
-            host.append(Component(role, "parameters (offloaded)", int(param_total / mp), all_phases))
-        else:
-            out.append(
-                Component(
-                    role,
-                    "parameters",
-                    param_device,
-                    resting,
-                    f"{params:,} x {b.param_bytes:g} B{sharding}{mp_note}",
-                )
-            )
-        if (s_params or (b.offload_parameters and on_gpu)) and b.gathered_param_bytes:
+        param_formula = f"{params:,} x {b.param_bytes:g} B{sharding}{mp_note}"
+        offloaded = b.offload_parameters and on_gpu
+        if offloaded:
+            host.append(Component(role, "parameters (offloaded)", param_device, all_phases, param_formula))
+        if offloaded and b.offload_loads_whole:  # back on the device, whole, for the training phases
+            out.append(Component(role, "parameters (loaded to compute)", param_device, training_phases, param_formula))
+        elif not offloaded:
+            out.append(Component(role, "parameters", param_device, resting, param_formula))
+        if (s_params or offloaded) and b.gathered_param_bytes:
             gathered = int(2 * shape.largest_gathered * b.gathered_param_bytes / mp)  # this layer and the prefetched
             out.append(
                 Component(
@@ -484,21 +484,27 @@ def predict(
             )
         grads = per_device(trainable_params * b.grad_bytes, s_grads)
         grad_phases = frozenset({backward_phase, "optimizer"})
-        if b.offload_parameters and on_gpu and s_params:
-            host.append(
-                Component(role, "gradients (offloaded)", int(trainable_params * b.grad_bytes / mp), grad_phases)
-            )
-        else:
+        grad_formula = f"{trainable_params:,} x {b.grad_bytes:g} B" + (
+            f" / {shard} ranks" if s_grads and shard > 1 else ""
+        )
+        # gradients follow the parameters to host memory (FSDP2's CPUOffloadPolicy, ZeRO-3 offload_param) or the
+        # optimizer states where the step runs on the CPU (DeepSpeed's CPU Adam)
+        grads_on_host = on_gpu and (
+            (offloaded and not b.offload_loads_whole) or (b.offload_optimizer and not b.optimizer_steps_on_device)
+        )
+        if grads_on_host:
+            host.append(Component(role, "gradients (offloaded)", grads, grad_phases, grad_formula))
             out.append(
                 Component(
                     role,
-                    "gradients",
-                    grads,
-                    grad_phases,
-                    f"{trainable_params:,} x {b.grad_bytes:g} B"
-                    + (f" / {shard} ranks" if s_grads and shard > 1 else ""),
+                    "gradients of a layer (on their way out)",
+                    int(2 * shape.largest_gathered * b.grad_bytes / mp),
+                    frozenset({backward_phase}),
+                    f"2 x {shape.largest_gathered:,} x {b.grad_bytes:g} B",
                 )
             )
+        else:
+            out.append(Component(role, "gradients", grads, grad_phases, grad_formula))
         optim = per_device(trainable_params * b.optimizer_bytes, s_optim)
         optim_formula = f"{trainable_params:,} x {b.optimizer_bytes:g} B" + (
             f" / {shard} ranks" if s_optim and shard > 1 else ""
@@ -506,17 +512,22 @@ def predict(
         if b.offload_optimizer and on_gpu:
             host.append(Component(role, "optimizer states (offloaded)", optim, all_phases, optim_formula))
             if b.optimizer_steps_on_device:
-                out.append(Component(role, "optimizer states (loaded for the step)", optim, frozenset({"optimizer"})))
+                out.append(
+                    Component(
+                        role, "optimizer states (loaded for the step)", optim, frozenset({"optimizer"}), optim_formula
+                    )
+                )
         else:
             out.append(Component(role, "optimizer states", optim, resting, optim_formula))
-        if b.optimizer_step_bytes:
+        if b.optimizer_step_bytes and not (b.offload_optimizer and on_gpu and not b.optimizer_steps_on_device):
             out.append(
                 Component(
                     role,
                     "optimizer step temporaries",
                     per_device(trainable_params * b.optimizer_step_bytes, s_optim),
                     frozenset({"optimizer"}),
-                    f"{trainable_params:,} x {b.optimizer_step_bytes:g} B",
+                    f"{trainable_params:,} x {b.optimizer_step_bytes:g} B"
+                    + (f" / {shard} ranks" if s_optim and shard > 1 else ""),
                 )
             )
         tokens = _tokens(sizes, micro, config)
@@ -568,10 +579,20 @@ def predict(
 
     if b.reference != "none":
         ref_bytes = per_device(P * b.reference_bytes, s_params)
-        ref_phases = frozenset({"log_probs"}) if b.offload_reference and on_gpu else resting
-        if b.offload_reference and on_gpu:
-            host.append(Component("reference", "parameters (offloaded)", int(P * b.reference_bytes / mp), all_phases))
-        ref = [Component("reference", "parameters", ref_bytes, ref_phases, f"{P:,} x {b.reference_bytes:g} B")]
+        ref_formula = f"{P:,} x {b.reference_bytes:g} B" + (f" / {shard} ranks" if s_params and shard > 1 else "")
+        if b.offload_reference and on_gpu:  # in host memory; each layer comes to the device as it computes
+            host.append(Component("reference", "parameters (offloaded)", ref_bytes, all_phases, ref_formula))
+            ref = [
+                Component(
+                    "reference",
+                    "gathered layers",
+                    int(2 * shape.largest_gathered * b.compute_bytes / mp),
+                    frozenset({"log_probs"}),
+                    f"2 x {shape.largest_gathered:,} x {b.compute_bytes} B (a layer and the next)",
+                )
+            ]
+        else:
+            ref = [Component("reference", "parameters", ref_bytes, resting, ref_formula)]
         if b.reference == "trainer":
             trainer.roles += ("reference",)
             trainer.components += ref
@@ -837,6 +858,56 @@ def model_dir(path: str, field_name: str, plugins: Any = None) -> Path:
     )
 
 
+@dataclass
+class RunInputs:
+    """What a run's predictions share, read once: the model's shape, the prompt length, the device's memory."""
+
+    shape: ModelShape
+    critic_shape: ModelShape | None
+    prompt: int
+    prompt_from: str
+    device_bytes: int | None
+    device_from: str
+    gpus: int
+
+    def predict(self, config: RunConfig, behaviour: MemoryBehaviour, layout: dict[str, Any]) -> Prediction:
+        prompt = self.prompt if behaviour.prompt_tokens is None else behaviour.prompt_tokens
+        prediction = predict(
+            config,
+            self.shape,
+            behaviour,
+            layout,
+            prompt,
+            self.device_bytes,
+            self.device_from,
+            self.critic_shape,
+            self.gpus,
+        )
+        source = "the engine pads to data's cap" if behaviour.prompt_tokens else self.prompt_from
+        prediction.notes.insert(0, f"prompt: {prompt} tokens ({source}); response: {config.rollout.max_new_tokens}")
+        return prediction
+
+
+def run_inputs(config: RunConfig, plugins: Any = None, gpu_bytes: int | None = None) -> RunInputs:
+    """Read the model's shape (building a builtin model), the longest prompt and the device's memory for `config`.
+    `gpu_bytes`: one GPU's memory (default: the visible GPU's, else unknown)."""
+    directory = model_dir(config.model.path, "model.path", plugins)
+    shape = read_shape(directory)
+    critic_shape = read_shape(model_dir(config.critic.path, "critic.path", plugins)) if config.critic.path else None
+    if config.is_offline:
+        prompt, prompt_from = config.offline.max_length, "offline.max_length"
+    else:
+        prompt, prompt_from = longest_prompt(config, str(directory), plugins)
+    gpus = 0 if config.resources.gpus_per_node == "auto" else int(config.resources.gpus_per_node)
+    if gpus:
+        device, source = gpu_bytes or gpu_memory(), ("--gpu-memory" if gpu_bytes else "nvidia-smi")
+        if device is None:
+            source = "unknown (no GPU visible here; give --gpu-memory)"
+    else:
+        device, source = machine_memory()
+    return RunInputs(shape, critic_shape, prompt, prompt_from, device, source, gpus)
+
+
 def predict_run(
     config: RunConfig,
     backend: Any,
@@ -846,29 +917,114 @@ def predict_run(
     gpu_bytes: int | None = None,
 ) -> Prediction | None:
     """The prediction for a prepared run (rlbridge.run.runner.prepare's config, backend and plan), or None when the
-    backend declares no memory behaviour. `gpu_bytes` is one GPU's memory (default: the visible GPU's, else
-    unknown)."""
+    backend declares no memory behaviour."""
     behaviour = backend.memory_behaviour(config, plan)
     if behaviour is None:
         return None
-    directory = model_dir(config.model.path, "model.path", plugins)
-    shape = read_shape(directory)
-    critic_shape = read_shape(model_dir(config.critic.path, "critic.path", plugins)) if config.critic.path else None
-    if behaviour.prompt_tokens or config.is_offline:
-        prompt, prompt_from = behaviour.prompt_tokens or 0, "the engine's prompt cap"
+    return run_inputs(config, plugins, gpu_bytes).predict(config, behaviour, layout)
+
+
+# ---------------------------------------------------------------------------------------------- the pre-flight check
+def fit_check(
+    config: RunConfig, backend: Any, plan: Any, layout: dict[str, Any], plugins: Any = None
+) -> Prediction | None:
+    """Refuse a run whose predicted peak exceeds the memory it has (one GPU's, or on CPU the machine's: the cgroup
+    limit or MemAvailable), before anything starts: a ConfigError naming the role, the phase, the predicted and
+    available bytes and the cheapest knob that fits (each suggestion predicted again, with the backend's own
+    capability checks and plan). None when the backend declares no memory behaviour."""
+    behaviour = backend.memory_behaviour(config, plan)
+    if behaviour is None:
+        return None
+    inputs = run_inputs(config, plugins)
+    prediction = inputs.predict(config, behaviour, layout)
+    if prediction.device_bytes is None or prediction.fits():
+        return prediction
+    device, phase, peak = prediction.worst()
+    top = (device or _largest(prediction)).top_component(phase)
+    where = "the machine" if device is None else f"each {device.label.rstrip('s')}"
+    fix = cheapest_fix(config, backend, layout, inputs)
+    if fix is not None:
+        overrides, fixed = fix
+        change = " ".join(f"--set {k}={_show(v)}" for k, v in overrides.items())
+        advice = f"the cheapest change that fits: {change} (predicted {format_bytes(fixed)})"
     else:
-        prompt, prompt_from = longest_prompt(config, str(directory), plugins)
-    gpus = 0 if config.resources.gpus_per_node == "auto" else int(config.resources.gpus_per_node)
-    if gpus:
-        detected = gpu_bytes or gpu_memory()
-        device, source = detected, ("--gpu-memory" if gpu_bytes else "nvidia-smi")
-        if detected is None:
-            source = "unknown (no GPU visible here; give --gpu-memory)"
-    else:
-        device, source = machine_memory()
-    prediction = predict(config, shape, behaviour, layout, prompt, device, source, critic_shape, gpus)
-    prediction.notes.insert(0, f"prompt: {prompt} tokens ({prompt_from}); response: {config.rollout.max_new_tokens}")
-    return prediction
+        advice = (
+            "no single knob fits (micro batch, gradient checkpointing, gpu_memory_utilization, sharding, offload); "
+            "use more devices or a smaller model"
+        )
+    available = prediction.device_bytes
+    raise ConfigError(
+        f"memory: the {top.role}'s {top.what} ({format_bytes(top.bytes)}) in the {PHASE_LABELS[phase]} phase brings "
+        f"{where} to a predicted {format_bytes(peak)} ({peak:,} bytes), more than the {format_bytes(available)} "
+        f"({available:,} bytes) available ({prediction.device_bytes_from}); {advice}; `rlbridge plan CONFIG "
+        "--memory` shows every role and phase, --no-fit-check trains anyway"
+    )
+
+
+def _largest(prediction: Prediction) -> DeviceMemory:
+    return max(prediction.devices, key=lambda d: d.peak(prediction.phases)[1])
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def candidate_fixes(config: RunConfig, sizes: Sizes, on_gpu: bool, vllm_colocated: bool):
+    """The knobs that lower a peak, cheapest first (each a dict of dotted overrides): a smaller micro batch (the
+    same update, more passes), gradient checkpointing (~30 % more compute), a lower gpu_memory_utilization for a
+    colocated vLLM (fewer tokens in flight), more sharding (more communication), then offload (host transfers)."""
+    tr = config.training
+    share = max(config.mini_batch_samples // sizes.data_parallel, 1)
+    for m in sorted((d for d in range(1, sizes.micro_batch) if share % d == 0), reverse=True):
+        yield {"training.micro_batch_size": m}
+    if not tr.gradient_checkpointing:
+        yield {"training.gradient_checkpointing": True}
+    if on_gpu and vllm_colocated:
+        for k in range(int(round(config.rollout.gpu_memory_utilization * 20)) - 1, 0, -1):
+            yield {"rollout.gpu_memory_utilization": round(k / 20, 2)}
+    order = ["none", "optimizer", "gradients", "parameters"]
+    current = order.index(tr.sharding) if tr.sharding in order else 0
+    for level in order[current + 1 :]:
+        yield {"training.sharding": level}
+        if tr.strategy == "auto":
+            for strategy in ("fsdp", "deepspeed"):
+                yield {"training.strategy": strategy, "training.sharding": level}
+    if not tr.offload.optimizer:
+        yield {"training.offload.optimizer": True}
+    if not tr.offload.parameters:
+        yield {"training.offload.optimizer": True, "training.offload.parameters": True}
+
+
+def cheapest_fix(
+    config: RunConfig, backend: Any, layout: dict[str, Any], inputs: RunInputs
+) -> tuple[dict[str, Any], int] | None:
+    """The first candidate fix (candidate_fixes) that the backend honours and whose prediction fits, with its peak."""
+    from rlbridge.contract.config import check_devices
+    from rlbridge.errors import RLBridgeError
+
+    base = config.model_dump(mode="json")
+    sizes = run_sizes(config, layout, inputs.prompt)
+    behaviour = backend.memory_behaviour(config, backend.plan(config))
+    vllm_colocated = behaviour.rollout == "vllm" and sizes.shared
+    for overrides in candidate_fixes(config, sizes, inputs.gpus > 0, vllm_colocated):
+        data = json.loads(json.dumps(base))
+        for key, value in overrides.items():
+            node = data
+            *parents, last = key.split(".")
+            for part in parents:
+                node = node[part]
+            node[last] = value
+        try:
+            candidate = RunConfig.model_validate(data)
+            backend.check_capabilities(candidate)
+            check_devices(candidate, layout)
+            plan = backend.plan(candidate)
+            prediction = inputs.predict(candidate, backend.memory_behaviour(candidate, plan), layout)
+        except (RLBridgeError, ValueError):
+            continue
+        if prediction.fits() and not any("vLLM will not start" in n for n in prediction.notes):
+            return overrides, prediction.worst()[2]
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- the table

@@ -218,11 +218,19 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None, engine_else
     return Prepared(config, backend, plan)
 
 
-def train(config: RunConfig, plugins: PluginManager | None = None, progress: bool | None = None) -> dict[str, Any]:
-    """Run the whole job: plan, write the run files, train, summarise. Returns summary.json's content."""
+def train(
+    config: RunConfig, plugins: PluginManager | None = None, progress: bool | None = None, fit_check: bool = True
+) -> dict[str, Any]:
+    """Run the whole job: plan, write the run files, train, summarise. Returns summary.json's content. fit_check:
+    refuse, before anything is written or started, a run whose predicted peak memory exceeds the device's
+    (rlbridge.contract.memory.fit_check; `rlbridge train --no-fit-check` turns it off)."""
     pm = plugins or get_plugin_manager()
     prepared = prepare(config, pm)
     config, backend, plan = prepared.config, prepared.backend, prepared.plan
+    if fit_check:
+        from rlbridge.contract.memory import fit_check as check_memory
+
+        check_memory(config, backend, plan, plan.layout, pm)
     engine_python = choose_engine_python(config, backend)
     from rlbridge.run.report import summarize
     from rlbridge.run.runtime import RunContext
