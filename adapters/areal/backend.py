@@ -91,7 +91,8 @@ class ArealBackend(Backend):
             "experiment_name": EXPERIMENT,
             "trial_name": TRIAL,
             "seed": tr.seed,
-            "total_train_epochs": tr.epochs or 1,
+            # with training.steps, one epoch of exactly steps x batch_size prompts (cut at training.epochs passes)
+            "total_train_epochs": 1 if tr.steps else (tr.epochs or 1),
             "tokenizer_path": "<model_dir>",
             "cluster": {
                 "n_nodes": config.resources.nodes,
@@ -205,8 +206,10 @@ class ArealBackend(Backend):
                 # prompts over max_prompt_tokens: dropped (drop_overlong_prompts) or an error, when rlbridge writes them
                 "max_prompt_tokens": ro.max_prompt_tokens,
                 "drop_over": ro.max_prompt_tokens if ro.drop_overlong_prompts else None,
-                # exactly steps x batch_size prompts in one epoch (None: the data as it is, for training.epochs)
+                # exactly steps x batch_size prompts in one epoch (None: the data as it is, for training.epochs), and
+                # with training.epochs too no more than that many passes over the data (whichever ends first)
                 "rows": tr.steps * tr.batch_size if tr.steps else None,
+                "epochs": tr.epochs if tr.steps else None,
             },
             "workflow": {
                 "use_chat_template": config.model.use_chat_template,

@@ -297,7 +297,11 @@ def capabilities() -> list[Capability]:
             ("total_train_steps", "launch.data.rows"),
             note="rlbridge feeds exactly steps x batch_size prompts in one epoch (AReaL's schedule spans the epochs)",
         ),
-        honoured("training.epochs", ("total_train_epochs",)),
+        honoured(
+            "training.epochs",
+            ("total_train_epochs", "launch.data.epochs"),
+            note="with training.steps too: steps x batch_size prompts, cut at epochs passes over the data",
+        ),
         honoured("training.lr", "actor.optimizer.lr"),
         honoured("training.lr_schedule", "actor.optimizer.lr_scheduler_type"),
         honoured(

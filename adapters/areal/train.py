@@ -134,7 +134,10 @@ def run_areal(plan, ctx) -> None:
     train_rows, longest = dataset_rows(
         load_rows(config.data.train, config, "data.train", ctx.plugins), data, tokenizer, workflow, "data.train"
     )
-    train_rows = exactly(train_rows, data.get("rows"))
+    count = data.get("rows")
+    if count and data.get("epochs"):  # training.steps and training.epochs: whichever ends first
+        count = min(count, data["epochs"] * len(train_rows))
+    train_rows = exactly(train_rows, count)
     eval_rows = None
     if config.data.eval is not None:
         eval_rows, eval_longest = dataset_rows(
