@@ -18,7 +18,7 @@ import pytest
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.registry import get_plugin_manager
 from rlbridge.errors import ConfigError
-from rlbridge.run.importer import import_recipe
+from rlbridge.run.importer import import_recipe, recipe_view
 from rlbridge.run.recipe import same
 from rlbridge.run.runner import resolve
 
@@ -41,7 +41,7 @@ def plan_view(result, engine: str) -> dict:
         result.config, reward=result.config["reward"] or [{"name": "digit_match"}], engine_version=result.recipe.version
     )
     config = resolve(RunConfig.model_validate(data))
-    return backend.recipe_importer().view(backend.plan(config).native, config)
+    return recipe_view(backend, config, result.recipe)  # a key the plan leaves out: the engine's default
 
 
 @pytest.mark.parametrize("engine,name", FIXTURES)
@@ -669,3 +669,83 @@ def test_a_command_line_longer_than_a_file_name_imports():
     assert len(line) > 255
     result = import_recipe(line, "verl", rewards=[{"name": "digit_match"}])
     assert result.recipe.source == "<command line>" and len(result.recipe.settings) == 13
+
+
+def test_hub_datasets_import_as_hf_sources_and_plan(tmp_path):
+    """Issue 45 item 3: a hub dataset id is data.train {type: hf, name, split, config} (before: an action, 'rlbridge
+    reads local data'), read back from the plan, and the written config plans (no hub here: plan checks a hub id
+    only in offline mode)."""
+    orl = import_recipe(
+        "python3 -m openrlhf.cli.train_ppo_ray --actor.model_name_or_path builtin:tiny-digits "
+        "--data.prompt_dataset OpenRLHF/prompt-collection-v0.1 --data.prompt_split test "
+        "--eval.dataset OpenRLHF/aime-2024 --eval.steps 5",
+        "openrlhf",
+        rewards=[{"name": "digit_match"}],
+    )
+    assert orl.config["data"]["train"] == {"type": "hf", "name": "OpenRLHF/prompt-collection-v0.1", "split": "test"}
+    assert orl.config["data"]["eval"] == {"type": "hf", "name": "OpenRLHF/aime-2024", "split": "train"}
+    kinds = {e.key: e.kind for e in orl.entries}
+    assert kinds["data.prompt_dataset"] == kinds["data.prompt_split"] == kinds["eval.dataset"] == "mapped", orl.report()
+    assert kinds["eval.steps"] == "mapped"
+    recipe = tmp_path / "grpo.yaml"
+    recipe.write_text(
+        "model_name_or_path: builtin:tiny-digits\ndataset_name: openai/gsm8k\ndataset_config: main\n"
+        "dataset_train_split: train[:10%]\nlearning_rate: 1.0e-6\n"
+    )
+    trl = import_recipe(str(recipe), "trl", rewards=[{"name": "digit_match"}])
+    assert trl.config["data"]["train"] == {
+        "type": "hf",
+        "name": "openai/gsm8k",
+        "split": "train[:10%]",
+        "config": "main",
+    }
+    assert {e.key: e.kind for e in trl.entries if e.key.startswith("dataset_")} == dict.fromkeys(
+        ("dataset_name", "dataset_config", "dataset_train_split"), "mapped"
+    ), trl.report()
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from datasets import load_dataset\nfrom trl import GRPOConfig, GRPOTrainer\n"
+        "train = load_dataset('trl-lib/DeepMath-103K', split='train')\n"
+        "mapped = load_dataset('trl-lib/tldr', split='train')\nmapped = mapped.map(lambda r: r)\n"
+        "args = GRPOConfig(output_dir='out', learning_rate=1e-6)\n"
+        "GRPOTrainer(model='builtin:tiny-digits', args=args, reward_funcs='trl.rewards.accuracy_reward', "
+        "train_dataset=train, eval_dataset=mapped)\n"
+    )
+    py = import_recipe(str(script), "trl", rewards=[{"name": "digit_match"}])
+    assert py.config["data"]["train"] == {"type": "hf", "name": "trl-lib/DeepMath-103K", "split": "train"}
+    kinds = {e.key: e.kind for e in py.entries}
+    assert kinds["train_dataset"] == "mapped" and kinds["GRPOTrainer.eval_dataset"] == "action"  # rows made by code
+    out = tmp_path / "job.yaml"
+    out.write_text(orl.to_yaml())
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    plan = subprocess.run(
+        [sys.executable, "-m", "rlbridge", "plan", str(out), "--set", "resources.gpus_per_node=1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert plan.returncode == 0, plan.stderr
+    assert "OpenRLHF/prompt-collection-v0.1" in plan.stdout or "<run_dir>/data/train.jsonl" in plan.stdout
+
+
+def test_several_data_files_import_as_one_source_read_in_order(tmp_path):
+    """verl's data.train_files=[gsm8k.parquet, math.parquet] (most of its example scripts) is one parquet source of
+    both files (before: an action, 'concatenate them first'); rlbridge reads their rows one file after the other."""
+    import pandas as pd
+
+    from rlbridge.contract.data import load_rows
+
+    files = []
+    for name, digits in (("a", "12"), ("b", "345")):
+        files.append(str(tmp_path / f"{name}.parquet"))
+        pd.DataFrame({"prompt": list(digits), "answer": list(digits)}).to_parquet(files[-1])
+    result = import_recipe(
+        f"python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_files=\"['{files[0]}', '{files[1]}']\"",
+        "verl",
+        rewards=[{"name": "digit_match"}],
+    )
+    assert result.config["data"]["train"] == {"type": "parquet", "path": files}
+    assert {e.key: e.kind for e in result.entries}["data.train_files"] == "mapped", result.report()
+    config = RunConfig.model_validate({**result.config, "reward": [{"name": "digit_match"}]})
+    assert [r["prompt"] for r in load_rows(config.data.train, config, "data.train")] == list("12345")

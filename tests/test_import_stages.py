@@ -13,7 +13,7 @@ STAGES = Path(__file__).parent / "fixtures" / "recipes" / "stages"
 
 def test_verls_own_sft_recipe_imports_as_an_sft_job_and_plans_it_back(monkeypatch):
     from rlbridge.contract.registry import get_plugin_manager
-    from rlbridge.run.importer import resolve_config
+    from rlbridge.run.importer import recipe_view, resolve_config
     from rlbridge.run.recipe import same
 
     monkeypatch.setenv("HOME", "/data-home")
@@ -31,7 +31,7 @@ def test_verls_own_sft_recipe_imports_as_an_sft_job_and_plans_it_back(monkeypatc
     # the round trip: the imported job's sft_trainer plan sets every setting the report calls reproduced
     backend = get_plugin_manager().backend("verl")
     planned = resolve_config({**config, "resources": {"gpus_per_node": 1}})
-    view = backend.recipe_importer().view(backend.plan(planned).native, planned)
+    view = recipe_view(backend, planned, result.recipe)
     assert backend.plan(planned).native["module"] == "verl.trainer.sft_trainer"
     for s in result.recipe.settings:
         if kinds.get(s.key) in ("mapped", "same"):
@@ -54,10 +54,11 @@ def test_trls_own_dpo_and_sft_configs_import_as_their_stages():
     assert sft.config["algorithm"] == {"name": "sft"} and sft.config["model"]["path"] == "Qwen/Qwen2.5-3B-Instruct"
     assert (sft.config["training"]["lr"], sft.config["training"]["epochs"]) == (2e-4, 1)
     kinds = {e.key: e.kind for e in sft.entries}
-    assert (
-        kinds["report_to"] == "action"  # trackio: rlbridge has no such sink
-        and kinds["SFTTrainer.peft_config"] == kinds["SFTTrainer.train_dataset"] == "action"
-    )
+    assert kinds["report_to"] == "action"  # trackio: rlbridge has no such sink
+    # `dataset = load_dataset(ID, split=...)` and `peft_config = LoraConfig(...)`, read without running the file
+    assert kinds["train_dataset"] == kinds["peft_config"] == kinds["r"] == "mapped", sft.report()
+    assert sft.config["data"]["train"] == {"type": "hf", "name": "open-thoughts/OpenThoughts-114k", "split": "train"}
+    assert sft.config["model"]["lora"]["rank"] == 256
     assert (
         "checkpoint" not in sft.config or "dir" not in sft.config["checkpoint"]
     )  # the reader's placeholder output_dir is no default

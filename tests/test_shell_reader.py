@@ -20,7 +20,8 @@ from rlbridge.run.shell import read_launch
 
 REAL = Path(__file__).parent / "fixtures" / "recipes" / "real"
 # and verl's async launch scripts (tests/fixtures/recipes/async/SOURCE.md)
-SCRIPTS = sorted(REAL.glob("*/*.sh")) + sorted((REAL.parent / "async").glob("*/*.sh"))
+# and the scripts of issue 45's measure (tests/fixtures/recipes/measure/SOURCE.md)
+SCRIPTS = [p for folder in ("real", "async", "measure") for p in sorted((REAL.parent / folder).glob("*/*.sh"))]
 MARKERS = (
     "verl.trainer.main_ppo",
     "openrlhf.cli.train_ppo_ray",

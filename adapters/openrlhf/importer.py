@@ -22,7 +22,7 @@ from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import looks_local
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.run.recipe import Recipe, Setting, Token, find_command, is_file, scalar
-from rlbridge_adapters.openrlhf import stage_import
+from rlbridge_adapters.openrlhf import knobs, stage_import
 from rlbridge_adapters.openrlhf.backend import DOTTED_SINCE, FLAT
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION
 
@@ -33,8 +33,11 @@ ASYNC_FLAT = {
     "async_train": "train.async_enable",
     "async_queue_size": "train.async_queue_size",
     "partial_rollout": "train.partial_rollout_enable",
+    "prompt_split": "data.prompt_split",  # and the datasets' splits, which the plan leaves at OpenRLHF's default
+    "eval_split": "eval.split",
 }
-DOTTED = {**ASYNC_FLAT, **{flat: dotted for dotted, flat in FLAT.items()}}
+# every flag the adapter writes in both spellings (backend.FLAT and knobs.FLAT: the roles' placement, the reward model)
+DOTTED = {**ASYNC_FLAT, **{flat: dotted for dotted, flat in {**knobs.FLAT, **FLAT}.items()}}
 FLAT_VERSION = "0.9.10"  # what a recipe in the flat spelling is read as, without --engine-version
 OWNED = {
     "logger.": "logging: rlbridge writes metrics.jsonl and telemetry sinks (telemetry.sinks)",
@@ -44,22 +47,15 @@ OWNED = {
     "wandb_project": "logging",
     "wandb_run_name": "logging",
     "use_tensorboard": "logging",
-    "logging_steps": "logging: rlbridge records every step",
     "ckpt.output_dir": "the final model is saved in rlbridge's run directory (model_final)",
-    "ref.num_nodes": "rlbridge places the reference model with the actor (placement)",
-    "ref.num_gpus_per_node": "rlbridge places the reference model with the actor (placement)",
-    "ref_num_nodes": "rlbridge places the reference model with the actor (placement)",
-    "ref_num_gpus_per_node": "rlbridge places the reference model with the actor (placement)",
 }
+DATASETS = {"data.prompt_dataset": "data.prompt_split", "eval.dataset": "eval.split"}  # and the split OpenRLHF takes
+LOGGING_STEPS = ("logger.logging_steps", "logging_steps")  # every step (the default, 1) is what rlbridge records
+REFERENCE_PLACEMENT = ("ref.num_nodes", "ref.num_gpus_per_node")  # the plan places the reference with the actor
 ACTION = {
     "reward.remote_url": "the recipe's reward function or server: rlbridge rewards are plugins (reward: [{name: ...}]); "
     "port reward_func to a reward plugin",
     "reward.model_name_or_path": "a neural reward model: not a canonical reward kind yet",
-    "reward_pretrain": "a neural reward model: not a canonical reward kind yet",
-    "reward.num_nodes": "a neural reward model's placement",
-    "reward.num_gpus_per_node": "a neural reward model's placement",
-    "reward_num_nodes": "a neural reward model's placement",
-    "reward_num_gpus_per_node": "a neural reward model's placement",
     "train.agent_func_path": "the recipe's agent: write an environment plugin (environment:), which rlbridge runs as an OpenRLHF agent",
 }
 
@@ -292,6 +288,8 @@ class OpenRLHFRecipeImporter:
     """The offline stage of the recipe read last (None: train_ppo_ray), for special()."""
     asynchronous: bool = False
     """Whether the recipe read last runs OpenRLHF's async loop (--train.async_enable), for special()."""
+    reference: bool = True
+    """Whether the recipe read last has a reference model (--algo.kl.init_coef above 0), for special()."""
 
     def read(self, source: str, version: str | None) -> Recipe:
         path = Path(source)
@@ -350,6 +348,11 @@ class OpenRLHFRecipeImporter:
         self.asynchronous = not stage and any(
             s.key == "train.async_enable" and s.value is True for s in recipe.settings
         )
+        coef = next((s.value for s in recipe.settings if s.key in ("algo.kl.init_coef", "init_kl_coef")), None)
+        if coef is None:
+            defaults = parser_defaults(version) or {}
+            coef = defaults.get("algo.kl.init_coef", defaults.get("init_kl_coef"))
+        self.reference = not isinstance(coef, (int, float)) or coef > 0
         if self.asynchronous and v >= Version("0.10.2"):
             recipe.extras["base"] = async_start(recipe)
         elif not stage and engines_beside_actor(recipe):
@@ -361,10 +364,14 @@ class OpenRLHFRecipeImporter:
             return stage_import.view(native, config, read_flags)
         out = stage_import.flags_view(native, read_flags)
         train, val = config.data.train, config.data.eval
-        if train.path:
-            out["data.prompt_dataset"] = train.path
-        if val is not None and val.path:
-            out["eval.dataset"] = val.path
+        for source, dataset, split in (
+            (train, "data.prompt_dataset", "data.prompt_split"),
+            (val, "eval.dataset", "eval.split"),
+        ):
+            if source is not None and source.type == "hf":  # OpenRLHF loads a hub id itself: load_dataset(id)[split]
+                out[dataset], out[split] = source.name, source.split or "train"
+            elif source is not None and source.path:
+                out[dataset] = source.path
         out["data.input_key"] = native["data"]["prompt_key"]
         out["data.label_key"] = native["data"]["answer_key"]
         return out
@@ -374,6 +381,10 @@ class OpenRLHFRecipeImporter:
         found = stage_import.special(key, setting.value) if self.stage else None
         if found:
             return found
+        if key in LOGGING_STEPS:  # every step (OpenRLHF's default) is what rlbridge's plan leaves it at: compared
+            return None if setting.value == 1 else ("owned", "logging: rlbridge records every step")
+        if key in REFERENCE_PLACEMENT and not self.reference:
+            return "owned", "unused: with --algo.kl.init_coef 0 OpenRLHF creates no reference model"
         for table, kind in ((OWNED, "owned"), (ACTION, "action")):
             for prefix, reason in table.items():
                 if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
@@ -386,18 +397,22 @@ class OpenRLHFRecipeImporter:
             )
         if isinstance(setting.value, str) and "<run_dir>" in setting.value:
             return "owned", "a path inside rlbridge's run directory"
-        if (
-            key in ("data.prompt_dataset", "eval.dataset")
-            and isinstance(setting.value, str)
-            and not looks_local(setting.value)
-        ):
+        if key in DATASETS and isinstance(setting.value, str) and "," in setting.value:
+            return "action", "several datasets: point data.train at one file"
+        if key in DATASETS and isinstance(setting.value, str) and "@" in setting.value:
             return (
                 "action",
-                "a hub dataset: rlbridge reads local data (jsonl, parquet, save_to_disk); download it and set data.train",
+                "a hub dataset's data_dir (NAME@DIR): rlbridge's hf source loads a dataset by name and split",
             )
-        if key in ("data.prompt_dataset", "eval.dataset") and isinstance(setting.value, str) and "," in setting.value:
-            return "action", "several datasets: point data.train at one file"
         return None
+
+    def data_source(self, key: str, value: Any, recipe: Recipe) -> dict[str, Any] | None:
+        """--data.prompt_dataset / --eval.dataset naming a hub dataset -> {type: hf, name, split} with the recipe's
+        --data.prompt_split / --eval.split (OpenRLHF's blending_datasets: load_dataset(name)[split]); a file: None."""
+        if key not in DATASETS or not isinstance(value, str) or looks_local(value) or "," in value or "@" in value:
+            return None
+        split = next((s.value for s in recipe.settings if s.key == DATASETS[key]), None)
+        return {"type": "hf", "name": value, "split": str(split) if split is not None else "train"}
 
     def option(self, setting: Setting) -> tuple[str, Any]:
         return setting.key, setting.value
@@ -493,13 +508,13 @@ class OpenRLHFRecipeImporter:
             return {}
         found = parser_defaults(recipe.version)
         if found is None:
-            recipe.notes.append(
-                (
-                    None,
-                    f"OpenRLHF {recipe.version}'s defaults are unknown here (no environment, no vendored copy): "
-                    "flags the recipe leaves unset take rlbridge's defaults",
-                )
+            note = (
+                None,
+                f"OpenRLHF {recipe.version}'s defaults are unknown here (no environment, no vendored copy): "
+                "flags the recipe leaves unset take rlbridge's defaults",
             )
+            if note not in recipe.notes:
+                recipe.notes.append(note)
             return {}
         v = Version(recipe.version)
         return {(DOTTED.get(k, k) if v < DOTTED_SINCE else k): value for k, value in found.items()}

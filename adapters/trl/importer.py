@@ -27,6 +27,7 @@ from rlbridge_adapters.trl import layout
 CONFIG_CLASSES = ("GRPOConfig", "RLOOConfig", "SFTConfig", "DPOConfig", "RewardConfig")
 # the offline stages' config classes -> algorithm.name (adapters/trl/stages.py): an SFT/DPO/RM recipe
 STAGE_CLASSES = {"SFTConfig": "sft", "DPOConfig": "dpo", "RewardConfig": "reward_model"}
+COMPLETIONS = ("log_completions", "num_completions_to_print")  # -> telemetry.samples_per_step (telemetry())
 OWNED = {
     "report_to": "logging: rlbridge writes metrics.jsonl and telemetry sinks (telemetry.sinks)",
     "logging_steps": "logging: rlbridge logs once per canonical step",
@@ -45,10 +46,12 @@ OWNED = {
 }
 SCRIPT_KEYS = {  # keys of `trl grpo --config` that are not config fields
     "model_name_or_path": None,
-    "dataset_name": "a hub dataset: rlbridge reads local data (jsonl, parquet, save_to_disk); download it and set data.train",
-    "dataset_config": "a hub dataset's configuration: see dataset_name",
-    "dataset_train_split": "a hub dataset's split: see dataset_name",
-    "dataset_test_split": "a hub dataset's split: see dataset_name",
+    # the hub dataset: data.train {type: hf, name, config, split}, read back from the plan's data source in view()
+    "dataset_name": None,
+    "dataset_config": None,
+    "dataset_train_split": None,
+    "dataset_test_split": "the evaluation split of dataset_name: TRL's script evaluates on it only with an "
+    "eval_strategy; set data.eval: {type: hf, name: ..., split: ...}",
     "reward_funcs": "the recipe's reward functions: rlbridge rewards are plugins (reward: [{name: ...}]); port them to reward plugins",
     "reward_model_name_or_path": "a neural reward model: reward: [{model: PATH}]",
     "dtype": None,
@@ -130,6 +133,63 @@ def _literal(node: ast.AST, constants: dict[str, Any]) -> Any:
     ):
         return node.attr
     raise _Unreadable(node, f"`{ast.unparse(node)}`")
+
+
+def _assigned(tree: ast.Module, node: ast.AST) -> ast.AST:
+    """A variable's value where the file assigns it once (`peft_config = LoraConfig(...)`), else the node itself."""
+    if not isinstance(node, ast.Name):
+        return node
+    values = [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
+    ]
+    return values[0] if len(values) == 1 else node
+
+
+def _loaded_datasets(tree: ast.Module, constants: dict[str, Any]) -> dict[str, list[Setting]]:
+    """Variables that hold a hub dataset exactly as `load_dataset(NAME, CONFIG, split=SPLIT)` returns
+    it (literal arguments, nothing else), as the settings of `trl grpo --config` (dataset_name, dataset_config,
+    dataset_train_split), each with its line. A variable assigned anything else as well (`ds = ds.map(fn)`: rows
+    made by code) is left out: the trainer's dataset stays an action."""
+    assigned: dict[str, list[tuple[ast.Assign, int | None]]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                names = target.elts if isinstance(target, ast.Tuple) else [target]
+                for k, name in enumerate(names):
+                    if isinstance(name, ast.Name):
+                        assigned.setdefault(name.id, []).append((node, k if isinstance(target, ast.Tuple) else None))
+    out: dict[str, list[Setting]] = {}
+    for var, assignments in assigned.items():
+        if len(assignments) != 1:
+            continue
+        node, index = assignments[0]
+        call = node.value
+        if not (isinstance(call, ast.Call) and _call_name(call) == "load_dataset") or not 1 <= len(call.args) <= 2:
+            continue
+        try:
+            args = [_literal(a, constants) for a in call.args]
+            kwargs = {kw.arg: _literal(kw.value, constants) for kw in call.keywords}
+        except _Unreadable:
+            continue
+        if None in kwargs or set(kwargs) - {"name", "split"} or not isinstance(args[0], str):
+            continue  # data_files, revision, streaming, **kwargs...: not what `trl grpo --config` names
+        split = kwargs.get("split")
+        if index is not None:  # train, test = load_dataset(NAME, split=[A, B])
+            if not isinstance(split, list) or index >= len(split):
+                continue
+            split = split[index]
+        elif isinstance(split, list):
+            continue
+        text = f"{var} = {ast.unparse(call)}"
+        found = [Setting("dataset_name", args[0], call.lineno, text, "train_dataset")]
+        config = args[1] if len(args) > 1 else kwargs.get("name")
+        for key, value in (("dataset_config", config), ("dataset_train_split", split)):
+            if value is not None:
+                found.append(Setting(key, value, call.lineno, text, f"train_dataset.{key.rsplit('_', 1)[-1]}"))
+        out[var] = found
+    return out
 
 
 def _lora_settings(node: ast.AST, constants: dict[str, Any]) -> list[Setting] | None:
@@ -273,6 +333,7 @@ class TRLRecipeImporter:
                 )
             )
         # the trainer call: its model (a literal) and what it passes that rlbridge does not import
+        datasets = _loaded_datasets(tree, constants)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and _call_name(node) in (
                 "GRPOTrainer",
@@ -296,8 +357,10 @@ class TRLRecipeImporter:
                             recipe.notes.append(
                                 (kw.value.lineno, f"model={ast.unparse(kw.value)} is not a literal; set model.path")
                             )
-                    elif kw.arg == "peft_config" and _lora_settings(kw.value, constants) is not None:
-                        recipe.settings += _lora_settings(kw.value, constants)
+                    elif kw.arg == "peft_config" and _lora_settings(_assigned(tree, kw.value), constants) is not None:
+                        recipe.settings += _lora_settings(_assigned(tree, kw.value), constants)
+                    elif kw.arg == "train_dataset" and isinstance(kw.value, ast.Name) and kw.value.id in datasets:
+                        recipe.settings += datasets[kw.value.id]
                     elif kw.arg in (
                         "reward_funcs",
                         "train_dataset",
@@ -368,6 +431,11 @@ class TRLRecipeImporter:
         out = dict(native["args"])
         out.update(layout.recipe_view(native))  # accelerate's config-file keys (TRL's CLI launches through it)
         out["config_class"] = native["config_class"]
+        train = config.data.train
+        if train.type == "hf":  # the hub dataset as `trl grpo --config` names it (rlbridge loads it, not TRL's script)
+            out.update(dataset_name=train.name, dataset_train_split=train.split or "train")
+            if train.config:
+                out["dataset_config"] = train.config
         processes = (native.get("accelerate") or {}).get("num_processes", 1)
         per_step = out.get("per_device_train_batch_size", 0) * processes
         if "steps_per_generation" not in out and out.get("generation_batch_size") and per_step:
@@ -455,17 +523,29 @@ class TRLRecipeImporter:
             ]
         return [RecipeReward(spec, [used]) for spec, used in found]
 
+    def data_source(self, key: str, value: Any, recipe: Recipe) -> dict[str, Any] | None:
+        """dataset_name (a YAML recipe's, or a Python recipe's `load_dataset(NAME, ...)` passed as train_dataset) ->
+        {type: hf, name, config, split} with the recipe's dataset_config / dataset_train_split."""
+        if key != "dataset_name" or not isinstance(value, str):
+            return None
+        by_key = {s.key: s.value for s in recipe.settings}
+        source = {"type": "hf", "name": value, "split": str(by_key.get("dataset_train_split") or "train")}
+        if by_key.get("dataset_config") is not None:
+            source["config"] = str(by_key["dataset_config"])
+        return source
+
     def telemetry(self, recipe: Recipe):
         """report_to's trackers as telemetry.sinks (wandb, tensorboard, mlflow; W&B's project is the one transformers
         picks, WANDB_PROJECT or 'huggingface'), run_name as the config's run_name. report_to 'none' is what the plan
         sets itself (same)."""
         from rlbridge.run.importer import RecipeTelemetry, _show, tracker_sink
 
-        by_key = {s.key: s for s in recipe.settings if s.key in ("report_to", "run_name")}
+        by_key = {s.key: s for s in recipe.settings if s.key in ("report_to", "run_name", *COMPLETIONS)}
         report, name = by_key.get("report_to"), by_key.get("run_name")
         trackers = [] if report is None else report.value if isinstance(report.value, list) else [report.value]
         trackers = [str(t) for t in trackers if t not in ("none", None)]
-        if not trackers and name is None:
+        log, shown = by_key.get("log_completions"), by_key.get("num_completions_to_print")
+        if not trackers and name is None and log is None and shown is None:
             return None
         sinks, missing = [], []
         for tracker in trackers:
@@ -482,8 +562,20 @@ class TRLRecipeImporter:
             settings.append((report, "action" if missing else "sink", detail))
         if name is not None and isinstance(name.value, str):
             settings.append((name, "sink", f"run_name={name.value}"))
+        # the completions TRL logs each step: rlbridge's sampled rows (samples.jsonl and the sinks' tables)
+        samples = None
+        if log is not None:
+            samples = (shown.value if shown is not None and isinstance(shown.value, int) else None) if log.value else 0
+            kept = "telemetry.samples_per_step (4)" if samples is None else f"telemetry.samples_per_step={samples}"
+            settings.append((log, "sink", f"{kept}: rlbridge's sampled completions, samples.jsonl"))
+        if shown is not None:
+            settings.append(
+                (shown, "sink", f"telemetry.samples_per_step={shown.value}")
+                if log is not None and log.value and isinstance(shown.value, int)
+                else (shown, "owned", "unused: TRL prints completions only with log_completions")
+            )
         return RecipeTelemetry(
-            sinks, settings, name.value if name is not None and isinstance(name.value, str) else None
+            sinks, settings, name.value if name is not None and isinstance(name.value, str) else None, samples
         )
 
     def defaults(self, recipe: Recipe) -> dict[str, Any]:

@@ -257,8 +257,13 @@ class VerlRecipeImporter:
                     return kind, reason
         if isinstance(setting.value, str) and "<run_dir>" in setting.value:
             return "owned", "a path inside rlbridge's run directory"
-        if setting.key == "data.train_files" and isinstance(setting.value, list):
-            return "action", "several training files: point data.train at one file (concatenate them first)"
+        files = setting.value if isinstance(setting.value, list) else [setting.value]
+        if setting.key in ("data.train_files", "data.val_files") and any(str(f).startswith("hf://") for f in files):
+            return "action", (
+                "a file in a hub dataset repository (hf://...), which verl reads with load_dataset('parquet', "
+                "data_files=...): rlbridge's hf source loads a dataset by name and split (data.train: {type: hf, name, "
+                "split}), or download the file and point data.train at it"
+            )
         return None
 
     def option(self, setting: Setting) -> tuple[str, Any]:

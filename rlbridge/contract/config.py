@@ -211,8 +211,9 @@ class DataSource(StrictModel):
     layout), through the Hugging Face cache (HF_HOME, HF_DATASETS_CACHE) and its offline mode
     (HF_DATASETS_OFFLINE, HF_HUB_OFFLINE); generator: a data-source plugin (see `rlbridge plugins`) that
     makes rows procedurally."""
-    path: str | None = None
-    """File or directory for jsonl, parquet and hf_disk."""
+    path: str | list[str] | None = None
+    """File or directory for jsonl, parquet and hf_disk; for jsonl and parquet also a list of files, whose rows are
+    read one file after the other (verl's data.train_files=[gsm8k.parquet, math.parquet])."""
     name: str | None = None
     """type generator: the plugin's name; type hf: the dataset, as datasets.load_dataset takes it (a hub id
     such as 'openai/gsm8k', or a local directory of data files)."""
@@ -253,6 +254,8 @@ class DataSource(StrictModel):
                 )
             if not self.path:
                 raise ValueError(f"type '{self.type}' needs 'path' (the file or directory to read)")
+            if isinstance(self.path, list) and self.type == "hf_disk":
+                raise ValueError("type 'hf_disk' takes one directory in 'path' (a list is for jsonl and parquet files)")
             if self.name:
                 raise ValueError(f"'name' is only for types 'generator' and 'hf', not '{self.type}'")
             if self.args:

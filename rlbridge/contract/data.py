@@ -27,8 +27,15 @@ def check_source(source: DataSource, field_name: str, plugins) -> None:
         _check_local(source, field_name)
         if _hf_local(source.name, field_name) or hf_offline():  # a hub id online: nothing to check without the network
             _check_builder(source, field_name)
-    elif not exists(source.path, f"{field_name}.path"):
-        raise ConfigError(f"{field_name}.path: '{source.path}' does not exist; point it at your {source.type} data")
+    else:
+        for path in paths(source):
+            if not exists(path, f"{field_name}.path"):
+                raise ConfigError(f"{field_name}.path: '{path}' does not exist; point it at your {source.type} data")
+
+
+def paths(source: DataSource) -> list[str]:
+    """The files (or the directory) a jsonl, parquet or hf_disk source reads, in order."""
+    return list(source.path) if isinstance(source.path, list) else [source.path]
 
 
 def hf_offline() -> bool:
@@ -120,19 +127,18 @@ def load_rows(source: DataSource, config: RunConfig, field_name: str, plugins=No
         rows = list(plugin.generate(**{"seed": config.training.seed, **source.args}))
     elif source.type == "jsonl":
         rows = []
-        with open(Path(source.path).expanduser(), encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise ConfigError(
-                            f"{field_name}.path: {source.path}:{lineno} is not valid JSON: {exc}"
-                        ) from exc
+        for path in paths(source):
+            with open(Path(path).expanduser(), encoding="utf-8") as fh:
+                for lineno, line in enumerate(fh, 1):
+                    if line.strip():
+                        try:
+                            rows.append(json.loads(line))
+                        except json.JSONDecodeError as exc:
+                            raise ConfigError(f"{field_name}.path: {path}:{lineno} is not valid JSON: {exc}") from exc
     elif source.type == "parquet":
         import pyarrow.parquet as pq  # comes with the engine extras
 
-        rows = pq.read_table(Path(source.path).expanduser()).to_pylist()
+        rows = [row for path in paths(source) for row in pq.read_table(Path(path).expanduser()).to_pylist()]
     elif source.type == "hf":
         _check_local(source, field_name)
         try:

@@ -91,6 +91,10 @@ class RecipeImporter(Protocol):
         """The recipe's trackers and run name as canonical telemetry (verl's trainer.logger, OpenRLHF's
         --logger.wandb.*, TRL's report_to). Optional: an importer without it leaves logging settings to special()."""
 
+    def data_source(self, key: str, value: Any, recipe: Recipe) -> dict[str, Any] | None:
+        """The canonical data source (DataSource fields) the recipe's setting `key` names, with what the recipe's
+        other settings say of it (a hub dataset's split); None: the file rule (data_source(), by suffix). Optional."""
+
 
 @dataclass
 class RecipeReward:
@@ -111,6 +115,8 @@ class RecipeTelemetry:
     for) and how it maps. A secret's Setting carries SECRET as its value: the report never shows it."""
     run_name: str | None = None
     """The run's name the recipe gives its tracker (the config's run_name), if it gives one."""
+    samples_per_step: int | None = None
+    """The sampled completions the recipe logs per step (telemetry.samples_per_step), if it says."""
 
 
 SECRET = "<not imported>"
@@ -462,10 +468,13 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 _MISSING = object()
 
 
-def data_source(path: str) -> dict[str, Any]:
-    """A canonical data source for a file path a recipe names."""
-    suffix = Path(path).suffix.lower()
-    kind = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}.get(suffix, "hf_disk")
+def data_source(path: str | list[str]) -> dict[str, Any]:
+    """A canonical data source for a file path a recipe names (several files: a jsonl or parquet source of all)."""
+    kinds = {
+        {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}.get(Path(p).suffix.lower(), "hf_disk")
+        for p in (path if isinstance(path, list) else [path])
+    }
+    kind = kinds.pop() if len(kinds) == 1 else "hf_disk"  # mixed kinds: no one source reads them (refused)
     return {"type": kind, "path": path}
 
 
@@ -539,9 +548,11 @@ class Solver:
                 self.target[s.key] = s.value
                 self.lines[s.key] = s
         async_keys = {s.key for s in self.asynchrony.settings} if self.asynchrony else set()
+        engine = importer.defaults(recipe)
+        self.unset = _unset(engine)
         self.defaults = {
             k: v
-            for k, v in importer.defaults(recipe).items()  # (the async keys are set by the recipe)
+            for k, v in engine.items()  # (the async keys are set by the recipe)
             if k not in self.target and k not in async_keys and not importer.special(Setting(k, v))
         }
         self.knob_count: dict[str, int] = {}
@@ -568,7 +579,7 @@ class Solver:
         (its direct image, e.g. data.train_batch_size), then those two knobs move, ...: a knob never
         trades its direct image for keys derived from several knobs. And the engine defaults reproduced."""
         if view is None:
-            return (-1,) * 7, frozenset()
+            return (-1,) * 7, frozenset(), float("inf")
         hits = [k for k, v in self.target.items() if k in view and same(view[k], v)]
         # a key the plan leaves out keeps the engine's default
         defaults = frozenset(k for k, v in self.defaults.items() if (same(view[k], v) if k in view else True))
@@ -579,16 +590,26 @@ class Solver:
         # implies for algorithm.epochs_per_rollout): right after the recipe's own direct images, so a knob
         # never leaves the recipe's implied value to reproduce a key several knobs move
         direct = sum(1 for k in defaults if self.knob_count.get(k, 0) == 1)
-        return (levels[0], direct, *levels[1:]), defaults
+        # how far the numbers not reproduced are (relative): the last tie-break, so a setting no knob value
+        # reproduces exactly comes as close as one can (OpenRLHF's max_samples 100000 over batches of 1024: 97 steps)
+        distance = sum(
+            abs(view[k] - v) / max(abs(v), 1)
+            for k, v in self.target.items()
+            if _number(v) and _number(view.get(k)) and not same(view[k], v)
+        )
+        return (levels[0], direct, *levels[1:]), defaults, distance
 
     @staticmethod
-    def better(new: tuple[tuple[int, ...], frozenset[str]], old: tuple[tuple[int, ...], frozenset[str]]) -> bool:
+    def better(new: tuple, old: tuple) -> bool:
         """More of the recipe reproduced; or as much, and strictly more engine defaults without losing
         one (a default moves a knob only when nothing the engine did before changes: verl's default
-        weight_decay 0.01 is imported, its inert ppo_max_token_len_per_gpu does not turn on token-budget batching)."""
+        weight_decay 0.01 is imported, its inert ppo_max_token_len_per_gpu does not turn on token-budget batching);
+        or the same of both, and the recipe's other numbers closer (by a tenth at least)."""
         if new[0] != old[0]:
             return new[0] > old[0]
-        return new[1] > old[1]
+        if new[1] != old[1]:
+            return new[1] > old[1]
+        return new[2] < old[2] * 0.9
 
     # -- the search --
     def base(self) -> dict[str, Any]:
@@ -670,6 +691,7 @@ class Solver:
         if not unmatched:
             return data, False
         best, best_score, improved = data, self.score(view), False
+        best, best_score, improved = self.swap_nullable(best, best_score, unmatched, all_leaves)
         for switch in all_leaves:
             options = list(switch.options or [])
             if not options and switch.kinds and get_path(best, switch.path) is not _MISSING:
@@ -694,6 +716,43 @@ class Solver:
                 if self.better(trial_score, best_score):
                     best, best_score, improved = trial, trial_score, True
         return best, improved
+
+    def swap_nullable(
+        self, data: dict[str, Any], score: tuple, unmatched: list[str], all_leaves: list[Leaf]
+    ) -> tuple[dict[str, Any], tuple, bool]:
+        """A numeric knob cleared while another of its section, unset, takes one of the unreproduced settings' values
+        (OpenRLHF's --train.num_episodes 100 is training.epochs 100 with training.steps null: the two may not be
+        set together there, so neither single move plans)."""
+        values = [self.target[k] for k in unmatched]
+        values = [v for v in dict.fromkeys(v for v in values if isinstance(v, int) and not isinstance(v, bool))][:20]
+        best, best_score, improved = data, score, False
+        for knob in all_leaves:
+            if not (knob.kinds and knob.nullable) or get_path(data, knob.path) in (None, _MISSING):
+                continue
+            section = knob.path.rsplit(".", 1)[0]
+            for other in all_leaves:
+                if other is knob or other.path.rsplit(".", 1)[0] != section or not (other.kinds & {int}):
+                    continue
+                if not other.nullable or get_path(data, other.path) not in (None, _MISSING):
+                    continue
+                for value in values:
+                    trial = set_path(set_path(data, knob.path, None), other.path, value)
+                    trials = [trial]
+                    if (
+                        self.view(trial) is None
+                    ):  # a knob of the section that needs the cleared one, back to its default
+                        trials = [
+                            set_path(trial, leaf.path, leaf.default)
+                            for leaf in all_leaves
+                            if leaf.path.rsplit(".", 1)[0] == section
+                            and leaf not in (knob, other)
+                            and get_path(trial, leaf.path) not in (_MISSING, leaf.default)
+                        ]
+                    for candidate in trials:
+                        trial_score = self.score(self.view(candidate))
+                        if self.better(trial_score, best_score):
+                            best, best_score, improved = candidate, trial_score, True
+        return best, best_score, improved
 
     def solve_joint(self, data: dict[str, Any], all_leaves: list[Leaf]) -> tuple[dict[str, Any], bool]:
         """Numeric knobs moved together, for a recipe setting no single move reproduces: each candidate
@@ -735,6 +794,7 @@ class Solver:
             probes += [
                 {"type": "jsonl", "path": "/rlbridge-probe/a.jsonl"},
                 {"type": "parquet", "path": "/rlbridge-probe/b.parquet"},
+                {"type": "hf", "name": "rlbridge-probe/c", "split": "probe"},
             ]
         elif str in leaf.kinds:
             probes += ["rlbridge-probe-a", "/rlbridge-probe/b"]
@@ -800,10 +860,13 @@ class Solver:
             target = self.target.get(key, self.defaults.get(key, _MISSING))
             if target is _MISSING:
                 continue
+            if leaf.source and isinstance(target, list) and target and all(isinstance(t, str) for t in target):
+                out.append(data_source(list(target)))  # several files (verl's data.train_files=[a, b])
             parts = list(enumerate(target)) if isinstance(target, (list, tuple)) else [(None, target)]
             for index, x in parts:
                 if leaf.source and isinstance(x, str):
-                    out.append(data_source(x))
+                    named = getattr(self.importer, "data_source", lambda k, v, r: None)(key, x, self.recipe)
+                    out.append(named or data_source(x))
                 if isinstance(x, str) and str in leaf.kinds:
                     out.append(x)
                 if isinstance(x, bool) or not isinstance(x, (int, float)):
@@ -874,7 +937,7 @@ class Solver:
         owners = self.backend.owned_native_keys()
         for key, setting in self.lines.items():
             x = self.target[key]
-            if key in view and same(view[key], x):
+            if key in view and same(view[key], x) or key not in view and same(self.unset.get(key, _MISSING), x):
                 knobs = knobs_of.get(key, [])
                 if (
                     not knobs
@@ -936,6 +999,8 @@ class Solver:
             data = set_path(data, "backend_options", {self.backend.name: options})
         final_view = self.view(data)
         assert final_view is not None
+        # a key the plan leaves out is the engine's own default: what the engine runs with
+        final_view = {**self.unset, **final_view}
         # the round trip, re-checked: every mapped / same / option setting is in the final plan
         for e in self.entries:
             if e.kind in ("mapped", "same", "option"):
@@ -1134,6 +1199,8 @@ class Solver:
             out["telemetry"] = {**out.get("telemetry", {}), "sinks": self.telemetry.sinks}
         if self.telemetry and self.telemetry.run_name:
             out["run_name"] = self.telemetry.run_name
+        if self.telemetry and self.telemetry.samples_per_step is not None:
+            out["telemetry"] = {**out.get("telemetry", {}), "samples_per_step": self.telemetry.samples_per_step}
         ordered = {"backend": self.backend.name}
         ordered.update({k: v for k, v in out.items() if k != "backend"})
         return ordered
@@ -1180,6 +1247,23 @@ class Solver:
                 "data.train: the recipe names no training data rlbridge can read; the config keeps rlbridge's default generator"
             )
         return notes
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _unset(defaults: dict[str, Any]) -> dict[str, Any]:
+    """What the engine runs with for each key a plan leaves out: its own default (an interpolation of another key
+    left out: its value is that key's)."""
+    return {k: v for k, v in defaults.items() if not (isinstance(v, str) and "${" in v)}
+
+
+def recipe_view(backend: Backend, config: RunConfig, recipe: Recipe) -> dict[str, Any]:
+    """The plan of `config` as the recipe's keys, with the engine's own default for each key the plan leaves out
+    (what the engine runs with): the view the import's round trip compares the recipe with."""
+    importer = backend.recipe_importer()
+    return {**_unset(importer.defaults(recipe)), **importer.view(backend.plan(config).native, config)}
 
 
 def resolve_config(data: dict[str, Any]) -> RunConfig:
