@@ -77,7 +77,8 @@ def data_parallel_size(config: RunConfig) -> int:
 
 
 def vllm_engines(config: RunConfig) -> int:
-    """--vllm.num_engines: rollout.data_parallel_size, or every rollout device over the engines' tensor-parallel size."""
+    """--vllm.num_engines: rollout.data_parallel_size, or every rollout device over the engines'
+    tensor-parallel size."""
     replicas = config.rollout.data_parallel_size
     return replicas or max(rollout_devices(config) // config.rollout.tensor_parallel_size, 1)
 
