@@ -13,5 +13,7 @@ TESTS = (
     "tests/engines/test_openrlhf_token_ids_in_env.py",
     "tests/engines/test_openrlhf_stages_in_env.py",
     "tests/engines/test_openrlhf_code_interpreter_in_env.py",
+    "tests/engines/test_openrlhf_layout_in_env.py",
+    "tests/engines/test_openrlhf_data_parallel_in_env.py",
     "tests/test_openrlhf_plan.py",
 )
