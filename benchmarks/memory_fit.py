@@ -13,7 +13,8 @@ The models (built here, no hub): Qwen2 with hidden 384 x 3 layers (~10M paramete
 8192 tokens trained here (the builtin models' pipeline, on a larger synthetic corpus, so that the vocabulary and
 the loss's logits are not negligible). The data: prompts of exactly 64 tokens; 64 new tokens (a random model
 rarely stops early); 4 prompts x 4 samples a step, micro batches of 8 (two backward passes a step), KL to a
-reference model (algorithm.kl_coef 0.01, so the reference is loaded), 2 steps.
+reference model (algorithm.kl_coef 0.01, so the reference is loaded; 0 on verl, which refuses a reference on
+CPU), 2 steps.
 
 Every run holds the machine-wide engine lock (flock /tmp/rlbridge-engine.lock).
 
@@ -44,6 +45,10 @@ SIZES = {"10m": (384, 3), "60m": (640, 9), "250m": (1024, 15)}  # hidden, layers
 VOCAB = 8192
 PROMPT_TOKENS = 64
 RESPONSE_TOKENS = 64
+# verl 0.9.1 on CPU syncs weights to vLLM in 16 MB buckets (rlbridge's CPU plan), and vLLM refuses a bucket that
+# holds a tied output layer without its embedding ("'lm_head.weight' was skipped because it is tied to
+# 'model.embed_tokens.weight'"): verl's rows train the same shapes with an untied output layer
+UNTIED = ("verl",)
 # how each engine's training process shows in its command line or Ray process title
 TRAINING_PROCESS = {
     "trl": ("rlbridge_adapters.trl.launch", "rlbridge.engine.child", " train "),
@@ -84,13 +89,16 @@ def bpe_tokenizer(vocab_size: int = VOCAB):
     return tok, words
 
 
-def build_model(size: str) -> Path:
-    """The random Qwen2 of `size` with the BPE tokenizer, saved in float32 under runs/memory_fit/models/."""
+def build_model(size: str, tied: bool = True) -> Path:
+    """The random Qwen2 of `size` with the BPE tokenizer, saved in float32 under runs/memory_fit/models/; `tied`:
+    the output layer shares the embedding's weights (as Qwen2.5's small models)."""
     from rlbridge_plugins.models import save_model_dir
 
     hidden, layers = SIZES[size]
-    target = OUT / "models" / size
+    target = OUT / "models" / (size if tied else f"{size}-untied")
     spec = {"hidden": hidden, "layers": layers, "vocab": VOCAB, "version": 1}
+    if not tied:
+        spec["tied"] = False
     marker = target / "rlbridge_builder.json"
     if marker.exists() and json.loads(marker.read_text()) == spec:
         return target
@@ -107,7 +115,7 @@ def build_model(size: str) -> Path:
         num_attention_heads=heads,
         num_key_value_heads=heads // 2,
         max_position_embeddings=512,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tied,
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,
         bos_token_id=None,
@@ -142,6 +150,138 @@ def build_data(model_dir: Path) -> Path:
     return path
 
 
+def header_only_model(target: Path, config_dir: Path, tokenizer_from: Path) -> Path:
+    """A model directory with `config_dir`'s config.json, a safetensors file holding only the header of every tensor
+    the model has (names, bf16 shapes, offsets; no data: the memory model reads headers only) and a tokenizer: for
+    plans of a 7B model's shape on a machine that holds no 7B model (tests/test_memory.py uses it too)."""
+    import shutil
+    import struct
+
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy(config_dir / "config.json", target / "config.json")
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(config_dir))
+    header, offset = {}, 0
+    for name, tensor in model.state_dict().items():
+        size = tensor.numel() * 2
+        header[name] = {"dtype": "BF16", "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    (target / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tokenizer_from / name, target / name)
+    return target
+
+
+# Qwen2.5-7B (tests/fixtures/qwen2.5-7b-shape/config.json) on one node of 8 x 80 GB: each layout as rlbridge --set
+# overrides of configs/quickstart.yaml, on the engines that run it, with the settings of the engines' own examples
+# (verl examples/grpo_trainer/run_qwen2-7b.sh, OpenRLHF examples/scripts/train_grpo_ray_hybrid_engine.sh)
+SEVEN_B = {
+    "FSDP full shard (verl's run_qwen2-7b.sh: gradient checkpointing, micro 16, vLLM TP 2 at 0.6)": (
+        ("verl", "trl"),
+        [
+            "training.strategy=fsdp",
+            "training.sharding=parameters",
+            "training.gradient_checkpointing=true",
+            "training.micro_batch_size=16",
+            "training.batch_size=1024",
+            "training.mini_batch_size=1280",
+            "algorithm.group_size=5",
+            "algorithm.kl_coef=0.001",
+            "rollout.max_prompt_tokens=512",
+            "rollout.max_new_tokens=512",
+            "rollout.engine=vllm",
+            "rollout.tensor_parallel_size=2",
+            "rollout.gpu_memory_utilization=0.6",
+        ],
+    ),
+    "ZeRO-3 with the optimizer offloaded (OpenRLHF's hybrid-engine GRPO: micro 8, 1024 + 1024 tokens, vLLM TP 4 at "
+    "0.6)": (
+        ("openrlhf", "trl"),
+        [
+            "training.strategy=deepspeed",
+            "training.sharding=parameters",
+            "training.offload.optimizer=true",
+            "training.gradient_checkpointing=true",
+            "training.micro_batch_size=8",
+            "training.batch_size=128",
+            "algorithm.group_size=8",
+            "algorithm.kl_coef=0.001",
+            "rollout.max_prompt_tokens=1024",
+            "rollout.max_new_tokens=1024",
+            "rollout.engine=vllm",
+            "rollout.tensor_parallel_size=4",
+            "rollout.gpu_memory_utilization=0.6",
+        ],
+    ),
+    "colocated vLLM at 0.5 (full shard, gradient checkpointing, micro 8, 512 + 1024 tokens)": (
+        ("verl", "openrlhf", "trl"),
+        [
+            "training.sharding=parameters",
+            "training.gradient_checkpointing=true",
+            "training.micro_batch_size=8",
+            "training.batch_size=128",
+            "algorithm.group_size=8",
+            "algorithm.kl_coef=0.001",
+            "rollout.max_prompt_tokens=512",
+            "rollout.max_new_tokens=1024",
+            "rollout.engine=vllm",
+            "rollout.gpu_memory_utilization=0.5",
+        ],
+    ),
+}
+STRATEGY = {"openrlhf": "deepspeed", "verl": "fsdp", "trl": "fsdp"}
+# OpenRLHF's example sleeps vLLM (and can sleep DeepSpeed) between generations; rlbridge's plan leaves both off, so its
+# rows are predicted both ways
+OPENRLHF_SLEEP = ["backend_options.openrlhf.vllm.enable_sleep=true", "backend_options.openrlhf.ds.enable_sleep=true"]
+
+
+def predict_7b() -> str:
+    """The 7B predictions' Markdown table (docs/memory.md): each layout's peak per GPU, its phase and largest part,
+    and the host memory offload needs, per engine."""
+    from rlbridge.contract.memory import GiB, PHASE_LABELS, format_bytes, predict_run
+    from rlbridge.contract.models import materialize_path
+    from rlbridge.run.loading import load_config
+    from rlbridge.run.runner import prepare
+
+    model = header_only_model(
+        OUT / "models" / "qwen2.5-7b-shape",
+        REPO / "tests" / "fixtures" / "qwen2.5-7b-shape",
+        Path(materialize_path("builtin:tiny-digits", "model.path")),
+    )
+    lines = [
+        "| layout | engine | peak per GPU | phase | largest part | host memory (node) |",
+        "|---|---|---|---|---|---|",
+    ]
+    arms = [(layout, engine, overrides, []) for layout, (engines, overrides) in SEVEN_B.items() for engine in engines]
+    arms += [
+        (lay, "openrlhf", over, OPENRLHF_SLEEP) for lay, (engines, over) in SEVEN_B.items() if "openrlhf" in engines
+    ]
+    for layout, engine, overrides, extra in arms:
+        name = engine + (" (vLLM and DeepSpeed asleep)" if extra else "")
+        sets = [f"backend={engine}", f"model.path={model}", "resources.gpus_per_node=8", *overrides, *extra]
+        sets = [o for o in sets if not o.startswith("training.strategy=")] + [f"training.strategy={STRATEGY[engine]}"]
+        if "training.strategy=deepspeed" in overrides and engine == "trl":
+            sets[-1] = "training.strategy=deepspeed"
+        try:
+            prepared = prepare(load_config(REPO / "configs" / "quickstart.yaml", sets))
+        except Exception as exc:  # an engine that cannot run the layout says why
+            lines.append(f"| {layout} | {name} | refused: {str(exc)[:160]} | | | |")
+            continue
+        p = predict_run(prepared.config, prepared.backend, prepared.plan, prepared.plan.layout, gpu_bytes=80 * GiB)
+        device, phase, peak = p.worst()
+        top = device.top_component(phase)
+        host = sum(c.bytes for c in p.host) * device.count
+        lines.append(
+            f"| {layout} | {name} | {format_bytes(peak)} | {PHASE_LABELS[phase]} | {top.role} {top.what} "
+            f"({format_bytes(top.bytes)}) | {format_bytes(host) if host else '-'} |"
+        )
+    return "\n".join(lines)
+
+
 def write_config(engine: str, size: str, checkpointing: bool, ranks: int, model_dir: Path, data: Path) -> Path:
     name = f"{engine}-{size}-{'gc' if checkpointing else 'nogc'}-{ranks}r"
     config = {
@@ -150,7 +290,9 @@ def write_config(engine: str, size: str, checkpointing: bool, ranks: int, model_
         "output_dir": str(OUT / "runs" / name),
         "model": {"path": str(model_dir)},
         "data": {"train": {"type": "jsonl", "path": str(data)}},
-        "algorithm": {"name": "grpo", "group_size": 4, "kl_coef": 0.01},
+        # verl's reference model needs page-locked memory, which a machine without a GPU has none of (its adapter
+        # refuses a KL term on CPU): its rows train without one
+        "algorithm": {"name": "grpo", "group_size": 4, "kl_coef": 0.0 if engine == "verl" else 0.01},
         "rollout": {"max_new_tokens": RESPONSE_TOKENS, "max_prompt_tokens": PROMPT_TOKENS},
         "reward": [{"name": "digit_match"}],
         "training": {
@@ -160,6 +302,7 @@ def write_config(engine: str, size: str, checkpointing: bool, ranks: int, model_
             "lr": 1e-5,
             "gradient_checkpointing": checkpointing,
             "torch_threads": 2,
+            "hang_first_step_s": 900,  # a stuck run gives the engine lock back
         },
         "resources": {"gpus_per_node": 0, **({"cpu_ranks_per_node": ranks} if ranks > 1 else {})},
         "telemetry": {"progress": False},
@@ -250,7 +393,7 @@ def training_processes(engine: str, seen: dict[int, dict]) -> list[dict]:
 
 
 def run_row(engine: str, size: str, checkpointing: bool, ranks: int) -> dict:
-    model = build_model(size)
+    model = build_model(size, tied=engine not in UNTIED)
     data = build_data(model)
     config = write_config(engine, size, checkpointing, ranks, model, data)
     predicted, extra = predict(config)
@@ -319,7 +462,15 @@ def main() -> None:
     parser.add_argument("--ranks", default="1,2")
     parser.add_argument("--reuse", action="store_true", help="Reuse a row's saved result (runs/memory_fit/results).")
     parser.add_argument("--write", action="store_true", help="Write the table into docs/memory.md.")
+    parser.add_argument("--predict-7b", action="store_true", help="Print the 7B predictions (no run).")
     args = parser.parse_args()
+    if args.predict_7b:
+        text = predict_7b()
+        print(text)
+        if args.write:
+            write_block("<!-- memory-7b:start -->", "<!-- memory-7b:end -->", "`python benchmarks/memory_fit.py "
+                        "--predict-7b --write`", text)  # fmt: skip
+        return
     rows = []
     for engine in args.engines.split(","):
         for size in args.sizes.split(","):
@@ -337,13 +488,16 @@ def main() -> None:
     text = table(rows)
     print(text)
     if args.write:
-        doc = REPO / "docs" / "memory.md"
-        content = doc.read_text()
-        head, rest = content.split(START, 1)
-        _, tail = rest.split(END, 1)
-        command = "python benchmarks/memory_fit.py " + " ".join(sys.argv[1:]).replace("--write", "").strip()
-        stamp = time.strftime("%Y-%m-%d")
-        doc.write_text(f"{head}{START}\n`{command.strip()}` ({stamp}):\n\n{text}\n{END}{tail}")
+        command = "python benchmarks/memory_fit.py " + " ".join(a for a in sys.argv[1:] if a != "--write")
+        write_block(START, END, f"`{command.strip()}`", text)
+
+
+def write_block(start: str, end: str, command: str, text: str) -> None:
+    """Replace docs/memory.md's block between the `start` and `end` markers with `text` and the command."""
+    doc = REPO / "docs" / "memory.md"
+    head, rest = doc.read_text().split(start, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(f"{head}{start}\n{command} ({time.strftime('%Y-%m-%d')}):\n\n{text}\n{end}{tail}")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import struct
 import subprocess
 from pathlib import Path
 
@@ -79,34 +77,21 @@ def test_activations_are_what_autograd_saves(h, layers, heads, kv, inter, checkp
     assert kept * batch * tokens == pytest.approx(measured, rel=0.02)
 
 
-def header_only_model(target: Path, config_dir: Path, tokenizer_from: Path) -> Path:
-    """A model directory with `config_dir`'s config.json, a safetensors file holding only the header of every
-    tensor the model has (names, bf16 shapes, offsets; no data: the memory model reads headers only), and a
-    tokenizer: for plans of a 7B model's shape on a machine that holds no 7B model."""
-    from accelerate import init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    target.mkdir(parents=True, exist_ok=True)
-    shutil.copy(config_dir / "config.json", target / "config.json")
-    with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(config_dir))
-    header, offset = {}, 0
-    for name, tensor in model.state_dict().items():
-        size = tensor.numel() * 2
-        header[name] = {"dtype": "BF16", "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header).encode()
-    (target / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tokenizer_from / name, target / name)
-    return target
-
-
 @pytest.fixture(scope="module")
 def tiny_dir():
     from rlbridge.contract.models import materialize_path
 
     return Path(materialize_path("builtin:tiny-digits", "model.path"))
+
+
+def header_only_model(target: Path, config_dir: Path, tokenizer_from: Path) -> Path:
+    """benchmarks/memory_fit.py's: a model directory of config.json, safetensors headers and a tokenizer."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("memory_fit", REPO / "benchmarks" / "memory_fit.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.header_only_model(target, config_dir, tokenizer_from)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,9 @@ transformers 5 and accelerate 1.16 as installed in rlbridge's TRL environment:
   fused step allocates no parameter-sized temporaries. DeepSpeed through accelerate keeps fp32 master weights
   and moments (12 bytes a parameter) beside bf16 parameters and gradients.
 - Sharding from accelerate's config in the plan (`accelerate.*`: FSDP2 full shard or SHARD_GRAD_OP, DeepSpeed
-  ZeRO stage, CPU offload).
+  ZeRO stage, CPU offload). Under mixed precision accelerate's fsdp2_prepare_model upcasts the trainable
+  parameters to fp32 (utils/fsdp_utils.py), so FSDP keeps fp32 shards, gradients and moments and gathers bf16. Several ranks without sharding are torch DDP (MULTI_CPU / MULTI_GPU), whose reducer
+  keeps a flat copy of the gradients in its buckets (accelerate leaves gradient_as_bucket_view off).
 - The loss: TRL 1.16's fused LM head (trainer/utils.py add_fused_lm_head, kernels/chunked_logprob.py) projects
   hidden states through the output layer in tiles of 4096 tokens x 32768 vocabulary; off Triton (CPU) it scores
   every position of the sequence and its torch fallback holds about six fp32 tiles at once in the backward (the
@@ -54,6 +56,8 @@ def behaviour(config: RunConfig, plan: Plan) -> MemoryBehaviour:
         full = bool(fsdp.get("fsdp_reshard_after_forward", True))
         shards = (full, True, True)
         gathered = float(s)
+        if accelerate.get("mixed_precision", "no") != "no":  # fsdp2_prepare_model upcasts trainable params to fp32
+            param, grad, optim = 4.0, 4.0, 8.0
         offload_params = bool(fsdp.get("fsdp_offload_params"))
     elif kind == "DEEPSPEED":
         ds = accelerate.get("deepspeed_config", {})
@@ -86,7 +90,8 @@ def behaviour(config: RunConfig, plan: Plan) -> MemoryBehaviour:
         offload_parameters=offload_params,
         offload_optimizer=offload_optim,
         optimizer_steps_on_device=False,
-        reference="trainer" if reference != "none" else "none",
+        gradient_buckets=kind in ("MULTI_CPU", "MULTI_GPU"),
+        reference=reference,
         reference_bytes=float(s),
         rollout="vllm" if vllm else "hf",
         rollout_process="own" if vllm and server else "trainer",

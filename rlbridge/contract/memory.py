@@ -207,6 +207,9 @@ class MemoryBehaviour:
     sleeps_during_generation: bool = False
     """The trainer's parameters, gradients and optimizer states leave the device while the rollout generates
     (verl's offload around generation, OpenRLHF --ds.enable_sleep)."""
+    gradient_buckets: bool = False
+    """With more than one data-parallel rank: DDP's reducer keeps a flat copy of the gradients in buckets, allocated
+    once and kept (torch DDP with gradient_as_bucket_view false, accelerate's default)."""
     optimizer_step_bytes: float = 0.0
     """Transient bytes a parameter during the optimizer step (a foreach implementation's temporaries)."""
     reference: Literal["none", "trainer", "own"] = "none"
@@ -505,6 +508,16 @@ def predict(
             )
         else:
             out.append(Component(role, "gradients", grads, grad_phases, grad_formula))
+        if b.gradient_buckets and sizes.data_parallel > 1:
+            out.append(
+                Component(
+                    role,
+                    "DDP gradient buckets",
+                    per_device(trainable_params * b.grad_bytes, False),
+                    all_phases,
+                    f"{trainable_params:,} x {b.grad_bytes:g} B",
+                )
+            )
         optim = per_device(trainable_params * b.optimizer_bytes, s_optim)
         optim_formula = f"{trainable_params:,} x {b.optimizer_bytes:g} B" + (
             f" / {shard} ranks" if s_optim and shard > 1 else ""
@@ -630,6 +643,16 @@ def predict(
         pass
     elif b.rollout == "hf":
         samples = b.generation_samples or math.ceil(sizes.rollout_samples / sizes.data_parallel)
+        if s_params and shard > 1:  # generate needs the whole model: the shards are gathered for it
+            rollout_components.append(
+                Component(
+                    "rollout",
+                    "parameters gathered to generate",
+                    int(P * (b.gathered_param_bytes or b.param_bytes) / mp),
+                    frozenset({"generate"}),
+                    f"{P:,} x {b.gathered_param_bytes or b.param_bytes:g} B",
+                )
+            )
         kv = samples * seq * kv_token
         step_logits = samples * shape.vocab * 4 * 2
         rollout_components += [
