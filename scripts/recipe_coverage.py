@@ -20,7 +20,8 @@ missing) sort the same settings by whether a canonical knob could express them (
 
 Usage (from the repository root; each import takes 5-60 s on 2 cores):
 
-    python scripts/recipe_coverage.py [RECIPE_OR_FOLDER ...] [--env NAME=VALUE ...] [--json OUT] [--markdown]
+    python scripts/recipe_coverage.py [RECIPE_OR_FOLDER ...] [--env NAME=VALUE ...] [--engine-version ENGINE=VERSION]
+        [--json OUT] [--markdown]
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def true_settings(recipe: Path, importer: Any, version: str, env: dict[str, str]
 
 
 def plan_view(result: Any, backend: Any) -> dict[str, Any]:
-    """The imported config's plan, as the recipe's keys (a reward that does not plan here replaced, as the import did)."""
+    """The imported config's plan, as the recipe's keys (a reward that does not plan here replaced, as the import
+    did)."""
     from rlbridge.run.importer import recipe_view, resolve_config
 
     data = {"run_name": "run", **result.config, "engine_version": result.recipe.version}
@@ -149,7 +151,7 @@ def plan_view(result: Any, backend: Any) -> dict[str, Any]:
     return recipe_view(backend, config, result.recipe)  # a key the plan leaves out: the engine's own default
 
 
-def measure(recipe: Path, env: dict[str, str]) -> Measured:
+def measure(recipe: Path, env: dict[str, str], versions: dict[str, str] | None = None) -> Measured:
     from rlbridge.contract.registry import get_plugin_manager
     from rlbridge.errors import RLBridgeError
     from rlbridge.run.importer import import_recipe
@@ -159,7 +161,8 @@ def measure(recipe: Path, env: dict[str, str]) -> Measured:
     out = Measured(recipe, engine)
     backend = get_plugin_manager().backend(engine)
     try:
-        result = import_recipe(str(recipe), engine, VERSIONS.get(recipe.name), env=env)
+        version = VERSIONS.get(recipe.name) or (versions or {}).get(engine)
+        result = import_recipe(str(recipe), engine, version, env=env)
         truth = true_settings(recipe, backend.recipe_importer(), result.recipe.version, env)
         view = plan_view(result, backend)
     except (RLBridgeError, RuntimeError) as exc:
@@ -234,7 +237,8 @@ def report(results: list[Measured], markdown: bool) -> str:
                     lines.append(f"    SILENT {r.key}={r.value!r} (line {r.line}): {r.kind}, planned {r.planned!r}")
                 elif r.verdict == "lost":
                     lines.append(f"    lost {r.key}={r.value!r} (line {r.line}): {r.kind}: {r.detail}")
-    lines.append("")
+    if not markdown:
+        lines.append("")
     measured = [m for m in results if not m.error]
     for engine in ENGINES + ("all",):
         group = [m for m in measured if engine in ("all", m.engine)]
@@ -264,13 +268,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", default=[str(DEFAULT)], help="recipe files or folders")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE a script reads (default DEVICE=gpu)")
+    parser.add_argument(
+        "--engine-version", action="append", default=[], help="ENGINE=VERSION the recipes of an engine are read as"
+    )
     parser.add_argument("--json", help="write every setting's verdict here")
     parser.add_argument("--markdown", action="store_true", help="print the table docs/import.md shows")
     args = parser.parse_args()
     env = {**ENV, **dict(item.split("=", 1) for item in args.env)}
     results = []
     for recipe in recipes_in(args.paths):
-        results.append(measure(recipe, env))
+        results.append(measure(recipe, env, dict(item.split("=", 1) for item in args.engine_version)))
         done = results[-1]
         print(f"measured {done.engine}/{recipe.name}: {done.error or len(done.rows)}", file=sys.stderr, flush=True)
     print(report(results, args.markdown))

@@ -52,6 +52,8 @@ OWNED = {
 DATASETS = {"data.prompt_dataset": "data.prompt_split", "eval.dataset": "eval.split"}  # and the split OpenRLHF takes
 LOGGING_STEPS = ("logger.logging_steps", "logging_steps")  # every step (the default, 1) is what rlbridge records
 REFERENCE_PLACEMENT = ("ref.num_nodes", "ref.num_gpus_per_node")  # the plan places the reference with the actor
+# what only a reference model uses: with --algo.kl.init_coef 0 OpenRLHF creates none, and the plan leaves these out
+REFERENCE_ONLY = (*REFERENCE_PLACEMENT, "algo.kl.use_loss", "algo.kl.estimator")
 ACTION = {
     "reward.remote_url": "the recipe's reward function or server: rlbridge rewards are plugins (reward: [{name: ...}]); "
     "port reward_func to a reward plugin",
@@ -383,8 +385,8 @@ class OpenRLHFRecipeImporter:
             return found
         if key in LOGGING_STEPS:  # every step (OpenRLHF's default) is what rlbridge's plan leaves it at: compared
             return None if setting.value == 1 else ("owned", "logging: rlbridge records every step")
-        if key in REFERENCE_PLACEMENT and not self.reference:
-            return "owned", "unused: with --algo.kl.init_coef 0 OpenRLHF creates no reference model"
+        if key in REFERENCE_ONLY and not self.reference:
+            return "owned", "unused: with --algo.kl.init_coef 0 OpenRLHF creates no reference model (nor a KL term)"
         for table, kind in ((OWNED, "owned"), (ACTION, "action")):
             for prefix, reason in table.items():
                 if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):

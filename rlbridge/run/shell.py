@@ -1107,7 +1107,8 @@ class Interpreter:
         return None
 
     def directory(self, line: int, what: str) -> tuple[str, Unknown | None]:
-        """The directory bash is in here (its value, or why it is unknown), noting where the launch directory came from."""
+        """The directory bash is in here (its value, or why it is unknown), noting where the launch directory came
+        from."""
         if isinstance(self.cwd, Unknown):
             return "", self.cwd
         if self.at_launch:
@@ -1901,7 +1902,8 @@ def read_launch(
         if f.unknown is not None and f.unknown.branch:
             raise ShellError(
                 f"{source}:{f.line}: {f.text!r} depends on {f.unknown.reason}; set the variables that "
-                "branch tests (`rlbridge import --env NAME=VALUE`, or your environment) so the launch command can be read"
+                "branch tests (`rlbridge import --env NAME=VALUE`, or your environment) so the launch command "
+                "can be read"
             )
     variables = {
         k: (v.value if isinstance(v.value, str) else " ".join(x.text for x in v.value)) for k, v in interp.vars.items()
