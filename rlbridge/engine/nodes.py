@@ -53,38 +53,40 @@ def publish(run_dir: str | Path, argv: list[str], env: dict[str, str]) -> None:
     os.replace(tmp, path)
 
 
-def _run_ended(run_dir: Path) -> bool:
+def _run_state(run_dir: Path) -> dict:
     try:
-        state = json.loads((run_dir / "run_state.json").read_text())
+        return json.loads((run_dir / "run_state.json").read_text())
     except (OSError, ValueError):
-        return False
-    return state.get("status") not in (None, "running")
+        return {}
 
 
 def agent(run_dir: str | Path, poll_s: float = 1.0) -> int:
-    """A non-main node: run each launch the main node publishes, with this node's rank, until its run ends."""
+    """A non-main node: run each launch the main node's current run publishes (times are the main node's own: a
+    launch counts when published after that run started), with this node's rank, until that run has ended."""
     run_dir = Path(run_dir)
     rank = os.environ.get(NODE_RANK_ENV)
     if rank is None:
         sys.stderr.write(f"rlbridge node agent: {NODE_RANK_ENV} is not set\n")
         return 2
-    started, last, rc = time.time(), None, 0
+    before = _run_state(run_dir).get("started")  # a previous run's state, left in the directory
+    last, rc = None, 0
     while True:
-        path = launch_file(run_dir)
+        state = _run_state(run_dir)
         try:
-            launch = json.loads(path.read_text())
+            launch = json.loads(launch_file(run_dir).read_text())
         except (OSError, ValueError):
             launch = None
-        if launch and launch["published"] >= started and launch["published"] != last:
+        current = state.get("status") == "running" and state.get("started") != before
+        if current and launch and launch["published"] >= state["started"] and launch["published"] != last:
             last = launch["published"]
-            argv = [a.replace("--machine_rank=0", f"--machine_rank={rank}") for a in launch["argv"]]
+            argv = list(launch["argv"])
             if "--machine_rank" in argv:
                 argv[argv.index("--machine_rank") + 1] = rank
             print(f"rlbridge node {rank}: {' '.join(argv)}", flush=True)
             rc = subprocess.run(argv, env={**os.environ, **launch["env"]}).returncode
             continue
-        if last is not None and _run_ended(run_dir):
-            return rc
+        if state.get("started") != before and state.get("status") not in (None, "running"):
+            return rc  # the main node's run (started after this agent) has ended
         time.sleep(poll_s)
 
 
