@@ -56,6 +56,21 @@ def test_rejected_knob_at_default_is_fine_and_non_default_errors(tmp_path):
         backend.check_capabilities(cfg)
 
 
+def test_explain_calls_a_knob_approximated_only_where_its_approximation_holds(tmp_path):
+    class Conditional(StubBackend):
+        def capabilities(self):
+            caps = [c for c in super().capabilities() if c.knob != "rollout.top_k"]
+            when = lambda config: config.rollout.top_k > 10  # noqa: E731
+            return [*caps, approximated("rollout.top_k", "k", "top-k above 10 is capped", when=when)]
+
+    backend = Conditional()
+    for top_k, labelled in ((5, False), (50, True)):
+        cfg = load_config(write_config(tmp_path, MINIMAL), ["backend=stub", f"rollout.top_k={top_k}"])
+        row = next(text for knob, _, text in backend.explain(cfg, backend.plan(cfg)) if knob == "rollout.top_k")
+        assert ("approximated:" in row) is labelled, row
+        assert "top-k above 10 is capped" in row
+
+
 def test_missing_capability_is_an_adapter_error(tmp_path):
     class Incomplete(StubBackend):
         def capabilities(self):

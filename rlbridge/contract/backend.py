@@ -525,9 +525,10 @@ class Backend(ABC):
             landed = [f"{key}={_show(settings[key])}" for key in cap.native if key in settings]
             text = ", ".join(landed) or f"(no native key for this value; table: {', '.join(cap.native) or '-'})"
             if cap.note:
-                text += (
-                    f"  [{cap.support.value}: {cap.note}]" if cap.support is Support.APPROXIMATED else f"  [{cap.note}]"
-                )
+                approximate = cap.support is Support.APPROXIMATED and (
+                    cap.approximate_when is None or cap.approximate_when(config)
+                )  # an approximation whose condition does not hold here is the note of an honoured value
+                text += f"  [{cap.support.value}: {cap.note}]" if approximate else f"  [{cap.note}]"
             rows.append((knob, _show(value), text))
         return rows
 
