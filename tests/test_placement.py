@@ -84,6 +84,30 @@ def test_colocate_with_the_rollout_on_its_own_gpu_is_a_mismatch():
     assert mismatch.startswith("rollout: on ['node0:gpu1'], not on the actor's devices ['node0:gpu0']")
 
 
+def test_fewer_rollout_engines_than_devices_are_the_layout_and_no_mismatch():
+    plan = _prepared(
+        "backend=openrlhf",
+        "resources.gpus_per_node=0",
+        "placement.policy=split",
+        "placement.args={rollout_gpus: 3}",
+        "rollout.data_parallel_size=2",
+    ).plan
+    assert plan.layout == {"actor": 1, "rollout": 2, "reference": 1, "shared": False}
+    placed = {
+        "nodes": NODES[:1],
+        "actors": [
+            _actor("PolicyModelActor", "n-head", "0", "1"),
+            _actor("RolloutRayActor", "n-head", "0"),
+            _actor("ReferenceModelActor", "n-head", "0", "1"),
+        ],
+    }
+    colocated = {"actor": 2, "rollout": 1, "reference": 2, "shared": True}  # one engine on two shared devices
+    assert compare(colocated, placed, ORL)["mismatches"] == []
+    placed["actors"][1] = _actor("RolloutRayActor", "n-head", "2")
+    (mismatch,) = compare(colocated, placed, ORL)["mismatches"]
+    assert mismatch.startswith("rollout: on ['node0:gpu2'], not on the actor's devices")
+
+
 def test_split_with_a_shared_gpu_a_wrong_count_and_a_missing_node_are_mismatches():
     placed = {
         "nodes": NODES,

@@ -7,7 +7,8 @@ What is compared, per canonical role (actor, rollout, reference, critic, reward;
 classes map to roles through `Backend.actor_roles`):
 - the actor and rollout roles were placed at all;
 - each role of the layout holds as many logical GPUs (node, GPU id) as the layout gives it;
-- `shared` layouts (colocate): rollout and reference sit on exactly the actor's devices;
+- `shared` layouts (colocate): rollout and reference sit on exactly the actor's devices (the rollout on some
+  of them where rollout.data_parallel_size asks for fewer engines than the actor has devices);
   otherwise (split): the rollout's devices are disjoint from the actor's, the reference shares the actor's;
 - with `resources.nodes` > 1, the actor role spans that many nodes.
 """
@@ -72,7 +73,8 @@ def compare(
         devices = roles.get(role, {}).get("devices")
         if devices is None or not actor_devices:
             continue
-        if (shared or role == "reference") and devices != actor_devices:
+        fewer = role == "rollout" and layout.get("rollout", 0) < layout.get("actor", 0)  # rollout.data_parallel_size
+        if (shared or role == "reference") and not (devices < actor_devices if fewer else devices == actor_devices):
             mismatches.append(
                 f"{role}: on {sorted(devices)}, not on the actor's devices {sorted(actor_devices)}, "
                 "which the policy shares with it"

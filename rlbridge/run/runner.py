@@ -204,6 +204,9 @@ def prepare(config: RunConfig, plugins: PluginManager | None = None, engine_else
     layout = policy.layout(config)  # the policy checks placement.args itself
     backend.check_capabilities(config)  # a knob the backend cannot honour is named before batch arithmetic on it
     check_devices(config, layout if isinstance(layout, dict) else {})
+    if isinstance(layout, dict) and config.rollout.data_parallel_size is not None:
+        # the rollout's engines take replicas x tensor-parallel devices of the ones the policy gives the rollout
+        layout = {**layout, "rollout": config.rollout.data_parallel_size * config.rollout.tensor_parallel_size}
     for i, sink in enumerate(config.telemetry.sinks):
         plugin = pm.get("telemetry_sink", sink.name, f"telemetry.sinks[{i}].name")
         check_args(plugin.factory, sink.args, f"telemetry.sinks[{i}].args", sink.name, {"run_dir": config.output_dir})
