@@ -295,6 +295,31 @@ def submit(
     raise typer.Exit(code)
 
 
+def _validate_where_it_runs(prepared) -> str:
+    """Validate a plan with the engine's own config code where the engine runs: here, or in its engine
+    environment (engine_env: auto, an engine this process lacks). Returns the engine and version that did."""
+    import subprocess
+
+    from rlbridge.run.runner import engine_python
+
+    python, no_env = engine_python(prepared.config, prepared.backend)
+    if python is None or Path(python).absolute() == Path(sys.executable).absolute():
+        if no_env is not None and prepared.backend.installed_version() is None:
+            raise no_env  # neither here nor in an engine environment: how to create one
+        prepared.backend.require_engine()
+        prepared.backend.validate(prepared.plan)
+        return f"{prepared.plan.engine} {prepared.backend.installed_version()}"
+    res = subprocess.run(
+        [str(python), "-m", "rlbridge.engine.validate"],
+        input=json.dumps(prepared.plan.to_dict()),
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        raise RLBridgeError((res.stderr.strip().splitlines() or [f"validating in {python} failed, no output"])[-1])
+    return f"{res.stdout.strip().splitlines()[-1]} (in the engine environment {Path(python).parent.parent})"
+
+
 @app.command()
 def plan(
     config: Path = typer.Argument(..., help="YAML config file."),
@@ -341,9 +366,7 @@ def plan(
         print(describe(prediction, f"{prepared.plan.backend} ({config.name})"))
         return
     if check:
-        prepared.backend.require_engine()
-        prepared.backend.validate(prepared.plan)
-        err.print(f"plan validated by {prepared.plan.engine} {prepared.backend.installed_version()}")
+        err.print(f"plan validated by {_validate_where_it_runs(prepared)}")
     if explain:
         table = Table(
             "knob",
