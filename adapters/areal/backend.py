@@ -6,8 +6,8 @@ PPOTrainer, whose scheduler starts the training workers (FSDP2, one process per 
 (vLLM, SGLang on GPUs) that rollout workers call over HTTP. Batch semantics: train_dataset.batch_size and
 rollout.consumer_batch_size = batch_size (prompts), gconfig.n_samples = group_size, actor.ppo_n_minibatches =
 rollout samples / mini batch; rlbridge feeds exactly steps x batch_size prompts in one epoch, so AReaL's
-learning-rate schedule (which spans its epochs) ends with training.steps. Weights go to the inference server
-from disk after every step (`actor.weight_update_mode: disk`; NCCL's xccl needs GPUs).
+learning-rate schedule (which spans its epochs) ends with training.steps. Weights go to the inference server by
+broadcast after every step (`actor.weight_update_mode: xccl`, AReaL's default: NCCL on GPUs, gloo on CPU).
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ class ArealBackend(Backend):
     reserved_options = {
         "experiment_name": "the run's own names for AReaL's files",
         "trial_name": "the run's own names for AReaL's files",
-        "actor.weight_update_mode": "disk: the weight sync rlbridge runs and measures on CPU and GPU",
+        "actor.weight_update_mode": "xccl: the weight sync rlbridge runs and measures (its bytes and tensors)",
         "actor.scheduling_spec": "AReaL's RPC worker command and the run's thread counts",
         "rollout.scheduling_spec": "AReaL's RPC worker command and the run's thread counts",
         "name_resolve": "the run directory's name records",

@@ -6,8 +6,8 @@ instruments, through post-import hooks (nothing of AReaL is imported before ARea
 * the controller's StatsLogger.commit: each step's statistics, copied into the events file;
 * the controller's RecoverHandler.dump: AReaL's recover checkpoint (it keeps one, overwritten), moved to
   `<checkpoint.dir>/global_step_<N>` once written, the older ones pruned to checkpoint.keep_last;
-* the training rank 0's weight update from disk: what it wrote for the inference server, counted as a
-  `weight_sync` event of the step.
+* the training rank 0's weight update: what it broadcast to the inference server (or wrote for it, from disk),
+  counted as a `weight_sync` event of the step.
 """
 
 from __future__ import annotations
@@ -133,6 +133,7 @@ def _instrument_weight_update(module) -> None:
     original = engine._update_weights_from_disk
     if getattr(original, "_rlbridge", False):
         return
+    _instrument_broadcast(engine)
     save = engine._save_model_to_hf
 
     @functools.wraps(save)
@@ -155,6 +156,36 @@ def _instrument_weight_update(module) -> None:
     update_weights_from_disk._rlbridge = True
     engine._update_weights_from_disk = update_weights_from_disk
     engine._save_model_to_hf = save_model_to_hf
+
+
+def _instrument_broadcast(engine) -> None:
+    """AReaL's weight update by broadcast (weight_update_mode xccl): rank 0 sends each bucket of full tensors
+    through _update_bucket_weights_from_distributed_async; their bytes and count, once the update is done."""
+    update, bucket = engine._update_weights_from_distributed, engine._update_bucket_weights_from_distributed_async
+
+    @functools.wraps(bucket)
+    def send_bucket(self, meta, named_tensors, *args, **kwargs):
+        counts = getattr(self, "_rlbridge_sent", None)
+        if counts is not None:
+            counts[0] += sum(t.numel() * t.element_size() for _, t in named_tensors)
+            counts[1] += len(named_tensors)
+        return bucket(self, meta, named_tensors, *args, **kwargs)
+
+    @functools.wraps(update)
+    def update_weights_from_distributed(self, meta):
+        import torch.distributed as dist
+
+        self._rlbridge_sent = [0, 0] if dist.get_rank() == 0 else None
+        try:
+            result = update(self, meta)
+        finally:
+            sent, self._rlbridge_sent = self._rlbridge_sent, None
+        if sent is not None:
+            write_event(synced_weights(sent[0], sent[1]))
+        return result
+
+    engine._update_bucket_weights_from_distributed_async = send_bucket
+    engine._update_weights_from_distributed = update_weights_from_distributed
 
 
 def _report_saved_weights(directory: Path) -> None:

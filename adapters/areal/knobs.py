@@ -445,7 +445,9 @@ def actor_section(config: RunConfig, model_dir: str) -> dict[str, Any]:
         # the old policy's log-probs from the trainer (AReaL's default takes the inference server's)
         "recompute_logprob": True,
         "use_decoupled_loss": False,
-        "weight_update_mode": "disk",
+        # AReaL's own default: a broadcast to the inference server (gloo on CPU: 0.12 s a step for the tiny model,
+        # against 1.15 s through disk)
+        "weight_update_mode": "xccl",
         "max_new_tokens": ro.max_new_tokens,
         "scheduling_spec": _scheduling_spec(config, 1 if gpus else 0),
     }
