@@ -15,10 +15,12 @@ transformers 5 and accelerate 1.16 as installed in rlbridge's TRL environment:
   parameters to fp32 (utils/fsdp_utils.py), so FSDP keeps fp32 shards, gradients and moments and gathers bf16. Several ranks without sharding are torch DDP (MULTI_CPU / MULTI_GPU), whose reducer
   keeps a flat copy of the gradients in its buckets (accelerate leaves gradient_as_bucket_view off).
 - The loss: TRL 1.16's fused LM head (trainer/utils.py add_fused_lm_head, kernels/chunked_logprob.py) projects
-  hidden states through the output layer in tiles of 4096 tokens x 32768 vocabulary; off Triton (CPU) it scores
-  every position of the sequence and its torch fallback holds about six fp32 tiles at once in the backward (the
-  tile, its upcast, log-probabilities, probabilities, the gradient and its product), and it accumulates the output
-  layer's gradient in fp32. With Triton (GPUs) only the completion's positions, in one tile.
+  hidden states through the output layer in tiles of up to 4096 tokens x 32768 vocabulary, into one buffer of
+  that full width whatever the vocabulary (`mm_buf`), and accumulates the output layer's gradient in fp32. Off
+  Triton (CPU) it scores every position of the sequence, and its torch fallback holds two vocabulary-wide fp32
+  temporaries beside the buffer in the forward (the scaled logits and their exponentials) and about six in the
+  backward (log-probabilities, probabilities, the gradient and its products). With Triton (GPUs) only the
+  completion's positions, folded in place.
 - colocated vLLM with vllm_enable_sleep_mode: `llm.sleep(level=2)` after generation (vllm_generation.py): weights
   and KV cache freed; weights woken for the sync, the KV cache for generation.
 """
@@ -34,7 +36,7 @@ from rlbridge.contract.memory import DTYPE_BYTES, GiB, Logits, MemoryBehaviour, 
 PROCESS = "GRPOTrainer"
 # Measured by benchmarks/memory_fit.py (docs/memory.md): the resident set of a TRL training process before its
 # model loads (python, torch, transformers, trl, rlbridge); on a GPU the CUDA context and the allocator's slack.
-RUNTIME_CPU = int(0.62 * GiB)
+RUNTIME_CPU = int(0.58 * GiB)
 RUNTIME_GPU = int(1.0 * GiB)
 # accelerate's launcher (torchrun) and rlbridge's engine process beside the ranks, when launched
 LAUNCHER_CPU = int(0.45 * GiB)
@@ -72,11 +74,11 @@ def behaviour(config: RunConfig, plan: Plan) -> MemoryBehaviour:
     sleep = 2 if args.get("vllm_enable_sleep_mode") else 0
     env = native.get("env", {})
     reference = "trainer" if config.algorithm.kl_coef > 0 and config.model.lora is None else "none"
-    if on_gpu:
-        logits = Logits(scope="response", chunk_tokens=4096, chunk_vocab=32768, backward_copies=1, forward_copies=1)
-    else:
-        logits = Logits(scope="sequence", chunk_tokens=4096, chunk_vocab=32768, backward_copies=6, forward_copies=4)
-    logits = Logits(**{**logits.__dict__, "head_grad_fp32": True})
+    tiles = {"chunk_tokens": 4096, "chunk_vocab": 32768, "head_grad_fp32": True, "tile_buffer": True}
+    if on_gpu:  # Triton: the completion's positions, folded in place in the tile
+        logits = Logits(scope="response", backward_copies=0, forward_copies=0, **tiles)
+    else:  # the torch fallback: every position, and its temporaries beside the tile
+        logits = Logits(scope="sequence", backward_copies=6, forward_copies=2, **tiles)
     launched = bool(accelerate)
     return MemoryBehaviour(
         engine="trl",

@@ -173,6 +173,9 @@ class Logits:
     """The same in a forward-only pass (log-probs of the rollout policy and the reference)."""
     head_grad_fp32: bool = False
     """An fp32 accumulator of the output embedding's gradient in the backward (TRL's chunked log-prob)."""
+    tile_buffer: bool = False
+    """One chunk_tokens x chunk_vocab buffer in the compute dtype, whatever the vocabulary (TRL's `mm_buf`), beside
+    the copies."""
 
 
 @dataclass(frozen=True)
@@ -562,6 +565,9 @@ def predict(
         vocab = min(shape.vocab, b.logits.chunk_vocab) if b.logits.chunk_vocab else shape.vocab
         size = int(tokens * vocab * 4 * copies)
         formula = f"{tokens:,} tokens x {vocab:,} vocab x 4 B x {copies:g}"
+        if b.logits.tile_buffer and b.logits.chunk_vocab:
+            size += tokens * b.logits.chunk_vocab * b.compute_bytes
+            formula += f" + a {tokens:,} x {b.logits.chunk_vocab:,} x {b.compute_bytes} B tile buffer"
         if b.logits.head_grad_fp32 and phase != "log_probs":
             size += shape.embedding_parameters * 4
             formula += f" + {shape.embedding_parameters:,} x 4 B (output-layer gradient in fp32)"
@@ -752,6 +758,11 @@ def predict(
     phases = tuple(p for p in PHASES if p != "critic_backward" or b.critic != "none")
     if config.is_offline:
         phases = tuple(p for p in phases if p in ("log_probs", "backward", "optimizer"))
+    if not on_gpu:
+        for process in processes:
+            retained = heap_retention(process, phases)
+            if retained:
+                process.components.append(retained)
     train_label = "training device" + ("s" if sizes.training_devices > 1 else "")
     if sizes.shared or b.rollout_process == "trainer":
         devices = [DeviceMemory(train_label if on_gpu else "CPU rank", sizes.training_devices, processes)]
@@ -775,6 +786,32 @@ def predict(
         host=host,
         other=other,
         notes=notes,
+    )
+
+
+CPU_HEAP_RETENTION = 0.3
+"""glibc's malloc on CPU: the fraction of the peak phase's transient bytes (what is not resident in every phase:
+activations, logits, gradients, the KV cache of HF generate) that stays resident as heap fragmentation. Freed
+blocks below malloc's mmap threshold (up to 32 MiB, raised as large blocks are freed) go back to the heap, which
+never returns memory that is not at its top, and the next phase's allocations fit its holes only in part.
+Measured: a TRL-like step of the 60M model (benchmarks/memory_fit.py's) peaks at 2.89 GiB under glibc's defaults
+and at 2.56 GiB with MALLOC_MMAP_THRESHOLD_=131072 (every block above 128 KiB returned at once): 0.33 GiB, 0.28 of
+that peak's 1.19 GiB of transients (10M: 0.18 GiB, 0.34). docs/memory.md."""
+
+
+def heap_retention(process: ProcessMemory, phases: tuple[str, ...]) -> Component | None:
+    """The heap fragmentation a CPU process keeps (CPU_HEAP_RETENTION of its peak phase's transient bytes),
+    resident from then on."""
+    phase, _ = process.peak(phases)
+    transient = sum(c.bytes for c in process.components if phase in c.phases and not set(phases) <= c.phases)
+    if not transient:
+        return None
+    return Component(
+        "runtime",
+        "allocator (glibc heap fragmentation)",
+        int(CPU_HEAP_RETENTION * transient),
+        frozenset(PHASES),
+        f"{CPU_HEAP_RETENTION:g} x {format_bytes(transient)} transient in {PHASE_LABELS.get(phase, phase)}",
     )
 
 
