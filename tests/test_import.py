@@ -594,6 +594,19 @@ def test_trackers_import_as_telemetry_sinks_with_their_names(tmp_path):
     assert verl.config["run_name"] == "qwen_grpo" and kinds["trainer.experiment_name"][0] == "mapped"
     assert kinds["trainer.project_name"][0] == "sink"
     assert kinds["trainer.logger"][0] == "action" and "swanlab: rlbridge has no such sink" in kinds["trainer.logger"][1]
+    board = import_recipe(  # a project and no logger: verl's default logger (console, wandb); tensorboard's directory
+        "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo trainer.project_name=p trainer.experiment_name=e",
+        "verl",
+        rewards=[{"name": "digit_match"}],
+    )
+    assert board.config["telemetry"]["sinks"] == [{"name": "wandb", "args": {"mode": "online", "project": "p"}}]
+    board = import_recipe(
+        "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo trainer.logger=[tensorboard] "
+        "trainer.project_name=p trainer.experiment_name=e",
+        "verl",
+        rewards=[{"name": "digit_match"}],
+    )
+    assert board.config["telemetry"]["sinks"] == [{"name": "tensorboard", "args": {"log_dir": "tensorboard_log/p/e"}}]
     orl = import_recipe(
         f"python3 -m openrlhf.cli.train_ppo_ray --actor.adam.lr 1e-6 --logger.wandb.key {secret} "
         "--logger.wandb.project math_rl --logger.wandb.org lab --logger.wandb.group ablation "

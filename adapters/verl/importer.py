@@ -322,13 +322,22 @@ class VerlRecipeImporter:
         logger, project = by_key.get("trainer.logger"), by_key.get("trainer.project_name")
         if logger is None and project is None:
             return None
-        name = project.value if project else (_defaults_of(recipe) or {}).get("trainer.project_name")
-        trackers = [] if logger is None else logger.value if isinstance(logger.value, list) else [logger.value]
+        defaults = _defaults_of(recipe) or {}
+        name = project.value if project else defaults.get("trainer.project_name")
+        experiment = by_key["trainer.experiment_name"].value if "trainer.experiment_name" in by_key else None
+        experiment = experiment or defaults.get("trainer.experiment_name")
+        # a recipe that names a project but no logger logs with verl's default one (console and wandb)
+        chosen = logger.value if logger is not None else defaults.get("trainer.logger", [])
+        trackers = chosen if isinstance(chosen, list) else [chosen]
         sinks, missing = [], []
         for tracker in map(str, trackers):
             if tracker in ("console", "file"):
                 continue  # rlbridge's own: the progress bar, metrics.jsonl
-            sink = tracker_sink("wandb" if tracker == "tracking" else tracker, project=str(name) if name else None)
+            # verl's tensorboard writes to $TENSORBOARD_DIR, else tensorboard_log/PROJECT/EXPERIMENT where it runs
+            board = f"tensorboard_log/{name}/{experiment}" if tracker == "tensorboard" and name and experiment else None
+            sink = tracker_sink(
+                "wandb" if tracker == "tracking" else tracker, project=str(name) if name else None, log_dir=board
+            )
             if sink:
                 sinks.append(sink)
             else:
@@ -342,9 +351,9 @@ class VerlRecipeImporter:
                 detail += f"; {', '.join(missing)}: rlbridge has no such sink (`rlbridge plugins` lists the sinks)"
             settings.append((logger, "action" if missing else "sink", detail))
         if project is not None:
-            uses = [s["name"] for s in sinks if s["name"] in ("wandb", "mlflow")]
+            uses = [s["name"] for s in sinks]
             settings.append(
-                (project, "sink", f"the project of the {' and '.join(uses)} sink")
+                (project, "sink", f"the project of the {' and '.join(uses)} sink{'s' if len(uses) > 1 else ''}")
                 if uses
                 else (project, "owned", "a tracker's project; trainer.logger names no tracker that has one")
             )
