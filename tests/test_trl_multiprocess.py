@@ -35,7 +35,7 @@ def _native(*overrides: str) -> dict:
     return _prepare(*overrides).plan.native
 
 
-# ---- plans ----------------------------------------------------------------------------------------------------------
+# ---- plans ---------------------------------------------------------------------------------------------------------
 
 
 def test_eight_gpus_with_fsdp_plan_accelerate_fsdp2_with_a_global_batch():
@@ -192,7 +192,7 @@ def test_more_nodes_need_the_node_environment_at_run_time(tmp_path):
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-# ---- real runs on 2 CPU ranks -----------------------------------------------------------------------------------------
+# ---- real runs on 2 CPU ranks --------------------------------------------------------------------------------------
 
 # one step whose update is the gradient itself: SGD, no clipping, no weight decay; 8 prompts x 8 samples, one
 # update of the whole batch in micro batches of 8 (1 rank: 8 accumulation steps; 2 ranks: 4 each)
@@ -295,7 +295,7 @@ def test_two_fsdp2_ranks_shard_the_model_and_train_as_one_rank(one_rank, tmp_pat
     assert_same_update(one_rank, two)
 
 
-# ---- several nodes: the batch systems' launch, and two "nodes" on this machine ---------------------------------------
+# ---- several nodes: the batch systems' launch, and two "nodes" on this machine -------------------------------------
 
 
 def test_slurm_runs_one_step_over_every_node_with_its_rank_and_the_first_nodes_address(tmp_path):

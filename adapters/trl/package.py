@@ -12,5 +12,6 @@ TESTS = (
     "tests/test_trl_environment.py",
     "tests/test_trl_async.py",
     "tests/test_trl_async_scoring.py",
+    "tests/test_trl_multiprocess.py",
     "tests/engines/test_trl_async_in_env.py",
 )

@@ -185,7 +185,8 @@ def manifests(config, python: str = "python") -> list[dict[str, Any]]:
         if not kr.checkpoint_claim:
             raise ConfigError(
                 f"resources.nodes ({res.nodes}): backend '{config.backend}' starts its processes on every pod, which "
-                "find each other in the run directory: set launcher.kuberay.checkpoint_claim (a volume every pod mounts)"
+                "find each other in the run directory: set launcher.kuberay.checkpoint_claim (a volume every pod "
+                "mounts)"
             )
         entrypoint = (
             f"{python} -m rlbridge.engine.nodes --ray {CONFIG_MOUNT}/config.yaml {job.output_dir} {res.nodes} {gpus} "
