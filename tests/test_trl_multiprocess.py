@@ -444,3 +444,22 @@ def test_plan_check_reads_the_accelerate_config_with_accelerates_own_classes():
     native["accelerate"]["distributed_typ"] = "MULTI_CPU"
     with pytest.raises(ConfigError, match="accelerate rejected"):
         layout.validate(native)
+
+
+@pytest.mark.engine
+@pytest.mark.matrix_only  # ~60 s: 4 CPU ranks
+def test_hybrid_sharding_shards_within_groups_and_replicates_across_them(tmp_path):
+    """training.shard_group_size 2 on 4 ranks: accelerate's device mesh is 2 replicas x 2 shards, and rank 0 holds
+    half the parameters (sharded within its group of 2, not over all 4)."""
+    out = _run(
+        tmp_path,
+        "hsdp",
+        "resources.cpu_ranks_per_node=4",
+        "training.strategy=fsdp",
+        "training.shard_group_size=2",
+        "training.micro_batch_size=16",
+    )
+    state = _state(out)
+    assert (state["distributed_type"], state["num_processes"]) == ("FSDP", 4)
+    assert state["mesh"] == {"dp_replicate": 2, "dp_shard": 2}
+    assert abs(state["parameters_on_rank0"] - state["parameters"] / 2) < 0.02 * state["parameters"]

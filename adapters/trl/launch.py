@@ -266,6 +266,9 @@ def record_state(trainer, run_dir: Path) -> dict[str, Any]:
             else str(plugin.reshard_after_forward),
             "offload": type(plugin.cpu_offload).__name__ if plugin.cpu_offload is not None else None,
         },
+        "mesh": None
+        if getattr(acc, "torch_device_mesh", None) is None
+        else dict(zip(acc.torch_device_mesh.mesh_dim_names, acc.torch_device_mesh.mesh.shape)),
         # TRL's own batch arithmetic at this world size (GRPOConfig.__post_init__)
         **{
             key: getattr(trainer.args, key, None)
