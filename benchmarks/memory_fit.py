@@ -49,6 +49,9 @@ RESPONSE_TOKENS = 64
 # holds a tied output layer without its embedding ("'lm_head.weight' was skipped because it is tied to
 # 'model.embed_tokens.weight'"): verl's rows train the same shapes with an untied output layer
 UNTIED = ("verl",)
+# and its buckets must hold the largest tensor (250m's 33.5 MB embedding): rlbridge's CPU plan sets 16 MB, which
+# verl refuses for a larger tensor ("is too large to fit in the bucket")
+VERL_BUCKET_MB = 64
 # how each engine's training process shows in its command line or Ray process title
 TRAINING_PROCESS = {
     "trl": ("rlbridge_adapters.trl.launch", "rlbridge.engine.child", " train "),
@@ -307,6 +310,10 @@ def write_config(engine: str, size: str, checkpointing: bool, ranks: int, model_
         "resources": {"gpus_per_node": 0, **({"cpu_ranks_per_node": ranks} if ranks > 1 else {})},
         "telemetry": {"progress": False},
     }
+    if engine == "verl":  # rlbridge's CPU plan sends weights in 16 MB buckets; a larger tensor needs a larger one
+        config["backend_options"] = {
+            "verl": {"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": VERL_BUCKET_MB}
+        }
     import yaml
 
     path = OUT / "configs" / f"{name}.yaml"
@@ -348,6 +355,17 @@ def status_kb(pid: int, key: str) -> int:
     return 0
 
 
+def smaps_pss(pid: int) -> int:
+    """A process's proportional set size in bytes (its private pages, and its share of the pages it shares)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -365,8 +383,15 @@ def measure(config_path: Path, log: Path) -> tuple[int, dict[int, dict]]:
         stop = threading.Event()
 
         def sample() -> None:
+            tick = 0
             while not stop.is_set():
-                for pid in [proc.pid, *descendants(proc.pid)]:
+                pids = [proc.pid, *descendants(proc.pid)]
+                if tick % 5 == 0:  # the machine: every process's proportional set (shared pages counted once)
+                    total = sum(smaps_pss(pid) for pid in pids)
+                    seen.setdefault(0, {"hwm": 0, "cmd": "machine (sum of PSS)", "rss": []})
+                    seen[0]["hwm"] = max(seen[0]["hwm"], total)
+                tick += 1
+                for pid in pids:
                     hwm = status_kb(pid, "VmHWM") * 1024
                     if hwm:
                         row = seen.setdefault(pid, {"hwm": 0, "cmd": "", "rss": []})
@@ -401,9 +426,9 @@ def run_row(engine: str, size: str, checkpointing: bool, ranks: int) -> dict:
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
     code, seen = measure(config, log)
+    machine = seen.pop(0, {"hwm": 0})["hwm"]
     trainers = training_processes(engine, seen)
     measured = max((t["hwm"] for t in trainers), default=0)
-    total = sum(row["hwm"] for row in seen.values())
     row = {
         "engine": engine,
         "size": size,
@@ -415,7 +440,7 @@ def run_row(engine: str, size: str, checkpointing: bool, ranks: int) -> dict:
         "measured": measured,
         "training_processes": len(trainers),
         "predicted_machine": extra["machine"],
-        "measured_sum_of_peaks": total,
+        "measured_machine_pss": machine,
         "processes": sorted(({"hwm": r["hwm"], "cmd": r["cmd"][:120]} for r in seen.values()), key=lambda r: -r["hwm"])[
             :12
         ],
@@ -434,22 +459,20 @@ def gib(n: float) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| engine | model | checkpointing | ranks | predicted GiB | measured GiB | error | machine: predicted / sum of "
-        "peaks GiB |",
+        "| engine | model | checkpointing | ranks | predicted GiB | measured GiB | error | machine: predicted / "
+        "measured GiB |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        head = f"| {r['engine']} | {r['size']} | {'yes' if r['checkpointing'] else 'no'} | {r['ranks']} | "
         if r["exit"] != 0 or not r["measured"]:
-            lines.append(
-                f"| {r['engine']} | {r['size']} | {'yes' if r['checkpointing'] else 'no'} | {r['ranks']} | "
-                f"{gib(r['predicted'])} | failed (exit {r['exit']}) | | |"
-            )
+            lines.append(f"{head}{gib(r['predicted'])} | failed (exit {r['exit']}) | | |")
             continue
         error = (r["predicted"] - r["measured"]) / r["measured"]
+        machine = r.get("measured_machine_pss")
         lines.append(
-            f"| {r['engine']} | {r['size']} | {'yes' if r['checkpointing'] else 'no'} | {r['ranks']} | "
-            f"{gib(r['predicted'])} | {gib(r['measured'])} | {error:+.1%} | {gib(r['predicted_machine'])} / "
-            f"{gib(r['measured_sum_of_peaks'])} |"
+            f"{head}{gib(r['predicted'])} | {gib(r['measured'])} | {error:+.1%} | {gib(r['predicted_machine'])} / "
+            + (f"{gib(machine)} |" if machine else "- |")
         )
     return "\n".join(lines)
 
@@ -479,8 +502,11 @@ def main() -> None:
                     checkpointing = gc == "yes"
                     name = f"{engine}-{size}-{'gc' if checkpointing else 'nogc'}-{ranks}r"
                     saved = OUT / "results" / f"{name}.json"
-                    if args.reuse and saved.exists():
-                        rows.append(json.loads(saved.read_text()))
+                    if args.reuse and saved.exists():  # the run's measurement, the model's prediction as it is now
+                        row = json.loads(saved.read_text())
+                        predicted, extra = predict(OUT / "configs" / f"{name}.yaml")
+                        row.update(predicted=predicted[extra["training_process"]], predicted_machine=extra["machine"])
+                        rows.append(row)
                         continue
                     row = run_row(engine, size, checkpointing, ranks)
                     print(json.dumps({k: v for k, v in row.items() if k != "processes"}), flush=True)

@@ -274,43 +274,29 @@ def test_the_refusal_names_the_cheapest_knob_that_fits(qwen7b, tmp_path, monkeyp
     assert memory.fit_check(fixed.config, fixed.backend, fixed.plan, fixed.plan.layout).fits()
 
 
-def test_a_smaller_micro_batch_is_cheaper_than_checkpointing(tmp_path, monkeypatch):
-    """On CPU, where activations bind: TRL with 64 samples of 2,000 tokens in one micro batch does not fit in
-    1.3 GiB; the cheapest fix is the largest smaller micro batch that fits (not gradient checkpointing)."""
-    monkeypatch.setattr(memory, "machine_memory", lambda: (int(1.3 * GiB), "test"))
-    prepared = _plan(
-        QUICKSTART,
-        "resources.gpus_per_node=0",
-        "rollout.max_new_tokens=2000",
-        "training.batch_size=8",
-        "training.micro_batch_size=64",
-    )
+def test_a_smaller_micro_batch_is_cheaper_than_checkpointing(monkeypatch):
+    """On CPU, where a micro batch of 64 samples of 2,000 tokens binds: in 2.5 GiB both gradient checkpointing and a
+    smaller micro batch would fit; the refusal names the smaller micro batch (the same update in more passes, no
+    recompute), the largest one that fits."""
+    monkeypatch.setattr(memory, "machine_memory", lambda: (int(2.5 * GiB), "test"))
+    base = ("resources.gpus_per_node=0", "rollout.max_new_tokens=2000", "training.batch_size=8")
+
+    def check(*overrides):
+        prepared = _plan(QUICKSTART, *base, *overrides)
+        return memory.fit_check(prepared.config, prepared.backend, prepared.plan, prepared.plan.layout)
+
     with pytest.raises(memory.ConfigError) as refused:
-        memory.fit_check(prepared.config, prepared.backend, prepared.plan, prepared.plan.layout)
+        check("training.micro_batch_size=64")
     message = str(refused.value)
-    assert "activations" in message and "backward" in message
-    assert "--set training.micro_batch_size=" in message and "gradient_checkpointing" not in message
+    assert "activations" in message or "logits" in message
+    assert "the cheapest change that fits: --set training.micro_batch_size=" in message
+    assert "gradient_checkpointing" not in message
     micro = int(message.split("--set training.micro_batch_size=")[1].split()[0])
-    assert micro < 64
-    fits = _plan(
-        QUICKSTART,
-        "resources.gpus_per_node=0",
-        "rollout.max_new_tokens=2000",
-        "training.batch_size=8",
-        f"training.micro_batch_size={micro}",
-    )
-    assert memory.fit_check(fits.config, fits.backend, fits.plan, fits.plan.layout).fits()
-    bigger = [m for m in (32, 16, 8) if m > micro]
-    for m in bigger:  # each larger micro batch does not fit: the named one is the cheapest
-        over = _plan(
-            QUICKSTART,
-            "resources.gpus_per_node=0",
-            "rollout.max_new_tokens=2000",
-            "training.batch_size=8",
-            f"training.micro_batch_size={m}",
-        )
+    assert micro < 64 and check(f"training.micro_batch_size={micro}").fits()
+    assert check("training.micro_batch_size=64", "training.gradient_checkpointing=true").fits()  # it fits too
+    for larger in (m for m in (32, 16, 8) if micro < m < 64):  # the named one is the largest that fits
         with pytest.raises(memory.ConfigError):
-            memory.fit_check(over.config, over.backend, over.plan, over.plan.layout)
+            check(f"training.micro_batch_size={larger}")
 
 
 def test_no_fit_check_trains_anyway(tmp_path, monkeypatch):

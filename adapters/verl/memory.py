@@ -71,6 +71,7 @@ def behaviour(config: RunConfig, plan: Plan) -> MemoryBehaviour | None:
     rollout = str(_get(o, R + "name", "vllm"))
     rollout_dtype = PRECISION.get(str(_get(o, R + "dtype", "bfloat16")), 2)
     prompt = _get(o, "data.max_prompt_length", None)
+    bucket_mb = _get(o, R + "checkpoint_engine.update_weights_bucket_megabytes", 512)
     kl = config.algorithm.kl_coef > 0
     return MemoryBehaviour(
         engine="verl",
@@ -96,8 +97,11 @@ def behaviour(config: RunConfig, plan: Plan) -> MemoryBehaviour | None:
         rollout_weight_bytes=float(rollout_dtype),
         kv_cache_bytes=None if on_gpu else env_bytes(native.get("env", {}), "VLLM_CPU_KVCACHE_SPACE", 4),
         kv_bytes=rollout_dtype,
-        logits=Logits(scope="sequence", backward_copies=3.0, forward_copies=4.0),
+        # in fp32 units: the compute-dtype logits, the per-row log-softmax outputs autograd keeps (logprobs_from_logits_v2
+        # off flash-attn) and their gradient; the rollout policy's pass adds the entropy's softmax
+        logits=Logits(scope="sequence", backward_copies=1.5 * compute / 2, forward_copies=2.0 * compute / 2),
         prompt_tokens=prompt if isinstance(prompt, int) else None,
+        weight_sync_bytes=float(bucket_mb) * 2**20,  # a bucket of the weights on their way to vLLM
         runtime_bytes={PROCESS: RUNTIME_GPU if on_gpu else RUNTIME_CPU, "rollout": RUNTIME_GPU if on_gpu else VLLM_CPU},
         other_processes={} if on_gpu else dict(OTHERS_CPU),
     )
