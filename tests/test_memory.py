@@ -315,3 +315,30 @@ def test_no_fit_check_trains_anyway(tmp_path, monkeypatch):
     trained = CliRunner().invoke(app, [*args, "--no-fit-check"])
     assert trained.exit_code == 0, trained.output
     assert json.loads((tmp_path / "q" / "summary.json").read_text())["steps"] == 2
+
+
+def test_machine_memory_reads_the_cgroup_limit(tmp_path):
+    """On CPU the memory a run may use: a cgroup v2 limit less what the cgroup uses, its reclaimable page cache
+    (inactive_file) not counted, where that is less than MemAvailable; MemAvailable where no limit is set."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text(f"MemTotal: {32 * 2**20} kB\nMemAvailable: {20 * 2**20} kB\n")
+    cgroup = tmp_path / "sys" / "fs" / "cgroup"
+    cgroup.mkdir(parents=True)
+    (cgroup / "memory.max").write_text("max\n")
+    assert memory.machine_memory(tmp_path) == (20 * GiB, "MemAvailable")
+    (cgroup / "memory.max").write_text(f"{8 * GiB}\n")
+    (cgroup / "memory.current").write_text(f"{3 * GiB}\n")
+    (cgroup / "memory.stat").write_text(f"anon {2 * GiB}\ninactive_file {GiB}\nactive_file 0\n")
+    available, source = memory.machine_memory(tmp_path)
+    assert available == 6 * GiB and source.startswith("cgroup limit 8.00 GiB")
+
+
+def test_a_model_whose_shape_is_unknown_here(capsys, monkeypatch, tmp_path):
+    """A hub id that is not in the Hugging Face cache: `plan --memory` says so in one line (exit 2); `train`'s check
+    warns and lets the run go on (its engine loads the model, the check cannot)."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    result = run_cli("plan", str(QUICKSTART), "--memory", "--set", "model.path=someorg/not-cached")
+    assert result.returncode == 2 and "not in the Hugging Face cache" in result.stderr
+    prepared = _plan(QUICKSTART, "model.path=someorg/not-cached")
+    assert memory.fit_check(prepared.config, prepared.backend, prepared.plan, prepared.plan.layout) is None
+    assert "memory not checked before the run" in capsys.readouterr().err

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import struct
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -823,30 +824,53 @@ def _vllm_activation_bytes(shape: ModelShape, behaviour: MemoryBehaviour) -> int
 
 
 # ---------------------------------------------------------------------------------- inputs from the machine and data
-def machine_memory() -> tuple[int, str]:
-    """The memory this process's runs may use: the cgroup's limit where one is set, else MemAvailable."""
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+def machine_memory(root: Path = Path("/")) -> tuple[int | None, str]:
+    """The memory this process's runs may use, and where the figure comes from: MemAvailable, or where a cgroup sets
+    a limit and leaves less, that limit less what the cgroup uses (its reclaimable page cache not counted). None
+    where neither can be read."""
+    available: tuple[int | None, str] = (None, "unknown")
+    try:
+        for line in (root / "proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = (int(line.split()[1]) * 1024, "MemAvailable")
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit_file, usage_file, cache_key in (
+        ("sys/fs/cgroup/memory.max", "memory.current", "inactive_file"),
+        ("sys/fs/cgroup/memory/memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+    ):
+        limit_path = root / limit_file
         try:
-            raw = Path(path).read_text().strip()
+            raw = limit_path.read_text().strip()
         except OSError:
             continue
-        if raw.isdigit() and int(raw) < 1 << 60:
-            used = _cgroup_used(path)
-            return int(raw) - used, f"cgroup limit {format_bytes(int(raw))} less {format_bytes(used)} in use"
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024, "MemAvailable"
-    return 0, "unknown"
+        if not raw.isdigit() or int(raw) >= 1 << 60:  # "max", or v1's huge number: no limit
+            continue
+        limit = int(raw)
+        used = _read_int(limit_path.with_name(usage_file)) - _stat(limit_path.with_name("memory.stat"), cache_key)
+        left = limit - max(used, 0)
+        if available[0] is None or left < available[0]:
+            available = (left, f"cgroup limit {format_bytes(limit)} less {format_bytes(max(used, 0))} in use")
+        break
+    return available
 
 
-def _cgroup_used(limit_path: str) -> int:
-    current = Path(limit_path).with_name(
-        "memory.current" if limit_path.endswith("memory.max") else "memory.usage_in_bytes"
-    )
+def _read_int(path: Path) -> int:
     try:
-        return int(current.read_text().strip())
+        return int(path.read_text().strip())
     except (OSError, ValueError):
         return 0
+
+
+def _stat(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def gpu_memory() -> int | None:
@@ -914,7 +938,7 @@ def model_dir(path: str, field_name: str, plugins: Any = None) -> Path:
         return snapshots[-1].parent
     raise ConfigError(
         f"{field_name}: '{path}' is not a local model directory and not in the Hugging Face cache, so its shape is "
-        "unknown; download it once or point at its directory (or train with --no-fit-check)"
+        "unknown; download it once or point at its directory (`rlbridge train` runs it unchecked)"
     )
 
 
@@ -995,7 +1019,11 @@ def fit_check(
     behaviour = backend.memory_behaviour(config, plan)
     if behaviour is None:
         return None
-    inputs = run_inputs(config, plugins)
+    try:
+        inputs = run_inputs(config, plugins)
+    except ConfigError as exc:  # a model whose shape cannot be read here is trained unchecked, said once
+        print(f"warning: memory not checked before the run: {exc}", file=sys.stderr)
+        return None
     prediction = inputs.predict(config, behaviour, layout)
     if prediction.device_bytes is None or prediction.fits():
         return prediction
