@@ -12,8 +12,9 @@ transformers 5 and accelerate 1.16 as installed in rlbridge's TRL environment:
   and moments (12 bytes a parameter) beside bf16 parameters and gradients.
 - Sharding from accelerate's config in the plan (`accelerate.*`: FSDP2 full shard or SHARD_GRAD_OP, DeepSpeed
   ZeRO stage, CPU offload). Under mixed precision accelerate's fsdp2_prepare_model upcasts the trainable
-  parameters to fp32 (utils/fsdp_utils.py), so FSDP keeps fp32 shards, gradients and moments and gathers bf16. Several ranks without sharding are torch DDP (MULTI_CPU / MULTI_GPU), whose reducer
-  keeps a flat copy of the gradients in its buckets (accelerate leaves gradient_as_bucket_view off).
+  parameters to fp32 (utils/fsdp_utils.py), so FSDP keeps fp32 shards, gradients and moments and gathers bf16.
+  Several ranks without sharding are torch DDP (MULTI_CPU / MULTI_GPU), whose reducer keeps a flat copy of the
+  gradients in its buckets (accelerate leaves gradient_as_bucket_view off).
 - The loss: TRL 1.16's fused LM head (trainer/utils.py add_fused_lm_head, kernels/chunked_logprob.py) projects
   hidden states through the output layer in tiles of up to 4096 tokens x 32768 vocabulary, into one buffer of
   that full width whatever the vocabulary (`mm_buf`), and accumulates the output layer's gradient in fp32. Off

@@ -97,8 +97,9 @@ def behaviour(config: RunConfig, plan: Plan) -> MemoryBehaviour | None:
         rollout_weight_bytes=float(rollout_dtype),
         kv_cache_bytes=None if on_gpu else env_bytes(native.get("env", {}), "VLLM_CPU_KVCACHE_SPACE", 4),
         kv_bytes=rollout_dtype,
-        # in fp32 units: the compute-dtype logits, the per-row log-softmax outputs autograd keeps (logprobs_from_logits_v2
-        # off flash-attn) and their gradient; the rollout policy's pass adds the entropy's softmax
+        # in fp32 units: the compute-dtype logits, the per-row log-softmax outputs autograd keeps
+        # (logprobs_from_logits_v2 off flash-attn) and their gradient; the rollout policy's pass adds the entropy's
+        # softmax
         logits=Logits(scope="sequence", backward_copies=1.5 * compute / 2, forward_copies=2.0 * compute / 2),
         prompt_tokens=prompt if isinstance(prompt, int) else None,
         weight_sync_bytes=float(bucket_mb) * 2**20,  # a bucket of the weights on their way to vLLM
