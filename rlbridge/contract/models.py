@@ -61,6 +61,22 @@ SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = "tokenizer.json, tokenizer.model, vocab.json + merges.txt, vocab.txt or *.tiktoken"
 
 
+def _quietly(build, target: Path) -> str:
+    """A model builder's own output (save_pretrained's progress bars) is not shown, unless the build fails:
+    building a builtin model on first use is rlbridge's doing, not a line for the user."""
+    import contextlib
+    import io
+    import sys
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            return build(target)
+    except BaseException:
+        sys.stderr.write(said.getvalue())
+        raise
+
+
 def check_model_dir(path: str, field: str, tokenizer: bool, transformers_dir: Path | None = None) -> None:
     """A local model directory an engine will load, checked without loading it: config.json readable,
     naming an architecture the engine's transformers knows (its CONFIG_MAPPING names, read from
@@ -205,5 +221,5 @@ def materialize_path(path: str, field: str, plugins: PluginManager | None = None
     if path.startswith(BUILTIN_PREFIX):
         name = path[len(BUILTIN_PREFIX) :]
         builder = (plugins or get_plugin_manager()).get("model_builder", name, field)
-        return builder.build(builtin_model_dir(name))
+        return _quietly(builder.build, builtin_model_dir(name))
     return resolve_path(path)

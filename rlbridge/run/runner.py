@@ -563,9 +563,12 @@ def _stop_engine(ctx) -> None:
 
 def _launch(backend: Backend, plan: Plan, ctx, engine_python: Path | None) -> None:
     if engine_python is None:
+        from rlbridge.run.engine_log import engine_output_to
+
         saved = dict(os.environ)
         try:
-            backend.run(plan, ctx)
+            with engine_output_to(ctx.run_dir / "engine.log"):  # the console keeps rlbridge's own lines
+                backend.run(plan, ctx)
         finally:  # an engine run here sets variables (VERL_FULL_DETERMINISM...) the next run must not inherit
             for name in set(os.environ) - set(saved):
                 del os.environ[name]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -164,8 +163,10 @@ class RunContext:
         if self.progress is not None and hasattr(self.progress, "warn"):
             self.progress.warn(message)
         else:
-            sys.stderr.write(f"warning: {message}\n")
-            sys.stderr.flush()
+            from rlbridge.run.engine_log import console_stream  # the console, also while an engine runs here
+
+            console_stream().write(f"warning: {message}\n")
+            console_stream().flush()
 
     def emit_eval(self, step: int, metrics: dict[str, Any]) -> dict[str, float]:
         """Record one evaluation on data.eval after training step `step`: its canonical eval/... metrics
