@@ -6,6 +6,9 @@ instruments, through post-import hooks (nothing of AReaL is imported before ARea
 * the controller's StatsLogger.commit: each step's statistics, copied into the events file;
 * the controller's RecoverHandler.dump: AReaL's recover checkpoint (it keeps one, overwritten), moved to
   `<checkpoint.dir>/global_step_<N>` once written, the older ones pruned to checkpoint.keep_last;
+* the controller's last step: AReaL resumes its rollout after every step, so its executor starts generating the
+  next step's batch (queued while the step trained) also after the last one, and scores it for nothing; rlbridge
+  leaves the rollout paused after the last step instead;
 * the training rank 0's weight update: what it broadcast to the inference server (or wrote for it, from disk),
   counted as a `weight_sync` event of the step.
 """
@@ -38,6 +41,7 @@ def install() -> None:
     when_imported("areal.utils.stats_logger", _instrument_stats)
     when_imported("areal.utils.recover", _instrument_recover)
     when_imported("areal.engine.fsdp_engine", _instrument_weight_update)
+    when_imported("areal.trainer.rl_trainer", _instrument_last_step)
 
 
 def _native() -> dict:
@@ -79,6 +83,27 @@ def _instrument_recover(module) -> None:
 
     dump._rlbridge = True
     handler.dump = dump
+
+
+def _instrument_last_step(module) -> None:
+    trainer = module.PPOTrainer
+    original = trainer._export_and_commit_stats
+    if getattr(original, "_rlbridge", False):
+        return
+
+    @functools.wraps(original)
+    def export_and_commit_stats(self, epoch, epoch_step, global_step):
+        result = original(self, epoch, epoch_step, global_step)
+        config = self.config
+        last = config.total_train_epochs * len(self.train_dataloader)
+        if config.total_train_steps is not None:
+            last = min(last, config.total_train_steps)
+        if global_step + 1 >= last:  # PPOTrainer.train resumes the rollout next: no step will train on what it makes
+            self.rollout.resume = lambda *args, **kwargs: None
+        return result
+
+    export_and_commit_stats._rlbridge = True
+    trainer._export_and_commit_stats = export_and_commit_stats
 
 
 def areal_root(fileroot: Path) -> Path:

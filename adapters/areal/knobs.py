@@ -446,8 +446,9 @@ def actor_section(config: RunConfig, model_dir: str) -> dict[str, Any]:
         "recompute_logprob": True,
         "use_decoupled_loss": False,
         # AReaL's own default: a broadcast to the inference server (gloo on CPU: 0.12 s a step for the tiny model,
-        # against 1.15 s through disk)
-        "weight_update_mode": "xccl",
+        # against 1.15 s through disk); from disk with several CPU ranks, where the broadcast's gathers of unevenly
+        # sharded tensors fail on gloo ("Received data size doesn't match expected size", measured at 2 ranks)
+        "weight_update_mode": "disk" if gpus == 0 and ranks > 1 else "xccl",
         "max_new_tokens": ro.max_new_tokens,
         "scheduling_spec": _scheduling_spec(config, 1 if gpus else 0),
     }

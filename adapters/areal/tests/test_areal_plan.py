@@ -212,6 +212,10 @@ actor:
     weight_decay: 0.017
   eps_clip: 0.4
   kl_ctl: 0.0
+  use_decoupled_loss: true
+  rejection_sampling:
+    metric: ratio
+    upper: 5.0
   reward_norm:
     mean_level: group
     std_level: group
@@ -240,6 +244,11 @@ def test_import_reads_areal_s_yaml_with_interpolations_and_overrides(tmp_path):
     assert by_key["actor.reward_norm.group_size"].value == 4  # ${gconfig.n_samples}, resolved
     assert by_key["sglang.attention_backend"].spelling == "+sglang.attention_backend"
     assert "actor.eps_clip" in by_key and "seed" not in by_key  # 1 is AReaL's default: skipped
+    # a sub-config given in part: AReaL fills the rest with its dataclass defaults (level token, action mask)
+    assert (by_key["actor.rejection_sampling.level"].value, by_key["actor.rejection_sampling.action"].value) == (
+        "token",
+        "mask",
+    )
 
 
 def test_import_splits_a_legacy_allocation_mode(tmp_path):
