@@ -408,10 +408,19 @@ def measure(config_path: Path, log: Path) -> tuple[int, dict[int, dict]]:
     return code, seen
 
 
+LAUNCHERS = (
+    "flock",
+    "accelerate.commands.launch",
+    "accelerate launch",
+    "torch.distributed.run",
+    "torchrun",
+)  # they start a rank, they are none
+
+
 def training_processes(engine: str, seen: dict[int, dict]) -> list[dict]:
     marks = TRAINING_PROCESS[engine]
     for mark in marks:  # the most specific mark first: accelerate's ranks before the engine process
-        hits = [row for row in seen.values() if mark in row["cmd"] and "flock" not in row["cmd"]]
+        hits = [row for row in seen.values() if mark in row["cmd"] and not any(x in row["cmd"] for x in LAUNCHERS)]
         if hits:
             return hits
     return []

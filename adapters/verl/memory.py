@@ -35,13 +35,17 @@ from rlbridge.contract.memory import GiB, Logits, MemoryBehaviour, env_bytes
 PROCESS = "WorkerDict"
 A = "actor_rollout_ref.actor."
 R = "actor_rollout_ref.rollout."
-# Measured by benchmarks/memory_fit.py (docs/memory.md): the resident set of verl's FSDP worker before its models
-# load (python, torch, transformers, verl, Ray's worker), of a vLLM CPU server (its EngineCore with the compiled
-# kernels), and of the run's other processes (Ray's GCS and raylet, the TaskRunner driver, agent-loop and reward
-# workers). On a GPU, the CUDA context and the allocator's slack.
+# Measured by benchmarks/memory_fit.py's runs (docs/memory.md): the resident set of verl's FSDP worker before its
+# models load (python, torch, transformers, verl, Ray's worker: 0.85 GiB in the 10M run, which failed at its first
+# weight sync), of vLLM's CPU worker beside its weights and KV cache, and of the run's other processes (their
+# resident sets in the 60M run, less what they share). On a GPU, the CUDA context and the allocator's slack.
 RUNTIME_CPU = int(0.85 * GiB)
 VLLM_CPU = int(1.2 * GiB)
-OTHERS_CPU = {"Ray (GCS, raylet)": int(0.35 * GiB), "TaskRunner, agent loop, reward workers": int(2.0 * GiB)}
+OTHERS_CPU = {
+    "Ray (GCS, raylet, dashboard agent)": int(0.35 * GiB),
+    "vLLM's HTTP server and engine core": int(1.0 * GiB),
+    "TaskRunner, agent-loop, load-balancer and reward workers, rlbridge's engine process": int(2.5 * GiB),
+}
 RUNTIME_GPU = int(1.5 * GiB)
 PRECISION = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 
