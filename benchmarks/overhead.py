@@ -3,7 +3,7 @@ engine's own entry point (bench arms `ENGINE` and `native:ENGINE`, see docs/benc
 in pairs whose order alternates (rlbridge first in odd pairs, native first in even ones; --first native
 swaps that).
 
-Each run is measured from outside by rlbridge.run.bench.run_one (the whole process, start to exit; the
+Each run is measured from outside by rlbridge.bench.arms.run_one (the whole process, start to exit; the
 arrival time of every step). Per run:
   per-step time = (arrival of the last step - arrival of step 2) / (steps - 2)   (steady state)
   fixed time    = wall - steps x per-step time                                   (start-up + teardown)
@@ -81,7 +81,7 @@ def main() -> None:
     opts = parser.parse_args()
     if opts.steps < 4:
         sys.exit("--steps: at least 4 (per-step time is taken from step 2 on)")
-    from rlbridge.run.bench import build_jobs, load_spec, run_one
+    from rlbridge.bench.arms import build_jobs, load_spec, run_one
 
     arm = opts.engine + (f"@{VERSIONS[opts.engine]}" if VERSIONS[opts.engine] else "")
     out = opts.out or Path(tempfile.mkdtemp(prefix="rlb-overhead-"))

@@ -221,7 +221,7 @@ def reproduce(
     """Rerun RUN_DIR in an engine environment matching its manifest, into a new directory, and compare the
     two step by step: identical, same within noise, or different (naming the first step and metric that
     differ, and what in the manifests differs). Exit code 1 when different."""
-    from rlbridge.run.reproduce import describe, reproduce as run_reproduce
+    from rlbridge.bench.reproduce import describe, reproduce as run_reproduce
 
     report = run_reproduce(
         run_dir,
@@ -277,17 +277,17 @@ def submit(
         )
     cfg = _load(config, set_ or [], plugin)
     if to == "ray":
-        from rlbridge.run.submit import submit as run_submit
+        from rlbridge.submit.job import submit as run_submit
 
         if not address:
             raise RLBridgeError("--to ray needs --address (the Ray cluster's dashboard, e.g. http://head:8265)")
         code = run_submit(cfg, address, job_python, echo=out.print)
     elif to == "slurm":
-        from rlbridge.run.slurm import submit as slurm_submit
+        from rlbridge.submit.slurm import submit as slurm_submit
 
         code = slurm_submit(cfg, dry_run=dry_run, follow=follow, python=job_python, echo=out.print)
     elif to == "kuberay":
-        from rlbridge.run.kuberay import submit as kuberay_submit
+        from rlbridge.submit.kuberay import submit as kuberay_submit
 
         code = kuberay_submit(cfg, dry_run=dry_run, python=job_python, echo=out.print)
     else:
@@ -395,7 +395,7 @@ def plan(
         print(json.dumps(prepared.plan.to_dict(), indent=2))
         return
     print(f"# backend: {prepared.plan.backend} ({prepared.plan.engine_requirement})")
-    if prepared.plan.layout:  # the placement policy's layout (rlbridge.run.placement reads it back after a Ray run)
+    if prepared.plan.layout:  # the placement policy's layout (run.placement_readback checks it after a Ray run)
         roles = ", ".join(f"{role} {n}" for role, n in prepared.plan.layout.items() if role != "shared")
         print(
             f"# placement: {prepared.config.placement.policy}: {roles} device(s)"
@@ -732,7 +732,7 @@ def bench(
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
 ) -> None:
     """A/B runs: every arm x seed as one real run, then report.md, results.json and plots."""
-    from rlbridge.run.bench import run_bench
+    from rlbridge.bench.arms import run_bench
 
     data = run_bench(
         spec,
@@ -757,7 +757,7 @@ def report(
 ) -> None:
     """One self-contained HTML page: canonical metric plots of the runs on shared axes, config
     differences, summaries and sampled completions. Opens in any browser, no server."""
-    from rlbridge.run.dashboard import write_report
+    from rlbridge.bench.html_report import write_report
 
     path = write_report(run_dirs, output)
     out.print(f"[green]report[/green]: {len(run_dirs)} run{'s' if len(run_dirs) != 1 else ''} -> {path}")

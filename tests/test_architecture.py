@@ -211,7 +211,7 @@ LONG_LINES = [
     "adapters/verl/importer.py",
     "adapters/verl/patches/v09_determinism.py",
     "rlbridge/contract/config.py",
-    "rlbridge/run/dashboard.py",
+    "rlbridge/bench/html_report.py",
     "rlbridge/run/failures.py",
     "rlbridge/run/importer.py",
     "rlbridge/testing/suite.py",

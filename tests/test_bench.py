@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from rlbridge.errors import ConfigError
-from rlbridge.run.bench import ArmSpec, build_jobs, load_spec, run_key
-from rlbridge.run.bench_report import interval, verdict
+from rlbridge.bench.arms import ArmSpec, build_jobs, load_spec, run_key
+from rlbridge.bench.report import interval, verdict
 from rlbridge.run.runner import resolve
 
 REPO = Path(__file__).resolve().parents[1]
@@ -193,7 +193,7 @@ def test_lock_slots(tmp_path):
     import threading
     import time
 
-    from rlbridge.run.bench import _locked
+    from rlbridge.bench.arms import _locked
 
     slots = [tmp_path / "slot1.lock", tmp_path / "slot2.lock"]
     other = open(slots[0], "a")
@@ -280,7 +280,7 @@ def test_native_verl_log_to_canonical(tmp_path):
 def test_runs_keyed_by_an_older_key_are_found_by_their_config(tmp_path):
     """Fields at their default are not part of the key (a knob added to rlbridge keeps finished runs),
     and a run directory named with another key function's key is found by the config it ran."""
-    from rlbridge.run.bench import key_from_files
+    from rlbridge.bench.arms import key_from_files
 
     spec = write_spec(tmp_path, arms=["trl"], seeds=[3], set=["training.steps=3"])
     (job,), _ = build_jobs(*load_spec(spec))
@@ -372,7 +372,7 @@ def test_native_overhead_pairs_each_seed_and_names_the_order():
     native Ray engine's workers are outside the measured process tree)."""
     from types import SimpleNamespace
 
-    from rlbridge.run import bench_report
+    from rlbridge.bench import report as bench_report
 
     class Config(SimpleNamespace):
         def model_dump(self, exclude=()):
@@ -451,8 +451,8 @@ def _empty_report() -> dict:
 
 def test_the_report_names_the_commits_when_its_runs_come_from_several(tmp_path):
     """A bench reuses a finished run by its config, whatever code ran it: the report says which commit ran which."""
-    from rlbridge.run import bench_report
-    from rlbridge.run.bench import load_done
+    from rlbridge.bench import report as bench_report
+    from rlbridge.bench.arms import load_done
 
     run_dir = tmp_path / "00-trl-seed0-0123456789ab"
     (run_dir / "run").mkdir(parents=True)
@@ -468,7 +468,7 @@ def test_the_report_names_the_commits_when_its_runs_come_from_several(tmp_path):
 
 def test_an_offline_stage_is_judged_by_its_loss():
     """SFT/DPO/RM arms (docs/stages.md): the learning curve is the stage's loss, a row is one sample."""
-    from rlbridge.run.bench_report import curve_metric, run_numbers
+    from rlbridge.bench.report import curve_metric, run_numbers
     from rlbridge.run.loading import load_config
 
     config = resolve(load_config(REPO / "configs" / "sft.yaml", ["training.steps=4", "training.batch_size=8"]))

@@ -1,5 +1,5 @@
 """`rlbridge submit --to kuberay`: the RayJob manifests, checked against the RayJob CRD schema of the
-pinned KubeRay release (rlbridge/run/schemas/). No Kubernetes API server runs here: applying and
+pinned KubeRay release (rlbridge/submit/schemas/). No Kubernetes API server runs here: applying and
 following a job is not exercised (docs/scale.md)."""
 
 import hashlib
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from rlbridge.errors import ConfigError
-from rlbridge.run import kuberay
+from rlbridge.submit import kuberay
 from rlbridge.run.loading import load_config
 from rlbridge.testing import QUICKSTART
 
@@ -40,7 +40,7 @@ TWO_GPU_NODES = [
 
 
 def _job(overrides):
-    from rlbridge.run.submit import plan_job
+    from rlbridge.submit.job import plan_job
 
     _, job = plan_job(load_config(QUICKSTART, overrides), "kuberay")
     return kuberay.manifests(job)

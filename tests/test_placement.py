@@ -1,6 +1,6 @@
 """Placement policies and their read-back (issue 16): the layouts the built-in policies give, what each
 engine does with a policy it cannot express, and the comparison of a run's measured placement
-(placement.json, as rlbridge.engine.placement writes it) with the layout. Plan-level and pure: the
+(placement.json, as rlbridge.engine.ray_placement writes it) with the layout. Plan-level and pure: the
 engine runs that produce real placement.json files are tests/engines/test_placement_engines.py."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 
 from rlbridge.errors import RLBridgeError
 from rlbridge.run.loading import load_config
-from rlbridge.run.placement import compare, read_back
+from rlbridge.run.placement_readback import compare, read_back
 from rlbridge.run.runner import prepare
 from rlbridge.testing import QUICKSTART
 

@@ -76,7 +76,7 @@ def test_reproduce_a_finished_trl_run_is_identical(finished_run, tmp_path):
 
 
 def test_reproduce_refuses_an_environment_it_cannot_match_and_names_the_packages(finished_run, tmp_path):
-    from rlbridge.run.reproduce import ReproduceError, reproduce
+    from rlbridge.bench.reproduce import ReproduceError, reproduce
 
     changed = tmp_path / "changed-env"
     shutil.copytree(finished_run, changed)
@@ -105,7 +105,7 @@ def test_reproduce_rebuilds_a_missing_environment_from_its_recipe_and_pins_the_m
 
     from rlbridge.envs import create as envs
     from rlbridge.envs.provenance import package_set, site_dirs
-    from rlbridge.run.reproduce import ReproduceError, rebuild_environment
+    from rlbridge.bench.reproduce import ReproduceError, rebuild_environment
 
     recipes = tmp_path / "engines.yaml"
     recipes.write_text(
@@ -150,7 +150,7 @@ def test_reproduce_rebuilds_a_missing_environment_from_its_recipe_and_pins_the_m
 
 
 def test_reproduce_refuses_to_rebuild_for_another_python_or_an_engine_version_without_a_recipe(finished_run, tmp_path):
-    from rlbridge.run.reproduce import ReproduceError, rebuild_spec, reproduce
+    from rlbridge.bench.reproduce import ReproduceError, rebuild_spec, reproduce
 
     changed = tmp_path / "other-python"
     shutil.copytree(finished_run, changed)
@@ -182,7 +182,7 @@ def test_reproduce_refuses_to_rebuild_for_another_python_or_an_engine_version_wi
 def test_reproduce_names_the_first_differing_step_and_what_in_the_manifests_differs(finished_run, tmp_path):
     """A run whose data and metrics were not those of this checkout: the verdict names step 2's reward
     and the data hash and seed the manifests disagree on."""
-    from rlbridge.run.reproduce import describe, reproduce
+    from rlbridge.bench.reproduce import describe, reproduce
 
     changed = tmp_path / "changed-run"
     shutil.copytree(finished_run, changed)
@@ -207,7 +207,7 @@ def manifest_rows(run_dir):
 
 
 def test_compare_verdicts():
-    from rlbridge.run.reproduce import compare
+    from rlbridge.bench.reproduce import compare
 
     base = [{"step": s, "reward/mean": 0.1 * s, "loss/policy": 0.01, "timing/step_s": 1.0 + s} for s in range(1, 9)]
     timing_only = [{**r, "timing/step_s": 9.0} for r in base]
@@ -232,7 +232,7 @@ def test_deterministic_trl_run_turns_on_torch_determinism_and_reproduces_identic
     import yaml
 
     from rlbridge.run.loading import load_config
-    from rlbridge.run.reproduce import reproduce
+    from rlbridge.bench.reproduce import reproduce
     from rlbridge.run.runner import train
 
     out = tmp_path / "deterministic"
@@ -365,7 +365,7 @@ def test_bench_holds_native_arms_to_identical_rewards_at_the_native_logs_float32
     """The OpenRLHF 0.11.2 pair of the deterministic bench, steps 1-2: rlbridge's float64 mean and the float32
     mean OpenRLHF's TensorBoard log stored are one number (step 2: one float32 ulp apart); a real difference
     is still one."""
-    from rlbridge.run.bench_report import same_curve
+    from rlbridge.bench.report import same_curve
 
     assert same_curve([0.012606534090909092, 0.009905133928571428], [0.01260653417557478, 0.0099051333963871])
     assert not same_curve([0.006836], [0.006901])  # verl's step 3: another reward for the same samples

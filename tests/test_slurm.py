@@ -211,7 +211,7 @@ def test_dry_run_prints_the_batch_script_with_the_allocation_and_the_launcher_se
 
 def test_requeue_needs_checkpoints():
     from rlbridge.errors import ConfigError
-    from rlbridge.run.slurm import prepare_job
+    from rlbridge.submit.slurm import prepare_job
 
     with pytest.raises(ConfigError, match=r"checkpoint\.interval"):
         prepare_job(load_config(QUICKSTART, [*QUICK, "launcher.slurm.max_requeues=2"]))

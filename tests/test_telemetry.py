@@ -360,7 +360,7 @@ def fake_run(root: Path, name: str, backend: str, rewards: list[float], lr: floa
 
 
 def test_report_html_is_self_contained_with_every_value(tmp_path):
-    from rlbridge.run.dashboard import write_report
+    from rlbridge.bench.html_report import write_report
 
     a = fake_run(tmp_path, "a", "trl", [0.1, 0.4, 0.9], 0.005)
     b = fake_run(tmp_path, "b", "verl", [0.2, 0.3, 0.5, 0.7, 0.8], 0.001)
@@ -373,7 +373,7 @@ def test_report_html_is_self_contained_with_every_value(tmp_path):
     assert page.count('<svg class="plot"') == 2  # reward/mean and loss/policy, in canonical order
     import re
 
-    from rlbridge.run.dashboard import H, PAD_B, PAD_T
+    from rlbridge.bench.html_report import H, PAD_B, PAD_T
 
     ys = [float(y) for y in re.findall(r'<circle cx="[^"]+" cy="([^"]+)"', page)]
     assert len(ys) == 16 and all(PAD_T <= y <= H - PAD_B for y in ys), "every point inside its plot's axes"
@@ -401,7 +401,7 @@ def test_report_renders_in_headless_chromium_with_the_runs_values(tmp_path):
     screenshot shows each run's line colour."""
     from PIL import Image
 
-    from rlbridge.run.dashboard import COLORS, write_report
+    from rlbridge.bench.html_report import COLORS, write_report
 
     a = fake_run(tmp_path, "a", "trl", [0.1, 0.4, 0.9], 0.005)
     b = fake_run(tmp_path, "b", "verl", [0.2, 0.3, 0.5, 0.7, 0.8], 0.001)
@@ -447,9 +447,21 @@ def test_metric_table_in_docs_is_generated_from_the_adapters_maps(monkeypatch):
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     doc = gen.DOC.read_text()
-    assert "| canonical | openrlhf | trl | verl |" in doc  # the in-tree backends, from the entry points
-    assert "| `loss/policy` | `policy_loss` | `loss` | `actor/pg_loss` |" in doc
-    assert "| `reward/<plugin>/mean` | — | `rewards/<plugin>/mean` | — |" in doc
+    from rlbridge.contract.registry import get_plugin_manager
+
+    names = sorted(get_plugin_manager().items["backend"])  # every registered backend, from the entry points
+    assert "| canonical | " + " | ".join(names) + " |" in doc
+
+    def cells(canonical: str) -> dict[str, str]:
+        row = next(line for line in doc.splitlines() if line.startswith(f"| `{canonical}` |"))
+        return dict(zip(names, (cell.strip() for cell in row.strip("|").split("|")[1:])))
+
+    assert {k: v for k, v in cells("loss/policy").items() if k in ("openrlhf", "trl", "verl")} == {
+        "openrlhf": "`policy_loss`",
+        "trl": "`loss`",
+        "verl": "`actor/pg_loss`",
+    }
+    assert cells("reward/<plugin>/mean")["trl"] == "`rewards/<plugin>/mean`"
     # a map that changes makes the table stale: the check would fail
     from rlbridge_adapters.verl import metrics as verl
 

@@ -299,7 +299,7 @@ def test_two_fsdp2_ranks_shard_the_model_and_train_as_one_rank(one_rank, tmp_pat
 
 
 def test_slurm_runs_one_step_over_every_node_with_its_rank_and_the_first_nodes_address(tmp_path):
-    from rlbridge.run.slurm import prepare_job
+    from rlbridge.submit.slurm import prepare_job
 
     config = load_config(
         QUICKSTART,
@@ -324,8 +324,8 @@ def test_slurm_runs_one_step_over_every_node_with_its_rank_and_the_first_nodes_a
 
 def test_kuberay_starts_one_node_process_per_worker_pod_on_a_shared_volume():
     pytest.importorskip("jsonschema")
-    from rlbridge.run import kuberay
-    from rlbridge.run.submit import plan_job
+    from rlbridge.submit import kuberay
+    from rlbridge.submit.job import plan_job
 
     overrides = [
         "backend=trl",

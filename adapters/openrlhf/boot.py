@@ -7,7 +7,7 @@ from rlbridge.engine.events import engine_metrics, synced_weights, write_event
 from rlbridge.contract.metrics import numbers
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import apply_from_environment
-from rlbridge.engine.placement import report_when_actor
+from rlbridge.engine.ray_placement import report_when_actor
 from rlbridge.engine.ray_engine import once
 
 NATIVE_ENV = "RLBRIDGE_OPENRLHF_NATIVE"
@@ -20,7 +20,7 @@ def install() -> None:
 
     apply_from_environment(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV)
     when_imported("openrlhf.utils.logging_utils", _instrument_logger)
-    report_when_actor()  # where Ray placed this process, once it is an actor (rlbridge.engine.placement)
+    report_when_actor()  # where Ray placed this process, once it is an actor (rlbridge.engine.ray_placement)
     # after the patches' hooks (registered above), so that it wraps the CPU weight receiver too
     when_imported("openrlhf.trainer.ray.vllm_worker_wrap", _instrument_weight_sync)
     # staleness, idle times and partial rollouts of the async loop (and 0 staleness of the synchronous one)

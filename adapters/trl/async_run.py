@@ -197,7 +197,7 @@ def _devices(native: dict[str, Any]) -> tuple[list[int], list[int]]:
 
 
 def write_placement(run_dir: Path, trainer_devices: list[int], server) -> None:
-    """placement.json as the Ray engines' read-back writes it (rlbridge.run.placement): each process and the
+    """placement.json as the Ray engines' read-back writes it (rlbridge.run.placement_readback): each process and the
     logical devices it was given, read back from the process itself."""
     node = {"node_id": "local", "alive": True}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")

@@ -6,7 +6,7 @@ The bench's three sub-commands (`Backend.native_arm`), run with the engine envir
 
 - `prepare JOB.json OUT_DIR` (not timed): the job with the trainer's output directory under OUT_DIR,
   and OUT_DIR/native_cmd.json, the command to time: `run` below.
-- `run JOB.json OUT_DIR`: JOB.json (written by rlbridge.run.bench) holds the plan, the model directory
+- `run JOB.json OUT_DIR`: JOB.json (written by rlbridge.bench.arms) holds the plan, the model directory
   and the training rows, so this process reads no rlbridge config. The reward is the same reward
   function, called through the few lines a TRL user writes. One line per step goes to
   OUT_DIR/steps.jsonl (step, reward/mean, timing/step_s), the native script's own log.

@@ -12,7 +12,7 @@ from rlbridge.engine.events import engine_metrics, write_event
 from rlbridge.contract.metrics import numbers
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import apply_from_environment
-from rlbridge.engine.placement import report_when_actor
+from rlbridge.engine.ray_placement import report_when_actor
 from rlbridge.engine.ray_engine import once
 from rlbridge.engine.weight_sync import Counted, weights_to_send
 from rlbridge_adapters.verl import asynchrony
@@ -29,7 +29,7 @@ def install() -> None:
     # probes are cheap; each patch waits for its module through a post-import hook
     apply_from_environment(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV)
     when_imported("verl.utils.tracking", _instrument_tracking)
-    report_when_actor()  # where Ray placed this process, once it is an actor (rlbridge.engine.placement)
+    report_when_actor()  # where Ray placed this process, once it is an actor (rlbridge.engine.ray_placement)
     when_imported("verl.workers.rollout.vllm_rollout.vllm_rollout", _instrument_weight_sync)
     when_imported("verl.workers.reward_manager", _register_reward_manager)
     when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_loop_manager)

@@ -359,7 +359,7 @@ class Backend(ABC):
     actor_roles: ClassVar[dict[str, tuple[str, ...]]] = {}
     """Ray actor class name (or fnmatch pattern) -> the canonical roles its processes hold (actor,
     rollout, reference, critic, reward): how rlbridge reads back where a Ray engine placed each role
-    and compares it with the placement policy's layout (rlbridge.run.placement). Empty: not checked."""
+    and compares it with the placement policy's layout (rlbridge.run.placement_readback). Empty: not checked."""
 
     def placement_roles(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         """`actor_roles` for this plan: an engine whose actor classes hold other roles in another loop
@@ -572,7 +572,7 @@ class Backend(ABC):
         return None
 
     native_arm: ClassVar[str | None] = None
-    """Module of this engine's bench arm of kind `native` (rlbridge.run.bench): the plan run by the
+    """Module of this engine's bench arm of kind `native` (rlbridge.bench.arms): the plan run by the
     engine's own entry point, without rlbridge around it, to measure rlbridge's overhead. Run with the
     engine environment's Python as `-m MODULE prepare JOB.json OUT_DIR` (outside the timed command; it
     writes OUT_DIR/native_cmd.json: argv, env, cwd, metrics file) and `-m MODULE canonical RAW OUT`

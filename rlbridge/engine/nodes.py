@@ -91,7 +91,7 @@ def agent(run_dir: str | Path, poll_s: float = 1.0) -> int:
 
 
 def ray_job(config_path: str, run_dir: str, nodes: int, gpus: int, python: str) -> int:
-    """A RayJob's entrypoint for a run over `nodes` pods without Ray in the engine (KubeRay, rlbridge.run.kuberay):
+    """A RayJob's entrypoint for a run over `nodes` pods without Ray in the engine (KubeRay, rlbridge.submit.kuberay):
     one Ray actor on each worker pod (a placement group, strictly spread, of the pod's GPUs each), ranked in
     bundle order; rank 0's runs `rlbridge train` with the others' rank and its own address in their environment,
     the others the node agent. Ray only starts the processes: the engine's own launcher does the rest. The pods

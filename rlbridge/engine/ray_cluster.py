@@ -72,7 +72,7 @@ def ray_cluster(
     finally:
         try:
             if run_dir is not None:  # where the engine placed its actors, read while the cluster is up
-                from rlbridge.engine.placement import snapshot
+                from rlbridge.engine.ray_placement import snapshot
 
                 snapshot(run_dir, env.get(EVENTS_ENV))
             ray.shutdown()

@@ -386,7 +386,7 @@ def role_of(process: str, actor_roles: dict[str, tuple[str, ...]], kind: str = "
     actor = re.search(r"Ray actor (\S+)", process)
     if actor:
         name = actor.group(1)
-        from rlbridge.run.placement import roles_of
+        from rlbridge.run.placement_readback import roles_of
 
         if any(c in name for c in VLLM_CLASSES):
             return f"vLLM engine (Ray actor {name})"

@@ -235,7 +235,7 @@ def train(
 
         check_memory(config, backend, plan, plan.layout, pm)
     engine_python = choose_engine_python(config, backend)
-    from rlbridge.run.report import summarize
+    from rlbridge.run.summary import summarize
     from rlbridge.run.runtime import RunContext
     from rlbridge.run.sinks import RunSinks
 
@@ -245,7 +245,7 @@ def train(
     run_dir.mkdir(parents=True, exist_ok=True)
     previous = runstate.previous_run(run_dir)  # a run killed here before (raises if one still runs)
     shutil.rmtree(run_dir / "patches", ignore_errors=True)  # per-process patch reports of this run only
-    (run_dir / "placement.json").unlink(missing_ok=True)  # where this run's actors were (rlbridge.run.placement)
+    (run_dir / "placement.json").unlink(missing_ok=True)  # where this run's actors were (run.placement_readback)
     if not config.checkpoint.resume:
         for stale in ("metrics.jsonl", "eval_metrics.jsonl", "native_metrics.jsonl", "samples.jsonl"):
             (run_dir / stale).unlink(missing_ok=True)
@@ -265,7 +265,7 @@ def train(
 
         bar = TrainingProgress(config.training.steps, f"{config.run_name} [{backend.name}]")
     ctx = RunContext(config, plan, run_dir, pm, sinks, bar)
-    from rlbridge.run.report import prestart_plot
+    from rlbridge.run.summary import prestart_plot
 
     # matplotlib loads in its own process while the engine trains; _finish then only draws
     prestart_plot(run_dir / "metrics.jsonl", run_dir / "reward.png", f"{config.run_name} on {config.backend}")
@@ -395,8 +395,8 @@ def _check_placement(
     config: RunConfig, backend: Backend, plan: Plan, run_dir: Path, summary: dict[str, Any], ctx
 ) -> None:
     """Where the engine's Ray actors were, against the placement policy's layout: into the summary, and
-    each mismatch as a warning (rlbridge.run.placement)."""
-    from rlbridge.run.placement import read_back
+    each mismatch as a warning (rlbridge.run.placement_readback)."""
+    from rlbridge.run.placement_readback import read_back
 
     try:
         check = read_back(run_dir, plan.layout, backend.placement_roles(plan), config.resources.nodes)
@@ -586,7 +586,7 @@ def _finish(
     config: RunConfig,
     engine_python: Path | None,
 ) -> None:
-    from rlbridge.run.report import plot
+    from rlbridge.run.summary import plot
 
     files = ["config.yaml", "plan.yaml", "metrics.jsonl", "native_metrics.jsonl", "samples.jsonl", "summary.json"]
     if history:
@@ -597,7 +597,7 @@ def _finish(
                 [
                     str(engine_python),
                     "-m",
-                    "rlbridge.run.report",
+                    "rlbridge.run.summary",
                     str(run_dir / "metrics.jsonl"),
                     str(run_dir / "reward.png"),
                     title,

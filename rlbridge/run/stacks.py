@@ -154,7 +154,7 @@ def role(proc: dict[str, Any], threads: list[dict[str, Any]], root: int) -> str:
         return "rlbridge train (trainer, engine in process)" if in_process else "rlbridge train"
     if "rlbridge.engine.child" in cmd:
         return "trainer (engine process)"
-    if "rlbridge.run.report" in cmd:
+    if "rlbridge.run.summary" in cmd:
         return "rlbridge plot helper"
     if cmd.startswith("VLLM::") or "EngineCore" in cmd or "vllm/v1/engine/core.py" in files:
         return "vLLM engine"

@@ -12,7 +12,7 @@ import pytest
 from packaging.version import Version
 
 from rlbridge.run.loading import load_config
-from rlbridge.run.reproduce import compare, read_metrics
+from rlbridge.bench.reproduce import compare, read_metrics
 from rlbridge.run.runner import train
 from rlbridge.testing import QUICKSTART
 

@@ -6,7 +6,7 @@ test alone. `rlbridge submit` plans the quickstart here, submits it through Ray'
 its logs; the job's verl driver joins that cluster with `resources.nodes: 2`, and Ray's state API
 then says where verl placed its workers. An OpenRLHF run joins such a cluster directly
 (`resources.ray_address`) with `resources.nodes: 2`. Both check the run's own placement read-back
-(summary.json `placement`, rlbridge.run.placement) per node as well.
+(summary.json `placement`, rlbridge.run.placement_readback) per node as well.
 """
 
 import json

@@ -12,7 +12,7 @@ live on it, so an attempt after a failure (`backoffLimit`) resumes from the newe
 `--dry-run` prints the manifests; otherwise they are applied with the `kubernetes` Python client
 (`pip install 'rlbridge[kuberay]'`, which reads ~/.kube/config or the in-cluster account) and the
 job is followed until it ends. Manifests are checked against the RayJob CRD schema of the pinned KubeRay
-release (rlbridge/run/schemas/, KUBERAY_VERSION) with `jsonschema` before they are printed or applied.
+release (rlbridge/submit/schemas/, KUBERAY_VERSION) with `jsonschema` before they are printed or applied.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def resource_name(run_name: str) -> str:
 
 
 def manifests(config, python: str = "python") -> list[dict[str, Any]]:
-    """The ConfigMap and the RayJob that run `config` (a RunConfig that `rlbridge.run.submit.plan_job`
+    """The ConfigMap and the RayJob that run `config` (a RunConfig that `rlbridge.submit.job.plan_job`
     planned). `python`: the interpreter in the image that has rlbridge."""
     from rlbridge.errors import ConfigError
     from rlbridge.run.loading import dump_config
@@ -275,7 +275,7 @@ def submit(config, dry_run: bool = False, python: str | None = None, echo=print)
     """Plan `config` here, write its manifests to <output_dir>/submit/rayjob.yaml, print them
     (dry_run) or apply them and follow the RayJob until it ends; returns the exit code."""
     from rlbridge.errors import ConfigError
-    from rlbridge.run.submit import plan_job
+    from rlbridge.submit.job import plan_job
 
     _, job = plan_job(config, "kuberay")
     objects = manifests(job, python or "python")

@@ -44,7 +44,7 @@ def prestart_plot(metrics: Path, path: Path, title: str) -> None:
         return
     try:
         _PLOTTERS[str(path)] = subprocess.Popen(
-            [sys.executable, "-m", "rlbridge.run.report", "--wait", str(metrics), str(path), title],
+            [sys.executable, "-m", "rlbridge.run.summary", "--wait", str(metrics), str(path), title],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -97,7 +97,7 @@ def plot(history: list[dict[str, float]], path: Path, title: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m rlbridge.run.report METRICS_JSONL PNG TITLE`: plot from a metrics file (used to draw
+    """`python -m rlbridge.run.summary METRICS_JSONL PNG TITLE`: plot from a metrics file (used to draw
     the plot with an engine environment's matplotlib when the user's environment has none)."""
     import json
     import sys

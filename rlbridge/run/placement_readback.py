@@ -1,5 +1,5 @@
 """Placement read-back (issue 16): after a Ray engine has run, compare where its actors actually were
-(`<run_dir>/placement.json`, written by rlbridge.engine.placement from Ray's actor table and each
+(`<run_dir>/placement.json`, written by rlbridge.engine.ray_placement from Ray's actor table and each
 actor's own report of its node and assigned logical GPUs) with the layout the placement policy asked
 for. The result goes into summary.json (`placement`) and every mismatch is a warning of the run.
 

@@ -7,7 +7,7 @@ real `rlbridge train` (or, for `kind: native`, the engine's own entry point) in 
 one at a time, measured from outside the same way for every engine: process-tree peak memory,
 start-up time, the arrival time of every step. A finished run is kept under a key of its resolved
 config, engine environment and rlbridge version, so an interrupted bench resumes where it stopped.
-The statistics, report.md, results.json and plots are in rlbridge.run.bench_report.
+The statistics, report.md, results.json and plots are in rlbridge.bench.report.
 """
 
 from __future__ import annotations
@@ -677,7 +677,7 @@ def run_bench(
             results.append(result)
             if bar is not None:
                 bar.finish_run()
-    from rlbridge.run.bench_report import write_report
+    from rlbridge.bench.report import write_report
 
     order = {j.key: i for i, j in enumerate(jobs)}
     results.sort(key=lambda r: order.get(r["key"], 0))

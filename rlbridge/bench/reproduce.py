@@ -4,7 +4,7 @@ manifest, into a new directory, and say whether the two agree step by step.
 The verdict is one of
 * identical: every step's metrics are equal (timings, throughput and memory are not compared);
 * same within noise: they differ, but no metric's curve is told apart from the original's by the
-  bench's statistics (rlbridge.run.bench_report.verdict: Welch's t-test, here on the per-step values
+  bench's statistics (rlbridge.bench.report.verdict: Welch's t-test, here on the per-step values
   of each run, the steps standing in for the bench's seeds);
 * different: some metric's curve differs, or a step is missing.
 The last two name the first step and metric that differ, and every difference between the two
@@ -214,7 +214,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
     """Step by step: the verdict, the first (step, metric) that differs with both values, and the
     noise statistics on reward/mean when they are not identical."""
-    from rlbridge.run.bench_report import verdict
+    from rlbridge.bench.report import verdict
 
     by_step_a = {row["step"]: row for row in a}
     by_step_b = {row["step"]: row for row in b}

@@ -10,7 +10,7 @@ Two sources, both Ray's own:
   nodes and its actor table (class name, node, state of every actor the run created, from Ray's GCS,
   the source of Ray's state API), and writes both sources, merged by actor id, to
   `<run_dir>/placement.json`. The user's process compares that with the placement policy's layout
-  (rlbridge.run.placement).
+  (rlbridge.run.placement_readback).
 """
 
 from __future__ import annotations

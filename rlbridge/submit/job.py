@@ -11,7 +11,7 @@ id are written to `<output_dir>/submit/` here.
 
 The submitting side needs Ray's client library, which lives in the engine environments: the user's
 process plans, then hands the submission to the engine environment's Python
-(`python -m rlbridge.run.submit`), which stays connected until the job ends.
+(`python -m rlbridge.submit.job`), which stays connected until the job ends.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def submit(config, address: str, job_python: str | None = None, echo=print) -> i
         cmd = [
             str(client_python),
             "-m",
-            "rlbridge.run.submit",
+            "rlbridge.submit.job",
             "--address",
             address,
             "--working-dir",
@@ -183,7 +183,7 @@ def _follow(address: str, working_dir: str, entrypoint: str, record: Path) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlbridge.run.submit")
+    parser = argparse.ArgumentParser(prog="python -m rlbridge.submit.job")
     parser.add_argument("--address", required=True)
     parser.add_argument("--working-dir", required=True)
     parser.add_argument("--entrypoint", required=True)

@@ -210,7 +210,7 @@ def batch_script(
 def _ray_commands(prepared, python_override: str | None) -> tuple[str, str] | tuple[None, None]:
     """(ray command, Python with Ray) on the nodes for a Ray engine, else (None, None)."""
     from rlbridge.run.runner import uses_ray
-    from rlbridge.run.submit import job_engine_python
+    from rlbridge.submit.job import job_engine_python
 
     if not uses_ray(prepared.backend):
         return None, None
@@ -223,7 +223,7 @@ def _ray_commands(prepared, python_override: str | None) -> tuple[str, str] | tu
 def prepare_job(config, python: str | None = None):
     """Plan `config` for Slurm: (job config, batch script, record directory)."""
     from rlbridge.errors import ConfigError
-    from rlbridge.run.submit import plan_job
+    from rlbridge.submit.job import plan_job
 
     sl = config.launcher.slurm
     if sl.max_requeues and not config.checkpoint.interval:

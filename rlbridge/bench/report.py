@@ -1,4 +1,4 @@
-"""The numbers, verdicts, report.md, results.json and plots of a bench (see rlbridge.run.bench).
+"""The numbers, verdicts, report.md, results.json and plots of a bench (see rlbridge.bench.arms).
 
 Statistics (scipy.stats): per arm, the mean over seeds and its 95 % Student-t interval
 (mean +- t(0.975, n-1) * sd / sqrt(n)); between two arms, Welch's unequal-variance t-test on the
