@@ -57,3 +57,31 @@ def test_in_process_engine_output_goes_to_engine_log(tmp_path, progress):
     for said in ("FutureWarning: engine-side FutureWarning", "engine-side log line", "engine-side progress"):
         assert said in log, log
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+
+
+def test_a_stream_kept_from_one_engine_run_does_not_break_the_next(tmp_path):
+    """A pipeline runs its stages' engines here one after another. Whoever kept the first block's stream and
+    puts it back later (rich's Live, redirecting stderr, restores what it found when it started) leaves
+    sys.stderr on it: the next block and the handlers on it must write on, not to a closed log."""
+    import logging
+    import sys
+
+    from rlbridge.run.engine_log import engine_output_to
+
+    logger = logging.getLogger("library_imported_by_stage_one")
+    before = sys.stderr
+    try:
+        with engine_output_to(tmp_path / "one.log"):
+            kept = sys.stderr
+            logger.warning("said in stage one")
+        sys.stderr = kept
+        handler = logging.StreamHandler()  # on sys.stderr: the kept stream
+        logger.addHandler(handler)
+        with engine_output_to(tmp_path / "two.log"):
+            logger.warning("said in stage two")
+        kept.write("after both\n")
+        kept.flush()
+    finally:
+        sys.stderr = before
+        logger.handlers.clear()
+    assert "said in stage two" in (tmp_path / "two.log").read_text()

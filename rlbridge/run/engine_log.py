@@ -24,6 +24,11 @@ class EngineStderr:
     def write(self, text: str) -> int:
         return self._log.write(text)
 
+    def close_log(self, then: IO[str]) -> None:
+        """The block ended: whoever kept this stream (a handler or library that saved sys.stderr while the
+        engine ran, found again by the next run's handler.setStream) writes to `then` from now on."""
+        self._log = then
+
     def flush(self) -> None:
         self._log.flush()
 
@@ -67,6 +72,7 @@ def engine_output_to(path: Path) -> Iterator[None]:
         finally:
             sys.stderr = previous
             log.flush()
+            stream.close_log(previous)
             os.dup2(saved_fd, 2)
             os.close(saved_fd)
             # handlers made while the engine ran (a library imported then) stay on stderr, not the closed log
