@@ -16,6 +16,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -846,7 +847,7 @@ def test_rlbridge_s_own_refusals_at_start_are_config_refused_or_engine_import(tm
     assert missing["kind"] == "engine_import", missing
 
 
-def test_an_engine_run_in_this_process_does_not_pass_its_environment_variables_to_the_next(monkeypatch):
+def test_an_engine_run_in_this_process_does_not_pass_its_environment_variables_to_the_next(monkeypatch, tmp_path):
     """verl's run sets VERL_FULL_DETERMINISM for a deterministic plan in this process's environment;
     a later run here (a test session, a notebook) inherited it, and its vLLM crashed on CPU."""
     from rlbridge.run.runner import _launch
@@ -860,6 +861,6 @@ def test_an_engine_run_in_this_process_does_not_pass_its_environment_variables_t
             os.environ.pop("HOME", None)
 
     home = os.environ.get("HOME")
-    _launch(SetsVariables(), None, None, None)
+    _launch(SetsVariables(), None, SimpleNamespace(run_dir=tmp_path), None)
     assert "VERL_FULL_DETERMINISM" not in os.environ
     assert os.environ["RLBRIDGE_TEST_KEPT"] == "before" and os.environ.get("HOME") == home
