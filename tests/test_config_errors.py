@@ -99,8 +99,14 @@ def test_rejected_knob_names_knob_backend_and_alternative(tmp_path):
     )
 
 
-def test_rejected_knob_nodes(tmp_path):
-    _fails(tmp_path, MINIMAL, "--set", "resources.nodes=2", expect=["resources.nodes=2", "single-node"])
+def test_several_nodes_run_here_name_the_launcher_that_starts_one_process_per_node(tmp_path):
+    _fails(
+        tmp_path,
+        MINIMAL,
+        "--set",
+        "resources.nodes=2",
+        expect=["resources.nodes (2)", "rlbridge submit --to slurm", "resources.nodes: 1"],
+    )
 
 
 def test_backend_options_cannot_shadow_a_canonical_knob(tmp_path):

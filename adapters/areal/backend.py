@@ -22,7 +22,6 @@ from rlbridge.contract.backend import Backend, Capability, Plan, flatten, gpus_p
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.areal import asynchrony, knobs, layout
-from rlbridge_adapters.areal.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 EXPERIMENT, TRIAL = "rlbridge", "run"  # AReaL's names for the run; every path they enter is the run's own
 AUTO = "auto"  # a context length sized by the launcher to the data's longest prompt
@@ -44,9 +43,6 @@ def _model_path(config: RunConfig) -> str:
 
 class ArealBackend(Backend):
     name = "areal"
-    distribution = DISTRIBUTION
-    supported_versions = SUPPORTED_VERSIONS
-    default_version = DEFAULT_VERSION
     # AReaL's rollout workers (its RPC servers, started by its local scheduler) run rlbridge's workflow and score
     # there; they are not Ray actors, which is what this declaration promises the suite's kill and hang tests
     scores_in_engine_workers = False

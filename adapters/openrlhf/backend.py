@@ -23,7 +23,6 @@ from rlbridge.contract.backend import (
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.openrlhf import asynchrony, knobs, layout, stages
-from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {
     "grpo": "group_norm",
@@ -131,8 +130,6 @@ def _chat_tools(config: RunConfig) -> list[dict[str, Any]] | None:
 
 class OpenRLHFBackend(Backend):
     name = "openrlhf"
-    distribution = DISTRIBUTION
-    supported_versions = SUPPORTED_VERSIONS
     scores_in_engine_workers = True  # rewards are scored in Ray workers
     # OpenRLHF's Ray actor classes (LLMRayActor: the vLLM engine before 0.10); placement read-back
     actor_roles = {
@@ -143,7 +140,6 @@ class OpenRLHFBackend(Backend):
         "RolloutRayActor": ("rollout",),
         "LLMRayActor": ("rollout",),
     }
-    default_version = DEFAULT_VERSION
     native_arm = "rlbridge_adapters.openrlhf.native"  # the bench's arm of kind native
     native_key_spelling = "dotted flags of `train_ppo_ray` (renamed to the flat spelling on versions before 0.10.2)"
     description = (

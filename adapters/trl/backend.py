@@ -20,7 +20,6 @@ from rlbridge.contract.backend import (
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge_adapters.trl import asynchrony, knobs, layout, stages
-from rlbridge_adapters.trl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 TRAINERS = {"grpo": "GRPO", "dr_grpo": "GRPO", "rloo": "RLOO"}
 LOSS_TYPES = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
@@ -55,9 +54,6 @@ RESERVED = {
 
 class TRLBackend(Backend):
     name = "trl"
-    distribution = DISTRIBUTION
-    supported_versions = SUPPORTED_VERSIONS
-    default_version = DEFAULT_VERSION
     native_arm = "rlbridge_adapters.trl.native"  # the bench's arm of kind native
     native_key_spelling = (
         "`GRPOConfig`/`RLOOConfig` fields (the offline stages': `SFTConfig`, `DPOConfig`, `RewardConfig`)"
@@ -246,6 +242,11 @@ class TRLBackend(Backend):
         from rlbridge_adapters.trl.importer import TRLRecipeImporter
 
         return TRLRecipeImporter()
+
+    def check_startable(self, plan) -> None:
+        from rlbridge_adapters.trl.launch import check_startable
+
+        check_startable(plan.native)
 
     def run(self, plan, ctx) -> None:
         if plan.native.get("stage"):

@@ -90,6 +90,21 @@ def _check_runnable(native: dict[str, Any]) -> None:
         )
 
 
+def check_startable(native: dict[str, Any]) -> None:
+    """A run over several nodes starts on each node with its rank and the main node's address, which only a
+    batch system's script sets: refused here before `rlbridge train` writes anything."""
+    from rlbridge.engine import nodes
+    from rlbridge.errors import ConfigError
+
+    machines = native.get("accelerate", {}).get("num_machines", 1)
+    if machines > 1 and nodes.this_node(machines) is None:
+        raise ConfigError(
+            f"resources.nodes ({machines}): TRL runs one accelerate launch per node, each told its "
+            f"machine rank and the main node's address ({nodes.NODE_RANK_ENV}, {nodes.MAIN_ADDRESS_ENV}); run it "
+            "with `rlbridge submit --to slurm` (or kuberay), which sets them, or set resources.nodes: 1"
+        )
+
+
 def run_launched(plan, ctx) -> None:
     """Run the plan's trainer under `accelerate launch` on this node and relay rank 0's events to `ctx`."""
     import yaml
@@ -101,14 +116,9 @@ def run_launched(plan, ctx) -> None:
 
     native = plan.native
     _check_runnable(native)
+    check_startable(native)
     acc = dict(native["accelerate"])
     node = nodes.this_node(acc["num_machines"])
-    if acc["num_machines"] > 1 and node is None:
-        raise ConfigError(
-            f"resources.nodes ({acc['num_machines']}): TRL runs one accelerate launch per node, each told its "
-            f"machine rank and the main node's address ({nodes.NODE_RANK_ENV}, {nodes.MAIN_ADDRESS_ENV}); run it "
-            "with `rlbridge submit --to slurm` (or kuberay), which sets them, or set resources.nodes: 1"
-        )
     node_rank, address, port = node if node is not None else (0, "127.0.0.1", free_port())
     files = launch_files(ctx.run_dir)
     files["dir"].mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,6 @@ from rlbridge.contract.config import RunConfig
 from rlbridge.engine.model_dir import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.verl import asynchrony, knobs, layout, stages
-from rlbridge_adapters.verl.package import DEFAULT_VERSION, DISTRIBUTION, SUPPORTED_VERSIONS
 
 ESTIMATORS = {
     "grpo": "grpo",
@@ -103,8 +102,6 @@ def eval_sampling(config: RunConfig) -> dict:
 
 class VerlBackend(Backend):
     name = "verl"
-    distribution = DISTRIBUTION
-    supported_versions = SUPPORTED_VERSIONS
     scores_in_engine_workers = True  # rewards are scored in Ray workers
     partial_weight_sync = True  # ServerAdapter.update_weights is the seam (boot.py); vLLM keeps what it is not sent
     # verl's hybrid engine fuses actor, rollout and reference (and a colocated critic) into WorkerDict actors;
@@ -122,7 +119,6 @@ class VerlBackend(Backend):
     # verl <= 0.5's register center: each worker reads rank zero's address from it while the worker group
     # starts (verl/single_controller/base/register_center/ray.py), nothing after; 0.9 has none
     startup_only_actors = ("WorkerGroupRegisterCenter",)
-    default_version = DEFAULT_VERSION
     native_arm = "rlbridge_adapters.verl.native"  # the bench's arm of kind native
     native_key_spelling = "Hydra keys of `main_ppo`'s config"
     description = (

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import enum
 import functools
+import importlib
 import importlib.metadata
+import importlib.util
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -320,7 +322,12 @@ class TrainingContext(Protocol):
 
 
 class Backend(ABC):
-    """Base class of engine adapters. Subclasses set the class attributes and the four methods."""
+    """Base class of engine adapters. Subclasses set the class attributes and the four methods.
+
+    An adapter's `package.py` (beside its backend module, like OpenTelemetry contrib's) is the one source of
+    `distribution`, `supported_versions` and `default_version` (its DISTRIBUTION, SUPPORTED_VERSIONS and
+    DEFAULT_VERSION): the subclass reads them from there when it is defined. A backend without a package.py
+    sets the three itself."""
 
     name: ClassVar[str]
     """The value of `backend:` in a config."""
@@ -328,6 +335,15 @@ class Backend(ABC):
     """The engine's PyPI distribution, used to detect its installed version."""
     supported_versions: ClassVar[str]
     """PEP 440 specifier of the engine versions this adapter supports (tested at both ends)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        package = None if "distribution" in cls.__dict__ else _adapter_package(cls.__module__)
+        if package is not None:
+            cls.distribution = package.DISTRIBUTION
+            cls.supported_versions = package.SUPPORTED_VERSIONS
+            cls.default_version = getattr(package, "DEFAULT_VERSION", None)
+
     description: ClassVar[str] = ""
     native_key_spelling: ClassVar[str] = ""
     """How the capability table spells native keys (e.g. "verl Hydra keys"), for docs/knobs.md."""
@@ -578,6 +594,12 @@ class Backend(ABC):
     writes OUT_DIR/native_cmd.json: argv, env, cwd, metrics file) and `-m MODULE canonical RAW OUT`
     (the engine's per-step log to canonical metric names). None: no native arm."""
 
+    def check_startable(self, plan: Plan) -> None:
+        """Called by `rlbridge train` in the user's process after every other check and before anything is
+        written: raise ConfigError for a plan that `plan` shows but that cannot start from here (a multi-node
+        run whose node rank a batch system sets). Default: every plan that passed the checks can start."""
+        return None
+
     def validate(self, plan: Plan) -> None:
         """Check the native configuration with the engine's own parser or config classes (this
         imports the engine). Raise RLBridgeError naming the problem; nothing is started."""
@@ -588,6 +610,18 @@ class Backend(ABC):
         """Train according to `plan`, in this process, calling `ctx.emit_step` once per training
         step with the engine's metrics mapped to canonical names, and `ctx.checkpoint_saved`
         after every checkpoint."""
+
+
+def _adapter_package(module: str) -> Any:
+    """The `package` module beside `module` (an adapter's package.py), or None where its package has none."""
+    parent = module.rpartition(".")[0]
+    if not parent:
+        return None
+    try:
+        found = importlib.util.find_spec(f"{parent}.package")
+    except ModuleNotFoundError:
+        return None
+    return importlib.import_module(f"{parent}.package") if found else None
 
 
 def _rl_only(knob: str) -> bool:

@@ -107,7 +107,8 @@ def check_model_dir(path: str, field: str, tokenizer: bool, transformers_dir: Pa
     if known is not None and model_type not in known and "auto_map" not in config:  # auto_map: the model's own code
         raise ConfigError(
             f"{field}: {directory / 'config.json'} has model_type '{model_type}', which transformers "
-            f"{_version(transformers_dir)} (the engine's, {transformers_dir}) does not know{did_you_mean(model_type, known)}"
+            f"{_version(transformers_dir)} (the engine's, {transformers_dir}) does not know"
+            + did_you_mean(model_type, known)
         )
     _check_weights(directory, field)
     if tokenizer and not _has_tokenizer(directory):

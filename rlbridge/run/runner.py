@@ -234,6 +234,7 @@ def train(
         from rlbridge.contract.memory import fit_check as check_memory
 
         check_memory(config, backend, plan, plan.layout, pm)
+    backend.check_startable(plan)
     engine_python = choose_engine_python(config, backend)
     from rlbridge.run.summary import summarize
     from rlbridge.run.runtime import RunContext
