@@ -380,7 +380,7 @@ def plan(
         out.print(table)
         for note in prepared.plan.approximations:
             out.print(f"approximated: {escape(note)}")
-        from rlbridge.run.importer import default_differences
+        from rlbridge.importer.solver import default_differences
 
         for d in default_differences(prepared.backend, prepared.config, prepared.plan.native):
             out.print(
@@ -790,7 +790,8 @@ def import_(
     ),
 ) -> None:
     """Read a verl, OpenRLHF or TRL recipe into a canonical config; report how every setting maps."""
-    from rlbridge.run.importer import import_recipe, write
+    from rlbridge.importer.recipe_import import import_recipe
+    from rlbridge.importer.report import write
 
     variables = {}
     for item in env or []:

@@ -131,7 +131,7 @@ def true_settings(recipe: Path, importer: Any, version: str, env: dict[str, str]
     reader's literal values are its true ones)."""
     if recipe.suffix != ".sh":
         return None
-    from rlbridge.run.recipe import launch_environment
+    from rlbridge.importer.recipe import launch_environment
 
     argv = bash_argv(recipe, env)
     with launch_environment(env):
@@ -141,7 +141,7 @@ def true_settings(recipe: Path, importer: Any, version: str, env: dict[str, str]
 def plan_view(result: Any, backend: Any) -> dict[str, Any]:
     """The imported config's plan, as the recipe's keys (a reward that does not plan here replaced, as the import
     did)."""
-    from rlbridge.run.importer import recipe_view, resolve_config
+    from rlbridge.importer.solver import recipe_view, resolve_config
 
     data = {"run_name": "run", **result.config, "engine_version": result.recipe.version}
     data["resources"] = {"gpus_per_node": 1, **result.config.get("resources", {})}
@@ -154,8 +154,8 @@ def plan_view(result: Any, backend: Any) -> dict[str, Any]:
 def measure(recipe: Path, env: dict[str, str], versions: dict[str, str] | None = None) -> Measured:
     from rlbridge.contract.registry import get_plugin_manager
     from rlbridge.errors import RLBridgeError
-    from rlbridge.run.importer import import_recipe
-    from rlbridge.run.recipe import same
+    from rlbridge.importer.recipe_import import import_recipe
+    from rlbridge.importer.recipe import same
 
     engine = engine_of(recipe)
     out = Measured(recipe, engine)

@@ -98,7 +98,7 @@ def test_every_in_tree_backend_declares_a_native_arm_module_that_exists():
 
 
 def test_a_backend_without_recipe_importer_is_refused_by_name():
-    from rlbridge.run.importer import import_recipe
+    from rlbridge.importer.recipe_import import import_recipe
 
     pm = PluginManager(load_entry_points=False)
 

@@ -18,8 +18,9 @@ import pytest
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.registry import get_plugin_manager
 from rlbridge.errors import ConfigError
-from rlbridge.run.importer import import_recipe, recipe_view
-from rlbridge.run.recipe import same
+from rlbridge.importer.recipe_import import import_recipe
+from rlbridge.importer.solver import recipe_view
+from rlbridge.importer.recipe import same
 from rlbridge.run.runner import resolve
 
 pytest.importorskip("hydra", reason="rlbridge[import] (hydra-core) parses verl's Hydra overrides")

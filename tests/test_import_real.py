@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from rlbridge.errors import ConfigError
-from rlbridge.run.importer import import_recipe, recipe_view, resolve_config
+from rlbridge.importer.recipe_import import import_recipe
+from rlbridge.importer.solver import recipe_view, resolve_config
 
 REAL = Path(__file__).parent / "fixtures" / "recipes" / "real"
 # OpenRLHF's examples at v0.11.0 use --algo.advantage.is_correction_enable, which 0.11.2 renamed: they are read as 0.11.0
@@ -83,8 +84,8 @@ def test_plan_is_the_engines_own_resolved_config_except_listed_differences(path,
     does not call reproduced (owned, action, reward, conflict), a key rlbridge sets itself (the importer's
     special keys), or listed under 'differs' with both values and a reason."""
     from rlbridge.contract.registry import get_plugin_manager
-    from rlbridge.run.importer import resolve_config
-    from rlbridge.run.recipe import Setting, same
+    from rlbridge.importer.solver import resolve_config
+    from rlbridge.importer.recipe import Setting, same
 
     result = _imported(path, monkeypatch)
     backend = get_plugin_manager().backend(result.recipe.engine)

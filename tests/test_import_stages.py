@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from rlbridge.run.importer import import_recipe
+from rlbridge.importer.recipe_import import import_recipe
 
 STAGES = Path(__file__).parent / "fixtures" / "recipes" / "stages"
 
 
 def test_verls_own_sft_recipe_imports_as_an_sft_job_and_plans_it_back(monkeypatch):
     from rlbridge.contract.registry import get_plugin_manager
-    from rlbridge.run.importer import recipe_view, resolve_config
-    from rlbridge.run.recipe import same
+    from rlbridge.importer.solver import recipe_view, resolve_config
+    from rlbridge.importer.recipe import same
 
     monkeypatch.setenv("HOME", "/data-home")
     result = import_recipe(str(STAGES / "verl" / "sft_gsm8k_example.sh"), "verl")

@@ -1,4 +1,4 @@
-"""The launch-script reader (rlbridge.run.shell) reads what bash reads, statically, and never hangs.
+"""The launch-script reader (rlbridge.importer.shell_reader) reads what bash reads, statically, and never hangs.
 
 The real launch scripts under tests/fixtures/recipes/real/ (vendored from verl, OpenRLHF and TRL, see
 SOURCE.md there) are the oracle's input: bash itself runs each one with `python3 -m` and `ray` replaced
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from rlbridge.errors import ConfigError
-from rlbridge.run.recipe import find_command
-from rlbridge.run.shell import read_launch
+from rlbridge.importer.recipe import find_command
+from rlbridge.importer.shell_reader import read_launch
 
 REAL = Path(__file__).parent / "fixtures" / "recipes" / "real"
 # and verl's async launch scripts (tests/fixtures/recipes/async/SOURCE.md)
@@ -316,7 +316,7 @@ def test_no_input_makes_the_reader_hang():
     code = (
         "import json, sys\n"
         "from rlbridge.errors import ConfigError\n"
-        "from rlbridge.run.recipe import find_command\n"
+        "from rlbridge.importer.recipe import find_command\n"
         "out = []\n"
         "for text in json.loads(sys.stdin.read()):\n"
         "    try:\n"
@@ -349,7 +349,7 @@ def test_every_truncation_of_a_real_script_reads_or_fails_in_one_line():
     text = (REAL / "verl" / "grpo_qwen3_8b_fsdp.sh").read_text()
     cuts = list(range(0, len(text), max(len(text) // 150, 1)))
     code = (
-        "import json, sys\nfrom rlbridge.errors import ConfigError\nfrom rlbridge.run.recipe import find_command\n"
+        "import json, sys\nfrom rlbridge.errors import ConfigError\nfrom rlbridge.importer.recipe import find_command\n"
         "text, cuts = json.loads(sys.stdin.read())\nbad = []\n"
         "for cut in cuts:\n"
         "    try:\n        find_command(text[:cut], ('verl.trainer.main_ppo',), 'recipe.sh', 'launch')\n"

@@ -1,5 +1,5 @@
 """Reading AReaL recipes for `rlbridge import --from areal` (the inverse mapping itself is derived from this
-adapter's translate(), in rlbridge.run.importer).
+adapter's translate(), in rlbridge.importer.solver).
 
 AReaL's recipes are an experiment YAML (examples/math/gsm8k_grpo.yaml) and dotted overrides on the command line
 that launches it (`python3 examples/math/gsm8k_rl.py --config gsm8k_grpo.yaml scheduler.type=local
@@ -21,7 +21,7 @@ import yaml
 from rlbridge.contract.backend import flatten
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.run.recipe import Recipe, Setting, find_command, read_mapping
+from rlbridge.importer.recipe import Recipe, Setting, find_command, read_mapping
 from rlbridge_adapters.areal.package import DEFAULT_VERSION
 
 MARKERS = ("--config",)

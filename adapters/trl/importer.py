@@ -1,5 +1,5 @@
 """Reading TRL recipes for `rlbridge import --from trl` (the inverse mapping itself is derived from this
-adapter's translate(), in rlbridge.run.importer).
+adapter's translate(), in rlbridge.importer.solver).
 
 Reads a GRPOConfig / RLOOConfig as YAML or JSON (what `trl grpo --config` reads: the config's fields
 plus the script's model_name_or_path, dataset_name, reward_funcs), or the keyword arguments of a
@@ -21,7 +21,7 @@ from typing import Any
 
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.run.recipe import Recipe, Setting, is_file, read_mapping
+from rlbridge.importer.recipe import Recipe, Setting, is_file, read_mapping
 from rlbridge_adapters.trl import layout
 
 CONFIG_CLASSES = ("GRPOConfig", "RLOOConfig", "SFTConfig", "DPOConfig", "RewardConfig")
@@ -494,7 +494,7 @@ class TRLRecipeImporter:
         (what `trl grpo --reward_funcs` looks up) -> {native: trl, function: trl.rewards:NAME}; a dotted
         path -> {native: trl, function: module:NAME}; a model id or path -> {model: PATH}; and
         reward_model_name_or_path -> {model: PATH}. Any other expression is left to the report's action."""
-        from rlbridge.run.importer import RecipeReward
+        from rlbridge.importer.recipe_importer import RecipeReward
 
         if recipe.extras.get("stage"):
             return []  # an offline stage has no reward
@@ -538,7 +538,8 @@ class TRLRecipeImporter:
         """report_to's trackers as telemetry.sinks (wandb, tensorboard, mlflow; W&B's project is the one transformers
         picks, WANDB_PROJECT or 'huggingface'), run_name as the config's run_name. report_to 'none' is what the plan
         sets itself (same)."""
-        from rlbridge.run.importer import RecipeTelemetry, _show, tracker_sink
+        from rlbridge.importer.recipe_importer import RecipeTelemetry, tracker_sink
+        from rlbridge.importer.report import _show
 
         by_key = {s.key: s for s in recipe.settings if s.key in ("report_to", "run_name", *COMPLETIONS)}
         report, name = by_key.get("report_to"), by_key.get("run_name")

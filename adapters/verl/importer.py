@@ -1,5 +1,5 @@
 """Reading verl recipes for `rlbridge import --from verl` (the inverse mapping itself is derived from
-this adapter's translate(), in rlbridge.run.importer).
+this adapter's translate(), in rlbridge.importer.solver).
 
 Reads a launch script or command line of `python -m verl.trainer.main_ppo` (Hydra overrides
 parsed by Hydra's own override parser: `key=value`, `+key=value`, `++key=value`), Hydra's saved
@@ -19,7 +19,7 @@ import yaml
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.contract.backend import flatten
-from rlbridge.run.recipe import Recipe, Setting, find_command, is_file, read_mapping
+from rlbridge.importer.recipe import Recipe, Setting, find_command, is_file, read_mapping
 from rlbridge_adapters.verl import asynchrony, stage_import
 from rlbridge_adapters.verl.package import DEFAULT_VERSION
 
@@ -273,7 +273,7 @@ class VerlRecipeImporter:
         """verl's reward model (reward_model.enable + reward_model.model.path, or 0.9's
         reward.reward_model.enable + model_path) -> {model: PATH}; custom_reward_function.path (+ name,
         default compute_score) -> {native: verl, function: FILE.py:NAME}, the function run unchanged."""
-        from rlbridge.run.importer import RecipeReward
+        from rlbridge.importer.recipe_importer import RecipeReward
 
         if recipe.extras.get("stage"):
             return []  # an offline stage has no reward
@@ -316,7 +316,8 @@ class VerlRecipeImporter:
         """trainer.logger's trackers as telemetry.sinks (wandb, tensorboard, mlflow), with trainer.project_name as
         their project (verl's packaged default when the recipe leaves it); 'console' is rlbridge's progress bar and
         'file' its metrics.jsonl. trainer.experiment_name is run_name, which the plan gives back (mapped)."""
-        from rlbridge.run.importer import RecipeTelemetry, _show, tracker_sink
+        from rlbridge.importer.recipe_importer import RecipeTelemetry, tracker_sink
+        from rlbridge.importer.report import _show
 
         by_key = {s.key: s for s in recipe.settings if not s.unknown}
         logger, project = by_key.get("trainer.logger"), by_key.get("trainer.project_name")
@@ -361,10 +362,10 @@ class VerlRecipeImporter:
 
     def asynchrony(self, recipe: Recipe):
         """A launch of verl's async trainers (fully_async_main, one_step_off_policy.main_ppo) as canonical async knobs
-        (rlbridge.run.importer.RecipeAsync): their settings leave the search, the rest imports as main_ppo's would.
+        (rlbridge.importer.recipe_importer.RecipeAsync): their settings leave the search, the rest imports as main_ppo's would.
         The knobs come from the recipe's values, else the entry point's packaged defaults (fully_async: staleness_threshold
         0.1, trigger_parameter_sync_step 4, partial_rollout True), and the round trip is asynchrony.translate()."""
-        from rlbridge.run.importer import RecipeAsync
+        from rlbridge.importer.recipe_importer import RecipeAsync
 
         entry = recipe.extras.get("async_entry")
         if not entry:
@@ -579,6 +580,6 @@ def _plain(value: Any) -> Any:
 
 
 def _same_default(default: Any, value: Any) -> bool:
-    from rlbridge.run.recipe import same
+    from rlbridge.importer.recipe import same
 
     return same(default, value)

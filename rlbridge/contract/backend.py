@@ -576,7 +576,7 @@ class Backend(ABC):
         return None
 
     def recipe_importer(self) -> Any:
-        """What reads this engine's recipes for `rlbridge import` (rlbridge.run.importer.RecipeImporter),
+        """What reads this engine's recipes for `rlbridge import` (rlbridge.importer.recipe_importer.RecipeImporter),
         or None: `rlbridge import --from <this backend>` is then refused naming the backend."""
         return None
 

@@ -33,7 +33,7 @@ in_openrlhf = pytest.mark.skipif(
 def test_openrlhf_parser_accepts_the_imported_async_plan():
     from rlbridge.contract.config import RunConfig
     from rlbridge.contract.registry import get_plugin_manager
-    from rlbridge.run.importer import import_recipe
+    from rlbridge.importer.recipe_import import import_recipe
     from rlbridge.run.runner import resolve
     from rlbridge_adapters.openrlhf.validate import validate_argv
 
@@ -81,8 +81,8 @@ def _compose(entry: str, overrides: list[str]) -> dict:
 @pytest.mark.parametrize("script", sorted(ASYNC.glob("*.sh")), ids=lambda p: p.name)
 def test_translated_async_knobs_compose_to_the_scripts_own_verl_config(script):
     from rlbridge.contract.config import RunConfig
-    from rlbridge.run.importer import import_recipe
-    from rlbridge.run.recipe import same
+    from rlbridge.importer.recipe_import import import_recipe
+    from rlbridge.importer.recipe import same
     from rlbridge_adapters.verl import asynchrony
 
     result = import_recipe(str(script), "verl")

@@ -41,8 +41,9 @@ CASES = [
 @pytest.mark.parametrize("script", CASES)
 def test_imported_plan_composes_to_verls_own_config_except_listed(script, monkeypatch, tmp_path):
     from rlbridge.contract.registry import get_plugin_manager
-    from rlbridge.run.importer import import_recipe, resolve_config
-    from rlbridge.run.recipe import Setting, same
+    from rlbridge.importer.recipe_import import import_recipe
+    from rlbridge.importer.solver import resolve_config
+    from rlbridge.importer.recipe import Setting, same
     from rlbridge_adapters.verl.validate import compose, overrides_for
 
     monkeypatch.setenv("DEVICE", "gpu")

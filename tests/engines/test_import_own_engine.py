@@ -52,7 +52,7 @@ def test_imported_recipe_trains_on_its_own_engine(tmp_path, monkeypatch):
     import pandas as pd
 
     from rlbridge.contract.models import builtin_model_dir
-    from rlbridge.run.importer import import_recipe
+    from rlbridge.importer.recipe_import import import_recipe
     from rlbridge.run.loading import apply_override, validate_config
     from rlbridge.run.runner import train
     from rlbridge_plugins.data import digit_copy

@@ -68,7 +68,7 @@ def _gsm8k_rows(n):
 def test_gsm8k_example_trains_with_verls_default_scorer(tmp_path, monkeypatch):
     import pandas as pd
 
-    from rlbridge.run.importer import import_recipe
+    from rlbridge.importer.recipe_import import import_recipe
     from rlbridge.run.loading import apply_override, validate_config
     from rlbridge.run.runner import train
 

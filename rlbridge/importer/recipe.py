@@ -3,7 +3,7 @@
 Shared by the adapters' recipe importers (adapters/<engine>/importer.py): a shell reader that
 finds the launch command, resolves `$VAR` from the script's own assignments and keeps the line
 every argument came from; YAML/JSON readers that keep line numbers; and the data types the
-importer (rlbridge.run.importer) works on. Nothing from the recipe is ever executed.
+importer (rlbridge.importer) works on. Nothing from the recipe is ever executed.
 """
 
 from __future__ import annotations
@@ -103,9 +103,9 @@ def is_file(source: str) -> bool:
 
 def find_command(text: str, markers: tuple[str, ...], source: str, what: str) -> ShellCommand:
     """The first command in `text` (a script or a command line) with a word in `markers`: the words bash
-    would pass it, read statically by rlbridge.run.shell (nothing is run), each with its line. A script file
+    would pass it, read statically by rlbridge.importer.shell_reader (nothing is run), each with its line. A script file
     (`source` names one) is read as bash runs it from its own directory, `$0` its real path."""
-    from rlbridge.run.shell import read_launch
+    from rlbridge.importer.shell_reader import read_launch
 
     given = _LAUNCH_ENV.get() or {}
     script = str(Path(source).resolve()) if source and is_file(source) else None
