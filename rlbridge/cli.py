@@ -503,11 +503,11 @@ def doctor(
 
     table = Table("check", "status")
     table.add_row("python", f"{platform.python_version()} ({sys.executable})")
-    for dist in ("pydantic", "pluggy", "PyYAML", "typer", "rich", "packaging", "matplotlib"):
+    for dist in ("pydantic", "pluggy", "PyYAML", "typer", "rich", "packaging", "pillow"):
         try:
             table.add_row(dist, importlib.metadata.version(dist))
         except importlib.metadata.PackageNotFoundError:
-            table.add_row(dist, "[yellow]missing[/yellow]" + (" (no plots)" if dist == "matplotlib" else ""))
+            table.add_row(dist, "[yellow]missing[/yellow]" + (" (no reward.png)" if dist == "pillow" else ""))
     probe = "import torch; print(torch.__version__, torch.cuda.is_available(), torch.cuda.device_count())"
     try:
         res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

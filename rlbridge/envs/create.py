@@ -135,7 +135,7 @@ def _digest(obj: Any) -> str:
 def _rlbridge_source(extras: tuple[str, ...] = ()) -> list[str]:
     """How to install this rlbridge into an engine environment: the source tree if we run from
     one (editable, so the engine environment follows the checkout), else the same release, with
-    the `engine-env` extra (pytest for the conformance suite, matplotlib for reward.png) and only
+    the `engine-env` extra (pytest for the conformance suite, Pillow for reward.png) and only
     the plugin extras asked for (`env create --with reasoning-gym`): the test extra's telemetry
     libraries run in the user's process and would only move the engine's pins, while an
     environment-standard plugin (reasoning-gym, openenv, verifiers) loads data and scores inside

@@ -266,10 +266,6 @@ def train(
 
         bar = TrainingProgress(config.training.steps, f"{config.run_name} [{backend.name}]")
     ctx = RunContext(config, plan, run_dir, pm, sinks, bar)
-    from rlbridge.run.summary import prestart_plot
-
-    # matplotlib loads in its own process while the engine trains; _finish then only draws
-    prestart_plot(run_dir / "metrics.jsonl", run_dir / "reward.png", f"{config.run_name} on {config.backend}")
     summary: dict[str, Any] = {
         "run_name": config.run_name,
         "backend": backend.name,
@@ -593,7 +589,7 @@ def _finish(
     if history:
         title = f"{config.run_name} on {config.backend}"
         skipped = plot(history, run_dir / "reward.png", title)
-        if skipped and engine_python is not None:  # no matplotlib here: the engine environment has it
+        if skipped and engine_python is not None:  # no Pillow here: the engine environment has it
             res = subprocess.run(
                 [
                     str(engine_python),
