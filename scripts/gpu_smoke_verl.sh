@@ -59,4 +59,31 @@ $VENV/bin/rlbridge train configs/multiturn.yaml "${ARGS[@]/$WORK\/run/$WORK/run-
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail "the multi-turn run failed: $WORK/train-multiturn.log and $WORK/run-multiturn/error.txt"
 cat "$WORK/run-multiturn/metrics.jsonl"
 echo
-echo "OK: verl 0.9.1 ran 2 GRPO steps and 2 multi-turn steps on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+
+# The training layout (issue 42, docs/scale.md): the canonical knobs into verl's own keys, each plan validated by
+# verl's config code (--check) before 2 steps run. MEGATRON=0 skips the Megatron run (it installs megatron-core).
+layout() {  # layout NAME GPUS KNOB=VALUE...
+  local name=$1 gpus=$2; shift 2
+  local args=(--set backend=verl --set engine_env=current --set rollout.engine=vllm --set resources.gpus_per_node=$gpus
+              --set training.steps=2 --set output_dir=$WORK/run-$name --set rollout.gpu_memory_utilization=0.3)
+  for knob in "$@"; do args+=(--set "$knob"); done
+  $VENV/bin/rlbridge plan configs/quickstart.yaml "${args[@]}" --check > "$WORK/plan-$name.txt" \
+    || fail "the $name plan did not validate: $WORK/plan-$name.txt"
+  $VENV/bin/rlbridge train configs/quickstart.yaml "${args[@]}" --no-progress 2>&1 | tee "$WORK/train-$name.log" | tail -n 3
+  [ "${PIPESTATUS[0]}" -eq 0 ] || fail "the $name run failed: $WORK/train-$name.log and $WORK/run-$name/error.txt"
+}
+GPUS=$(nvidia-smi -L | wc -l)
+say "layout: FSDP2 with parameters and optimizer offloaded to host memory (fsdp_config.param_offload / optimizer_offload)"
+layout offload 1 training.offload.parameters=true training.offload.optimizer=true
+if [ "$GPUS" -ge 2 ]; then
+  say "layout: FSDP2 over $GPUS GPUs, gradients sharded (reshard_after_forward: false)"
+  layout fsdp-gradients "$GPUS" training.strategy=fsdp training.sharding=gradients
+fi
+if [ "$GPUS" -ge 4 ] && [ "${MEGATRON:-1}" = 1 ]; then
+  say "layout: Megatron, tensor 2 x pipeline 2 (model_engine=megatron; installs verl[mcore] and megatron-core)"
+  $PY -m pip install -q "${PIP_ARGS[@]}" "verl[mcore]==0.9.1" megatron-core "$TORCH" || fail "installing megatron-core failed"
+  layout megatron 4 training.strategy=megatron training.tensor_parallel_size=2 training.pipeline_parallel_size=2
+else
+  say "layout: Megatron skipped ($GPUS GPU(s); tensor 2 x pipeline 2 needs 4, MEGATRON=${MEGATRON:-1})"
+fi
+echo "OK: verl 0.9.1 ran 2 GRPO steps and 2 multi-turn steps, and the layouts above, on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
