@@ -469,7 +469,8 @@ def schema(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
 ) -> None:
     """The JSON Schema of the config file."""
-    from rlbridge.contract.config import RunConfig, document_fields
+    from rlbridge.contract.config import RunConfig
+    from rlbridge.contract.strict_model import document_fields
 
     document_fields()
     text = json.dumps(RunConfig.model_json_schema(), indent=2) + "\n"

@@ -238,7 +238,8 @@ def test_help_and_schema():
 def test_every_config_field_is_documented():
     from pydantic import BaseModel
 
-    from rlbridge.contract.config import RunConfig, document_fields
+    from rlbridge.contract.config import RunConfig
+    from rlbridge.contract.strict_model import document_fields
 
     document_fields()
 

@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
-from rlbridge.contract.config import RunConfig, StrictModel
+from rlbridge.contract.config import RunConfig
+from rlbridge.contract.strict_model import StrictModel
 from rlbridge.errors import ConfigError
 
 PIPELINE_FILE = "pipeline.json"
