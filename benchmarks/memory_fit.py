@@ -3,7 +3,7 @@ random-initialised Qwen2 models of three sizes, each with and without gradient c
 where the engine runs several on CPU, on TRL and on a Ray engine.
 
 For every run the script compares the peak that `rlbridge plan --memory` predicts for each process
-(rlbridge.contract.memory.predict_run) with the one measured: the resident set's high-water mark (VmHWM in
+(rlbridge.contract.memory_check.predict_run) with the one measured: the resident set's high-water mark (VmHWM in
 /proc/PID/status) of every process of the run, sampled every 0.2 s until it ends. The training process is the
 one the adapter's MemoryBehaviour names (TRL: the process running GRPOTrainer, each accelerate rank when
 launched; verl: the FSDP worker, Ray's WorkerDict; OpenRLHF: PolicyModelActor).
@@ -245,7 +245,8 @@ OPENRLHF_SLEEP = ["backend_options.openrlhf.vllm.enable_sleep=true", "backend_op
 def predict_7b() -> str:
     """The 7B predictions' Markdown table (docs/memory.md): each layout's peak per GPU, its phase and largest part,
     and the host memory offload needs, per engine."""
-    from rlbridge.contract.memory import GiB, PHASE_LABELS, format_bytes, predict_run
+    from rlbridge.contract.memory import GiB, PHASE_LABELS, format_bytes
+    from rlbridge.contract.memory_check import predict_run
     from rlbridge.contract.models import materialize_path
     from rlbridge.run.loading import load_config
     from rlbridge.run.runner import prepare
@@ -325,7 +326,7 @@ def write_config(engine: str, size: str, checkpointing: bool, ranks: int, model_
 # ------------------------------------------------------------------------------------------------ one run
 def predict(config_path: Path) -> tuple[dict[str, int], dict]:
     """The predicted peak of each process of the run (name -> bytes) and the machine's, without starting it."""
-    from rlbridge.contract.memory import predict_run
+    from rlbridge.contract.memory_check import predict_run
     from rlbridge.run.loading import load_config
     from rlbridge.run.runner import prepare
 

@@ -350,7 +350,8 @@ def plan(
 
     prepared = prepare(_load(config, set_, plugin))
     if memory:
-        from rlbridge.contract.memory import GiB, describe, predict_run
+        from rlbridge.contract.memory import GiB
+        from rlbridge.contract.memory_check import describe, predict_run
 
         prediction = predict_run(
             prepared.config,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import QUICKSTART, REPO, run_cli, write_config
-from rlbridge.contract import memory
+from rlbridge.contract import memory_check
 from rlbridge.contract.memory import GiB, activation_bytes_per_token, read_shape, shape_from_config
 
 FIXTURE_7B = REPO / "tests" / "fixtures" / "qwen2.5-7b-shape"
@@ -178,7 +178,7 @@ def test_openrlhf_zero_states_match_deepspeeds_estimate(qwen7b, tmp_path):
     ours = {}
     for name, overrides in cases.items():
         prepared = _plan(cfg, "resources.gpus_per_node=8", "training.batch_size=64", *overrides)
-        prediction = memory.predict_run(
+        prediction = memory_check.predict_run(
             prepared.config, prepared.backend, prepared.plan, prepared.plan.layout, gpu_bytes=80 * GiB
         )
         host = sum(c.bytes for c in prediction.host if c.role == "actor") * 8
@@ -238,7 +238,7 @@ def test_the_refusal_names_the_cheapest_knob_that_fits(qwen7b, tmp_path, monkeyp
     """verl on 8 x 80 GB GPUs with every rank a whole replica (sharding none) cannot hold a 7B model's fp32
     master weights, gradients and Adam moments (~113 GiB); the refusal names a knob the backend honours whose
     own prediction fits, and that prediction does fit."""
-    monkeypatch.setattr(memory, "gpu_memory", lambda: 80 * GiB)
+    monkeypatch.setattr(memory_check, "gpu_memory", lambda: 80 * GiB)
     cfg = write_config(
         tmp_path,
         QUICKSTART.read_text().replace("builtin:tiny-digits", str(qwen7b)).replace("backend: trl", "backend: verl"),
@@ -253,8 +253,8 @@ def test_the_refusal_names_the_cheapest_knob_that_fits(qwen7b, tmp_path, monkeyp
         "rollout.max_prompt_tokens=512",
         "training.micro_batch_size=2",
     )
-    with pytest.raises(memory.ConfigError) as refused:
-        memory.fit_check(prepared.config, prepared.backend, prepared.plan, prepared.plan.layout)
+    with pytest.raises(memory_check.ConfigError) as refused:
+        memory_check.fit_check(prepared.config, prepared.backend, prepared.plan, prepared.plan.layout)
     message = str(refused.value)
     assert message.startswith("memory: the actor's") and " phase brings each training device to " in message
     assert "the cheapest change that fits: --set training.sharding=" in message
@@ -271,21 +271,21 @@ def test_the_refusal_names_the_cheapest_knob_that_fits(qwen7b, tmp_path, monkeyp
         "training.micro_batch_size=2",
         *overrides,
     )
-    assert memory.fit_check(fixed.config, fixed.backend, fixed.plan, fixed.plan.layout).fits()
+    assert memory_check.fit_check(fixed.config, fixed.backend, fixed.plan, fixed.plan.layout).fits()
 
 
 def test_a_smaller_micro_batch_is_cheaper_than_checkpointing(monkeypatch):
     """On CPU, where a micro batch of 64 samples of 2,000 tokens binds: in 2.5 GiB both gradient checkpointing and a
     smaller micro batch would fit; the refusal names the smaller micro batch (the same update in more passes, no
     recompute), the largest one that fits."""
-    monkeypatch.setattr(memory, "machine_memory", lambda: (int(2.5 * GiB), "test"))
+    monkeypatch.setattr(memory_check, "machine_memory", lambda: (int(2.5 * GiB), "test"))
     base = ("resources.gpus_per_node=0", "rollout.max_new_tokens=2000", "training.batch_size=8")
 
     def check(*overrides):
         prepared = _plan(QUICKSTART, *base, *overrides)
-        return memory.fit_check(prepared.config, prepared.backend, prepared.plan, prepared.plan.layout)
+        return memory_check.fit_check(prepared.config, prepared.backend, prepared.plan, prepared.plan.layout)
 
-    with pytest.raises(memory.ConfigError) as refused:
+    with pytest.raises(memory_check.ConfigError) as refused:
         check("training.micro_batch_size=64")
     message = str(refused.value)
     assert "activations" in message or "logits" in message
@@ -295,7 +295,7 @@ def test_a_smaller_micro_batch_is_cheaper_than_checkpointing(monkeypatch):
     assert micro < 64 and check(f"training.micro_batch_size={micro}").fits()
     assert check("training.micro_batch_size=64", "training.gradient_checkpointing=true").fits()  # it fits too
     for larger in (m for m in (32, 16, 8) if micro < m < 64):  # the named one is the largest that fits
-        with pytest.raises(memory.ConfigError):
+        with pytest.raises(memory_check.ConfigError):
             check(f"training.micro_batch_size={larger}")
 
 
@@ -306,7 +306,7 @@ def test_no_fit_check_trains_anyway(tmp_path, monkeypatch):
 
     from rlbridge.cli import app
 
-    monkeypatch.setattr(memory, "machine_memory", lambda: (100 * 1024**2, "test"))
+    monkeypatch.setattr(memory_check, "machine_memory", lambda: (100 * 1024**2, "test"))
     args = ["train", str(QUICKSTART), "--no-progress", "--set", "training.steps=2", "--set", f"output_dir={tmp_path}/q"]
     args += ["--set", "resources.gpus_per_node=0"]
     refused = CliRunner().invoke(app, args)
@@ -325,11 +325,11 @@ def test_machine_memory_reads_the_cgroup_limit(tmp_path):
     cgroup = tmp_path / "sys" / "fs" / "cgroup"
     cgroup.mkdir(parents=True)
     (cgroup / "memory.max").write_text("max\n")
-    assert memory.machine_memory(tmp_path) == (20 * GiB, "MemAvailable")
+    assert memory_check.machine_memory(tmp_path) == (20 * GiB, "MemAvailable")
     (cgroup / "memory.max").write_text(f"{8 * GiB}\n")
     (cgroup / "memory.current").write_text(f"{3 * GiB}\n")
     (cgroup / "memory.stat").write_text(f"anon {2 * GiB}\ninactive_file {GiB}\nactive_file 0\n")
-    available, source = memory.machine_memory(tmp_path)
+    available, source = memory_check.machine_memory(tmp_path)
     assert available == 6 * GiB and source.startswith("cgroup limit 8.00 GiB")
 
 
@@ -340,5 +340,5 @@ def test_a_model_whose_shape_is_unknown_here(capsys, monkeypatch, tmp_path):
     result = run_cli("plan", str(QUICKSTART), "--memory", "--set", "model.path=someorg/not-cached")
     assert result.returncode == 2 and "not in the Hugging Face cache" in result.stderr
     prepared = _plan(QUICKSTART, "model.path=someorg/not-cached")
-    assert memory.fit_check(prepared.config, prepared.backend, prepared.plan, prepared.plan.layout) is None
+    assert memory_check.fit_check(prepared.config, prepared.backend, prepared.plan, prepared.plan.layout) is None
     assert "memory not checked before the run" in capsys.readouterr().err

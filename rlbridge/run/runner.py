@@ -226,12 +226,12 @@ def train(
 ) -> dict[str, Any]:
     """Run the whole job: plan, write the run files, train, summarise. Returns summary.json's content. fit_check:
     refuse, before anything is written or started, a run whose predicted peak memory exceeds the device's
-    (rlbridge.contract.memory.fit_check; `rlbridge train --no-fit-check` turns it off)."""
+    (rlbridge.contract.memory_check.fit_check; `rlbridge train --no-fit-check` turns it off)."""
     pm = plugins or get_plugin_manager()
     prepared = prepare(config, pm)
     config, backend, plan = prepared.config, prepared.backend, prepared.plan
     if fit_check:
-        from rlbridge.contract.memory import fit_check as check_memory
+        from rlbridge.contract.memory_check import fit_check as check_memory
 
         check_memory(config, backend, plan, plan.layout, pm)
     backend.check_startable(plan)
