@@ -44,7 +44,8 @@ def test_ticks_are_round_and_cover_the_values():
 def test_plotting_imports_no_matplotlib(tmp_path):
     code = (
         "import sys; from pathlib import Path; from rlbridge.run.summary import plot; "
-        f"plot([{{'step': 1, 'reward/mean': 0.1}}, {{'step': 2, 'reward/mean': 0.2}}], Path({str(tmp_path)!r}) / 'r.png', 't'); "
+        "rows = [{'step': 1, 'reward/mean': 0.1}, {'step': 2, 'reward/mean': 0.2}]; "
+        f"plot(rows, Path({str(tmp_path)!r}) / 'r.png', 't'); "
         "print('matplotlib' in sys.modules)"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
