@@ -524,7 +524,7 @@ def doctor(
         table.add_row("torch", "[red]import timed out[/red]")
     table.add_row("NVIDIA GPUs (nvidia-smi)", str(count_gpus()))
     pm = get_plugin_manager()
-    from rlbridge.envs.create import envs_dir, is_complete
+    from rlbridge.engine.environments import envs_dir, is_complete
 
     ready: dict[str, list[str]] = {}  # engine -> its complete environments (`rlbridge env list` without sizes)
     for path in sorted(envs_dir().iterdir()) if envs_dir().is_dir() else []:
@@ -677,7 +677,9 @@ def _patches_check(engines: list[str]) -> None:
     where the patch says how (rlbridge.engine.patch_check), and compares target fingerprints."""
     import subprocess
 
-    from rlbridge.envs.create import env_python, list_envs
+    from rlbridge.envs.create import list_envs
+
+    from rlbridge.engine.environments import env_python
 
     pythons = [("this environment", Path(sys.executable))]
     pythons += [(f"{e['engine']}-{e['version']}", env_python(Path(e["path"]))) for e in list_envs() if e["complete"]]

@@ -26,7 +26,7 @@ def _cache_dir(tmp_path_factory):
 def user_engine_envs():
     """The user's engine environments (RLBRIDGE_TEST_ENVS), visible read-only through the tests' private
     cache, for the tests marked `engine_env`: `make test` runs them once it created the environments."""
-    from rlbridge.envs.create import envs_dir
+    from rlbridge.engine.environments import envs_dir
 
     real = Path(os.environ.get("RLBRIDGE_TEST_ENVS") or Path.home() / ".cache" / "rlbridge" / "envs")
     if not envs_dir().exists() and real.is_dir():

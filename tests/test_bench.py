@@ -302,7 +302,8 @@ def test_runs_keyed_by_an_older_key_are_found_by_their_config(tmp_path):
 
 
 def _env_python(name: str) -> Path | None:
-    from rlbridge.envs.create import env_python, find_env
+    from rlbridge.envs.create import find_env
+    from rlbridge.engine.environments import env_python
 
     try:
         return env_python(find_env(*name.split("@")))

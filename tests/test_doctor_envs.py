@@ -10,7 +10,7 @@ def _env(cache, name, complete):
     path = cache / "envs" / name
     (path / "bin").mkdir(parents=True)
     (path / "bin" / "python").write_text("")
-    if complete:  # what `rlbridge env create` stamps last (rlbridge.envs.create.is_complete)
+    if complete:  # what `rlbridge env create` stamps last (rlbridge.engine.environments.is_complete)
         (path / ".rlbridge").mkdir()
         (path / ".rlbridge" / "rlbridge.done").write_text("")
     return path

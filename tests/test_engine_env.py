@@ -246,13 +246,14 @@ def test_an_environment_installed_from_another_checkout_is_pointed_at_this_one(l
     editable install of one of them. Run from another checkout, the engine processes would mix this
     checkout's core with that one's plugins and adapters (or miss them once it is deleted), so finding
     the environment reinstalls rlbridge from this checkout, and only rlbridge."""
+    from rlbridge.engine.environments import env_python
     from rlbridge.envs import create as envs
 
     calls: list[list[str]] = []
     monkeypatch.setattr(envs, "_run", lambda cmd, env, log, what: calls.append(cmd))
     path = envs.create("demo==1.16.0", echo=lambda msg: None, cuda=False)
-    envs.env_python(path).parent.mkdir(parents=True, exist_ok=True)
-    envs.env_python(path).touch()
+    env_python(path).parent.mkdir(parents=True, exist_ok=True)
+    env_python(path).touch()
     record = path / "lib" / "python3.11" / "site-packages" / "rlbridge-0.1.0.dist-info" / "direct_url.json"
     record.parent.mkdir(parents=True)
 

@@ -1,5 +1,5 @@
 """Engine processes launched from an engine environment cache PyTorch's JIT-built extensions in that
-environment (rlbridge.run.launch.engine_env_vars), not in the ~/.cache/torch_extensions that every
+environment (rlbridge.engine.environments.engine_env_vars), not in the ~/.cache/torch_extensions that every
 environment shares and rebuilds for its own torch/DeepSpeed."""
 
 import subprocess
@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from rlbridge.engine.environments import engine_env_vars
 from rlbridge.run import launch
 
 
 def test_extensions_are_cached_in_the_engine_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     python = tmp_path / "envs" / "openrlhf-0.11.2" / "bin" / "python"
-    assert launch.engine_env_vars(python) == {
+    assert engine_env_vars(python) == {
         "TORCH_EXTENSIONS_DIR": str(tmp_path / "envs" / "openrlhf-0.11.2" / "torch_extensions")
     }
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/somewhere/the/user/chose")
-    assert launch.engine_env_vars(python) == {}  # the user's choice stands
+    assert engine_env_vars(python) == {}  # the user's choice stands
 
 
 def test_the_engine_process_gets_them(monkeypatch, tmp_path):

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _env(user_engine_envs, name):
-    from rlbridge.envs.create import is_complete
+    from rlbridge.engine.environments import is_complete
 
     path = user_engine_envs / name
     if not is_complete(path):

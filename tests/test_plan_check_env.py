@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.mark.engine_env
 def test_plan_check_validates_in_the_engine_environment(tmp_path, user_engine_envs):
-    from rlbridge.envs.create import is_complete
+    from rlbridge.engine.environments import is_complete
 
     if not is_complete(user_engine_envs / "openrlhf-0.11.2"):
         pytest.skip("no complete openrlhf-0.11.2 engine environment here")

@@ -103,6 +103,7 @@ def test_reproduce_rebuilds_a_missing_environment_from_its_recipe_and_pins_the_m
 
     import yaml
 
+    from rlbridge.engine.environments import env_path, envs_dir
     from rlbridge.envs import create as envs
     from rlbridge.envs.provenance import package_set, site_dirs
     from rlbridge.bench.reproduce import ReproduceError, rebuild_environment
@@ -123,17 +124,17 @@ def test_reproduce_rebuilds_a_missing_environment_from_its_recipe_and_pins_the_m
     monkeypatch.setenv("RLBRIDGE_RECIPES", str(recipes))
     monkeypatch.setenv("RLBRIDGE_INSTALLER", "pip")
     monkeypatch.setattr(envs, "_rlbridge_source", lambda extras=(): ["tomli==2.4.1"])
-    existing = envs.env_path("trl", "1.16.0")
+    existing = env_path("trl", "1.16.0")
     existing.mkdir(parents=True)
     (existing / "keep").write_text("an environment of the user's")
     manifest = json.loads((finished_run / "manifest.json").read_text())
     wanted = {"pip": ensurepip.version(), "six": "1.17.0", "iniconfig": "2.3.0", "tomli": "2.4.0"}
     manifest["engine_env"].update(
-        packages=wanted, packages_sha256="ab" * 32, python=str(envs.envs_dir() / "trl-1.16.0" / "bin" / "python")
+        packages=wanted, packages_sha256="ab" * 32, python=str(envs_dir() / "trl-1.16.0" / "bin" / "python")
     )
     lines = []
     python = rebuild_environment(manifest, echo=lines.append)
-    assert python == envs.envs_dir() / f"trl-1.16.0-reproduce-{'ab' * 6}" / "bin" / "python"
+    assert python == envs_dir() / f"trl-1.16.0-reproduce-{'ab' * 6}" / "bin" / "python"
     assert package_set(site_dirs(python)) == wanted
     assert any(
         line.startswith("pinning 1 distribution(s) to the manifest's versions: tomli==2.4.0") for line in lines

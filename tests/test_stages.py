@@ -353,7 +353,9 @@ def test_the_pipeline_with_its_rl_stage_on_another_engine(engine, version, tmp_p
     import os
     from pathlib import Path
 
-    from rlbridge.envs.create import envs_dir, find_env
+    from rlbridge.envs.create import find_env
+
+    from rlbridge.engine.environments import envs_dir
 
     real = Path(os.environ.get("RLBRIDGE_TEST_ENVS") or Path.home() / ".cache" / "rlbridge" / "envs")
     if not envs_dir().exists() and real.is_dir():

@@ -129,7 +129,7 @@ def _version_of(args: list[Token], version: str | None) -> str:
 def parser_flags(version: str) -> set[str] | None:
     """The option names of train_ppo_ray's own parser: from the OpenRLHF engine environment, else the copy made
     from it for exactly that version (recipe_defaults/parser-types-VERSION.json), else None (the spelling only)."""
-    from rlbridge.envs.create import env_path, env_python, is_complete
+    from rlbridge.engine.environments import env_path, env_python, is_complete
 
     path = env_path("openrlhf", version)
     if not is_complete(path):
@@ -156,7 +156,7 @@ def parser_flags(version: str) -> set[str] | None:
 def parser_defaults(version: str) -> dict[str, Any] | None:
     """{flag: default} of train_ppo_ray's parser: from the OpenRLHF engine environment when it exists (cached),
     else the copy made from it for that version (recipe_defaults/parser-VERSION.json), else None."""
-    from rlbridge.envs.create import env_path, env_python, is_complete
+    from rlbridge.engine.environments import env_path, env_python, is_complete
     from rlbridge.machine import cache_dir
 
     vendored = Path(__file__).parent / "recipe_defaults" / f"parser-{version}.json"

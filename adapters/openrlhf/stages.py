@@ -252,7 +252,7 @@ def run_offline(plan, ctx) -> None:
     from rlbridge.contract.stages import canonical_rows
     from rlbridge.engine.model_dir import run_and_model_dirs
     from rlbridge.engine.patch_report import PATCH_DIR_ENV
-    from rlbridge.run.launch import engine_env_vars
+    from rlbridge.engine.environments import engine_env_vars
     from rlbridge_adapters.openrlhf.boot import NATIVE_ENV, PATCH_REPORT_ENV
     from rlbridge_adapters.openrlhf.train import write_jsonl
 

@@ -22,7 +22,7 @@ from rlbridge.engine.model_dir import run_and_model_dirs
 from rlbridge.engine.ray_cluster import ray_cluster
 from rlbridge.engine.ray_engine import worker_env
 from rlbridge.errors import RLBridgeError
-from rlbridge.run.launch import engine_env_vars
+from rlbridge.engine.environments import engine_env_vars
 from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO
 
 from rlbridge_adapters.openrlhf.boot import NATIVE_ENV, PATCH_REPORT_ENV

@@ -203,7 +203,7 @@ def _visible_devices(pid: int) -> list[int] | None:
 
 
 def _last_error(log: Path) -> list[str]:
-    from rlbridge.run.launch import first_error_lines
+    from rlbridge.engine.environments import first_error_lines
 
     return first_error_lines(log, n=4)
 

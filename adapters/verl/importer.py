@@ -71,10 +71,8 @@ DIFFERENCES = {
 
 
 def _version_dir(version: str) -> Path | None:
-    try:
-        from rlbridge.envs.create import env_path
-    except ImportError:  # before the structure change
-        from rlbridge.envs import env_path  # type: ignore[no-redef]
+    from rlbridge.engine.environments import env_path
+
     path = env_path("verl", version)
     found = glob.glob(str(path / "lib" / "python*" / "site-packages" / "verl" / "trainer" / "config"))
     return Path(found[0]) if found else None

@@ -45,7 +45,7 @@ def is_stage(words: list[str]) -> bool:
 
 def sft_defaults(version: str) -> dict[str, Any] | None:
     """verl's composed sft_trainer_engine config (flat): from the verl environment when it exists, else the copy."""
-    from rlbridge.envs.create import env_path, env_python, is_complete
+    from rlbridge.engine.environments import env_path, env_python, is_complete
 
     from rlbridge.machine import cache_dir
 

@@ -401,7 +401,7 @@ def command_for(job: RunJob, run_dir: Path) -> RunCommand:
         rows = load_rows(config.data.train, config, "data.train")
         # the engine's own entry point, prepared in its environment by the adapter's module (Backend.native_arm)
         from rlbridge.contract.registry import get_plugin_manager
-        from rlbridge.run.launch import engine_env_vars
+        from rlbridge.engine.environments import engine_env_vars
         from rlbridge.run.runner import choose_engine_python
 
         backend = get_plugin_manager().backend(config.backend)

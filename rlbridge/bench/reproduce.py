@@ -44,7 +44,8 @@ class ReproduceError(RLBridgeError):
 def candidate_pythons(recorded: str | None) -> list[Path | None]:
     """Where a matching environment may be: the one the run used, this process's, every engine
     environment under ~/.cache/rlbridge/envs. None stands for this process."""
-    from rlbridge.envs.create import env_python, list_envs
+    from rlbridge.envs.create import list_envs
+    from rlbridge.engine.environments import env_python
 
     found: list[Path | None] = []
     if recorded and Path(recorded).exists() and Path(recorded) != Path(sys.executable):
@@ -117,7 +118,8 @@ def rebuild_environment(manifest: dict[str, Any], echo=print) -> Path:
     """Build an engine environment for the manifest through the environment recipes (rlbridge.envs.create,
     beside the existing ones, which it never touches), then pin every distribution to the manifest's
     version. Returns its Python; raises ReproduceError naming what still differs when it cannot."""
-    from rlbridge.envs.create import EnvError, create, env_python, envs_dir, pin_packages
+    from rlbridge.envs.create import EnvError, create, pin_packages
+    from rlbridge.engine.environments import env_python, envs_dir
 
     wanted = manifest["engine_env"]
     here = manifests._env_python_version(None)  # a rebuilt environment runs this Python (rlbridge.envs.create)

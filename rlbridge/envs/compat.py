@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from rlbridge import __version__
-from rlbridge.envs.create import REPO_ROOT, create, env_python, has_cuda, load_recipes
+from rlbridge.envs.create import REPO_ROOT, create, has_cuda, load_recipes
+from rlbridge.engine.environments import env_python
 from rlbridge.envs.provenance import installed_versions, machine, source_state
 from rlbridge.errors import RLBridgeError
 

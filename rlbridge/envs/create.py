@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
+from rlbridge.engine.environments import env_path, env_python, envs_dir, is_complete
 from rlbridge.errors import RLBridgeError
-from rlbridge.machine import cache_dir, has_cuda
+from rlbridge.machine import has_cuda
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RECIPES_FILE = REPO_ROOT / "compat_matrix" / "engines.yaml"
@@ -110,18 +111,6 @@ def recipe_for(spec: str, cuda: bool | None = None) -> Recipe:
         env={**entry.get("env", {}), **cell.get("env", {})},
         warm=[*per_machine.get("warm", [])],
     )
-
-
-def envs_dir() -> Path:
-    return cache_dir() / "envs"
-
-
-def env_path(engine: str, version: str) -> Path:
-    return envs_dir() / f"{engine}-{version}"
-
-
-def env_python(path: Path) -> Path:
-    return path / "bin" / "python"
 
 
 def _stamp(path: Path, stage: str) -> Path:
@@ -307,10 +296,6 @@ def pin_packages(path: Path, wanted: dict[str, str], echo=print) -> None:
             else [str(python), "-m", "pip", "uninstall", "-y"]
         )
         _run([*cmd, *extra], {}, log, f"removing {', '.join(extra)}")
-
-
-def is_complete(path: Path) -> bool:
-    return (path / ".rlbridge" / "rlbridge.done").exists() and env_python(path).exists()
 
 
 def list_envs() -> list[dict[str, Any]]:

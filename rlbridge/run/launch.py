@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from rlbridge.engine.child import EVENT_FD_ENV
+from rlbridge.engine.environments import engine_env_vars, first_error_lines
 from rlbridge.engine.lifeline import LIFELINE_FD_ENV
 from rlbridge.errors import RLBridgeError
 
@@ -31,17 +32,6 @@ def python_of(env: str | Path) -> Path:
     if not python.exists():
         raise RLBridgeError(f"engine_env: no Python interpreter at {python}; give a virtual environment directory")
     return python
-
-
-def engine_env_vars(python: Path) -> dict[str, str]:
-    """Variables for every engine process run from an engine environment (the run's and a native bench
-    arm's): PyTorch's JIT-built extensions (DeepSpeed's CPU Adam for OpenRLHF, about a minute to
-    compile on 2 cores) are cached in the environment itself. In the shared ~/.cache/torch_extensions,
-    environments whose torch or DeepSpeed differ rebuild what the other built: fused_adam there was
-    rebuilt 10 times in one day of runs from several environments, each time inside a run's start-up."""
-    if os.environ.get("TORCH_EXTENSIONS_DIR"):
-        return {}
-    return {"TORCH_EXTENSIONS_DIR": str(Path(python).parent.parent / "torch_extensions")}
 
 
 def run_in_env(python: Path, plan, ctx) -> None:
@@ -137,23 +127,6 @@ def _tee(stream, path: Path) -> None:
             except (AttributeError, ValueError, OSError):
                 pass
     stream.close()
-
-
-def first_error_lines(log: Path, n: int = 8) -> list[str]:
-    """The start of the last traceback in a log (else its last lines): what names the cause."""
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback") or "Error" in line.split(":")[0]]
-    if starts:
-        i = starts[-1]
-        block = lines[i:]
-        if block[0].startswith("Traceback"):  # the exception line ends the traceback: show it first
-            last = next((ln for ln in block if ln and not ln.startswith((" ", "Traceback"))), None)
-            return ([last] if last else []) + block[: n - 1]
-        return block[:n]
-    return lines[-n:]
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:

@@ -380,7 +380,8 @@ def choose_engine_python(config: RunConfig, backend: Backend) -> Path | None:
         wanted = config.engine_version
         if here is not None and backend.version_supported(here) and (wanted is None or wanted == here):
             return here_python
-        from rlbridge.envs.create import env_python, find_env
+        from rlbridge.envs.create import find_env
+        from rlbridge.engine.environments import env_python
 
         return env_python(find_env(backend.name, wanted))
     from rlbridge.run.launch import python_of

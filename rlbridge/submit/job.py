@@ -104,7 +104,8 @@ def job_engine_python(prepared) -> Path:
     """The engine's Python on a job's nodes that share this machine's file system: this machine's engine
     environment (or this Python, where the engine runs in it); with no environment here, the path `rlbridge env
     create` gives it in this cache, which the nodes then need (said on stderr). A job submitted needs none here."""
-    from rlbridge.envs.create import EnvError, env_path, env_python, recipe_for
+    from rlbridge.envs.create import EnvError, recipe_for
+    from rlbridge.engine.environments import env_path, env_python
     from rlbridge.run.runner import choose_engine_python
 
     try:
@@ -124,7 +125,7 @@ def job_engine_python(prepared) -> Path:
 def _python_with_ray(engine_python: Path | None) -> Path:
     """A Python that has Ray's job client: this one, the backend's engine environment, or any
     complete engine environment (the user's own environment usually has no Ray)."""
-    from rlbridge.envs.create import env_python, envs_dir, is_complete
+    from rlbridge.engine.environments import env_python, envs_dir, is_complete
     from rlbridge.errors import RLBridgeError
 
     built = sorted(p for p in envs_dir().glob("*") if p.is_dir() and is_complete(p)) if envs_dir().exists() else []
