@@ -166,10 +166,15 @@ class OpenRLHFBackend(Backend):
         """The capability table: adapters/openrlhf/knobs.py, every knob's one home."""
         return knobs.capabilities()
 
+    def translate_stage(self, config: RunConfig) -> dict[str, Any]:
+        """OpenRLHF's offline trainers (adapters/openrlhf/stages.py)."""
+        return stages.translate(config, target_version(config), _model_path(config))
+
+    def run_stage(self, plan, ctx) -> None:
+        stages.run_offline(plan, ctx)
+
     def translate(self, config: RunConfig) -> dict[str, Any]:
         version = target_version(config)
-        if config.is_offline:
-            return stages.translate(config, version, _model_path(config))
         algo, tr, ro = config.algorithm, config.training, config.rollout
         gpus = gpus_per_node(config)
         mini = config.mini_batch_samples
@@ -376,10 +381,6 @@ class OpenRLHFBackend(Backend):
 
     def run(self, plan, ctx) -> None:
         from rlbridge_adapters.openrlhf.train import run_openrlhf
-
-        if plan.native.get("stage"):
-            stages.run_offline(plan, ctx)
-            return
 
         run_openrlhf(plan, ctx)
 

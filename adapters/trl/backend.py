@@ -55,6 +55,7 @@ RESERVED = {
 class TRLBackend(Backend):
     name = "trl"
     native_arm = "rlbridge_adapters.trl.native"  # the bench's arm of kind native
+    native_arm_runs_here = True  # (rlbridge.bench.arms refuses it in an engine environment)
     native_key_spelling = (
         "`GRPOConfig`/`RLOOConfig` fields (the offline stages': `SFTConfig`, `DPOConfig`, `RewardConfig`)"
     )
@@ -88,9 +89,14 @@ class TRLBackend(Backend):
         """The capability table: adapters/trl/knobs.py, every knob's one home."""
         return knobs.capabilities()
 
+    def translate_stage(self, config: RunConfig) -> dict[str, Any]:
+        """SFTTrainer, DPOTrainer or RewardTrainer (adapters/trl/stages.py)."""
+        return stages.translate(config)
+
+    def run_stage(self, plan, ctx) -> None:
+        stages.run_offline(plan, ctx)
+
     def translate(self, config: RunConfig) -> dict[str, Any]:
-        if config.is_offline:
-            return stages.translate(config)
         algo, tr, ro = config.algorithm, config.training, config.rollout
         gpus = gpus_per_node(config)
         # every training process is one data-parallel rank: the batch sizes are global (TRL: per_device_train_batch_size
@@ -249,9 +255,6 @@ class TRLBackend(Backend):
         check_startable(plan.native)
 
     def run(self, plan, ctx) -> None:
-        if plan.native.get("stage"):
-            stages.run_offline(plan, ctx)
-            return
         from rlbridge_adapters.trl.train import run_trl
 
         run_trl(plan, ctx)

@@ -148,10 +148,15 @@ class VerlBackend(Backend):
         """The capability table: adapters/verl/knobs.py, every knob's one home."""
         return knobs.capabilities()
 
+    def translate_stage(self, config: RunConfig) -> dict[str, Any]:
+        """sft on verl's SFT trainer (adapters/verl/stages.py)."""
+        return stages.translate(config, _v(config), _model_path(config))
+
+    def run_stage(self, plan, ctx) -> None:
+        stages.run_offline(plan, ctx)
+
     def translate(self, config: RunConfig) -> dict[str, Any]:
         version = _v(config)
-        if config.is_offline:
-            return stages.translate(config, version, _model_path(config))
         algo, tr, ro = config.algorithm, config.training, config.rollout
         gpus = gpus_per_node(config)
         mini = config.mini_batch_samples
@@ -422,9 +427,6 @@ class VerlBackend(Backend):
         return VerlRecipeImporter()
 
     def run(self, plan, ctx) -> None:
-        if plan.native.get("stage"):
-            stages.run_offline(plan, ctx)
-            return
         from rlbridge_adapters.verl.train import run_verl
 
         run_verl(plan, ctx)

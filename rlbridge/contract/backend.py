@@ -481,8 +481,8 @@ class Backend(ABC):
     # --- translation and launch ---
     @abstractmethod
     def translate(self, config: RunConfig) -> dict[str, Any]:
-        """The engine-native configuration for a resolved config. Pure: no imports of the
-        engine, no files written, nothing started."""
+        """The engine-native configuration for a resolved config of an RL algorithm (an offline stage's goes to
+        translate_stage). Pure: no imports of the engine, no files written, nothing started."""
 
     # --- native keys: what the capability table's `native` paths refer to ---
     native_aliases: ClassVar[dict[str, str]] = {}
@@ -555,7 +555,7 @@ class Backend(ABC):
             backend=self.name,
             engine=self.distribution,
             engine_requirement=f"{self.distribution}{self.supported_versions}",
-            native=self.translate(config),
+            native=self.translate_stage(config) if config.is_offline else self.translate(config),
             approximations=notes,
             config=config.model_dump(mode="json"),
         )
@@ -593,6 +593,10 @@ class Backend(ABC):
     engine environment's Python as `-m MODULE prepare JOB.json OUT_DIR` (outside the timed command; it
     writes OUT_DIR/native_cmd.json: argv, env, cwd, metrics file) and `-m MODULE canonical RAW OUT`
     (the engine's per-step log to canonical metric names). None: no native arm."""
+    native_arm_runs_here: ClassVar[bool] = False
+    """True when this engine's native arm runs only with the engine installed in rlbridge's own environment
+    (engine_env current or auto finding it here): `rlbridge bench` refuses, before anything starts, a native
+    arm whose engine resolves to an engine environment. False: the arm runs wherever the engine is."""
 
     def check_startable(self, plan: Plan) -> None:
         """Called by `rlbridge train` in the user's process after every other check and before anything is
@@ -607,9 +611,44 @@ class Backend(ABC):
 
     @abstractmethod
     def run(self, plan: Plan, ctx: TrainingContext) -> None:
-        """Train according to `plan`, in this process, calling `ctx.emit_step` once per training
-        step with the engine's metrics mapped to canonical names, and `ctx.checkpoint_saved`
-        after every checkpoint."""
+        """Train according to `plan` (translate's: an RL algorithm), in this process, calling `ctx.emit_step`
+        once per training step with the engine's metrics mapped to canonical names, and `ctx.checkpoint_saved`
+        after every checkpoint. Called through `train`."""
+
+    # --- offline stages (sft, dpo, reward_model: docs/stages.md), an optional extension point ---
+    def translate_stage(self, config: RunConfig) -> dict[str, Any]:
+        """The engine-native configuration of an offline stage: called by `plan` instead of `translate` for a
+        config whose algorithm.name is sft, dpo or reward_model (RunConfig.is_offline), in the process that
+        plans (the user's). Pure, like translate. Default: the stage is refused with a CapabilityError naming
+        this backend, as its capability table refuses a knob; a backend that runs the stages overrides this
+        and run_stage, and its capability table declares the offline.* knobs."""
+        raise CapabilityError(_no_offline_stages(self.name, config.algorithm.name))
+
+    def run_stage(self, plan: Plan, ctx: TrainingContext) -> None:
+        """Train an offline stage's plan (translate_stage's): called by `train` instead of `run`, in the process
+        `run` would be called in (the user's, or rlbridge.engine.child's in an engine environment). As `run`:
+        `ctx.emit_step` once per step (the stage's canonical metrics, e.g. loss), `ctx.checkpoint_saved` after
+        every checkpoint; the trained model goes to RUN_DIR/model, the next pipeline stage's input. Returns
+        nothing. Default: refused as translate_stage refuses."""
+        raise CapabilityError(_no_offline_stages(self.name, ctx.config.algorithm.name))
+
+    def train(self, plan: Plan, ctx: TrainingContext) -> None:
+        """Train `plan` in this process: what the core calls (rlbridge.run.runner in the user's process,
+        rlbridge.engine.child in an engine environment's). It dispatches, one place for every backend:
+        run_stage for an offline stage (ctx.config.is_offline, the condition under which `plan` called
+        translate_stage), run otherwise. Adapters override those two, not this."""
+        if ctx.config.is_offline:
+            self.run_stage(plan, ctx)
+        else:
+            self.run(plan, ctx)
+
+
+def _no_offline_stages(backend: str, stage: str) -> str:
+    """The refusal of an offline stage on a backend without translate_stage, in the capability table's words."""
+    return (
+        f"backend '{backend}' cannot honour algorithm.name={stage}: it runs no offline stage (sft, dpo, "
+        "reward_model); run the stage with a backend that does (docs/stages.md)"
+    )
 
 
 def _adapter_package(module: str) -> Any:

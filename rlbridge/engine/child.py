@@ -87,7 +87,7 @@ def main(job_path: str) -> int:
         backend = pm.backend(config.backend)
         ctx = ChildContext(config, plan, Path(job["run_dir"]), pm, events)
         ctx._send(kind="started", pid=os.getpid(), engine_version=backend.require_engine(), python=sys.executable)
-        backend.run(plan, ctx)
+        backend.train(plan, ctx)  # run, or run_stage for an offline stage
         return 0
     except KeyboardInterrupt:
         return 130

@@ -566,7 +566,7 @@ def _launch(backend: Backend, plan: Plan, ctx, engine_python: Path | None) -> No
         saved = dict(os.environ)
         try:
             with engine_output_to(ctx.run_dir / "engine.log"):  # the console keeps rlbridge's own lines
-                backend.run(plan, ctx)
+                backend.train(plan, ctx)  # run, or run_stage for an offline stage
         finally:  # an engine run here sets variables (VERL_FULL_DETERMINISM...) the next run must not inherit
             for name in set(os.environ) - set(saved):
                 del os.environ[name]
