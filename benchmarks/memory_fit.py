@@ -22,6 +22,7 @@ Usage:
     python benchmarks/memory_fit.py                         # every row; prints the table (Markdown)
     python benchmarks/memory_fit.py --engines trl --sizes 10m --ranks 1     # a subset
     python benchmarks/memory_fit.py --write                 # also writes docs/memory.md's table
+    python benchmarks/memory_fit.py --reuse --saved-only --write   # saved rows only, predictions as the model is now
 """
 
 from __future__ import annotations
@@ -475,6 +476,9 @@ def table(rows: list[dict]) -> str:
     ]
     for r in rows:
         head = f"| {r['engine']} | {r['size']} | {'yes' if r['checkpointing'] else 'no'} | {r['ranks']} | "
+        if r["exit"] is None:
+            lines.append(f"{head}{gib(r['predicted'])} | not run | | |")
+            continue
         if r["exit"] != 0 or not r["measured"]:
             lines.append(f"{head}{gib(r['predicted'])} | failed (exit {r['exit']}) | | |")
             continue
@@ -494,6 +498,9 @@ def main() -> None:
     parser.add_argument("--checkpointing", default="no,yes")
     parser.add_argument("--ranks", default="1,2")
     parser.add_argument("--reuse", action="store_true", help="Reuse a row's saved result (runs/memory_fit/results).")
+    parser.add_argument(
+        "--saved-only", action="store_true", help="With --reuse: list a row without a saved result as not run."
+    )
     parser.add_argument("--write", action="store_true", help="Write the table into docs/memory.md.")
     parser.add_argument("--predict-7b", action="store_true", help="Print the 7B predictions (no run).")
     args = parser.parse_args()
@@ -517,6 +524,11 @@ def main() -> None:
                         predicted, extra = predict(OUT / "configs" / f"{name}.yaml")
                         row.update(predicted=predicted[extra["training_process"]], predicted_machine=extra["machine"])
                         rows.append(row)
+                        continue
+                    if args.reuse and args.saved_only:
+                        predicted, extra = predict(OUT / "configs" / f"{name}.yaml")
+                        row = {"engine": engine, "size": size, "checkpointing": checkpointing, "ranks": ranks}
+                        rows.append({**row, "predicted": predicted[extra["training_process"]], "exit": None})
                         continue
                     row = run_row(engine, size, checkpointing, ranks)
                     print(json.dumps({k: v for k, v in row.items() if k != "processes"}), flush=True)

@@ -65,6 +65,7 @@ def behaviour(config: RunConfig, plan: Plan) -> MemoryBehaviour | None:
     on_gpu = not native.get("cpu", False)
     master = PRECISION.get(str(_get(o, A + "fsdp_config.model_dtype", "fp32")), 4)
     compute = PRECISION.get(str(_get(o, A + "fsdp_config.mixed_precision.param_dtype", "bf16")), 2)
+    reduce = PRECISION.get(str(_get(o, A + "fsdp_config.mixed_precision.reduce_dtype", "fp32")), 4)
     full_shard = bool(_get(o, A + "fsdp_config.reshard_after_forward", True))
     fsdp_size = int(_get(o, A + "fsdp_config.fsdp_size", -1))
     sharded = fsdp_size != 1
@@ -107,6 +108,12 @@ def behaviour(config: RunConfig, plan: Plan) -> MemoryBehaviour | None:
         logits=Logits(scope="sequence", backward_copies=1.5 * compute / 2, forward_copies=2.0 * compute / 2),
         prompt_tokens=prompt if isinstance(prompt, int) else None,
         weight_sync_bytes=float(bucket_mb) * 2**20,  # a bucket of the weights on their way to vLLM
+        # FSDP2 on more than one rank all-gathers each layer in param_dtype (torch/distributed/fsdp/_fully_shard/
+        # _fsdp_collectives.py foreach_all_gather: all_gather_output; _fsdp_param_group.py:392 skips it on one rank)
+        # and reduce-scatters its gradients from an unsharded copy in reduce_dtype (foreach_reduce:
+        # reduce_scatter_input), fp32 in verl's MixedPrecisionPolicy (engine/fsdp/transformer_impl.py:394, 455);
+        # on CPU glibc keeps about one of each a layer (docs/memory.md, "Where the model is weaker")
+        collective_heap_bytes=0.0 if on_gpu else float(compute + reduce),
         runtime_bytes={PROCESS: RUNTIME_GPU if on_gpu else RUNTIME_CPU, "rollout": RUNTIME_GPU if on_gpu else VLLM_CPU},
         other_processes={} if on_gpu else dict(OTHERS_CPU),
     )

@@ -245,6 +245,15 @@ class MemoryBehaviour:
     """The prompt length the engine pads to (verl: data.max_prompt_length); None: measured from the data."""
     weight_sync_bytes: float = 0.0
     """Transient bytes of a weight sync beyond the two copies (a bucket, a gathered tensor)."""
+    collective_heap_bytes: float = 0.0
+    """CPU, parameters sharded over more than one rank: bytes per parameter of every decoder layer that the engine's
+    collectives allocate at the unsharded layer's size and glibc's heap keeps, about one set a layer (FSDP2 on gloo:
+    the all-gather output in param_dtype and the reduce-scatter input in reduce_dtype, for every layer in every
+    forward and backward; on one rank torch skips the all-gather and gloo, and the term is not added). The
+    heap_retention fraction does not cover them: they are the same size on any number of ranks while the rest of
+    the transients shrink. Measured with benchmarks/fsdp2_heap_probe.py (docs/memory.md): 3.8-6.4 bytes a layer
+    parameter kept for the 60M and 244M models on 2 ranks. On a GPU PyTorch's caching allocator reuses the
+    blocks: 0."""
     runtime_bytes: dict[str, int] = field(default_factory=dict)
     """Each process's own memory before any model (its libraries, a CUDA context), by process name."""
     other_processes: dict[str, int] = field(default_factory=dict)
@@ -773,6 +782,18 @@ def predict(
             retained = heap_retention(process, phases)
             if retained:
                 process.components.append(retained)
+        if b.collective_heap_bytes and s_params and shard > 1:
+            stranded = shape.layers * shape.layer_parameters * b.collective_heap_bytes / mp
+            trainer.components.append(
+                Component(
+                    "runtime",
+                    "allocator (collective buffers kept in the heap)",
+                    int(stranded),
+                    frozenset(PHASES),
+                    f"{shape.layers} layers x {shape.layer_parameters:,} x {b.collective_heap_bytes:g} B (sharded "
+                    f"over {shard} ranks)",
+                )
+            )
     train_label = "training device" + ("s" if sizes.training_devices > 1 else "")
     if sizes.shared or b.rollout_process == "trainer":
         devices = [DeviceMemory(train_label if on_gpu else "CPU rank", sizes.training_devices, processes)]
