@@ -480,3 +480,25 @@ def test_an_offline_stage_is_judged_by_its_loss():
     assert curve_metric(config) == "loss/sft" and curve_metric(resolve(load_config(QUICKSTART))) == "reward/mean"
     assert (numbers["auc"], numbers["reward_at_2"], numbers["reward_final"]) == (2.5, 3.5, 1.5)
     assert numbers["samples_per_s"] == 16.0  # 8 rows per 0.5 s step (no group of samples per row)
+
+
+def test_a_native_arm_declared_to_run_here_is_refused_in_an_engine_environment(tmp_path):
+    """Backend.native_arm_runs_here, read through the registry: such a native arm whose engine resolves to an
+    engine environment (here: this virtual environment, named as one) is refused before anything starts; the
+    other native arms run there."""
+    from rlbridge.contract.registry import get_plugin_manager
+
+    with_arm = {name: r.item for name, r in get_plugin_manager().items["backend"].items() if r.item.native_arm}
+    assert any(backend.native_arm_runs_here for backend in with_arm.values())  # both answers are exercised
+    for name, backend in sorted(with_arm.items()):
+        spec = write_spec(
+            tmp_path, arms=[f"native:{name} engine_env={sys.prefix}"], seeds=[0], set=["training.steps=2"]
+        )
+        if backend.native_arm_runs_here:
+            with pytest.raises(
+                ConfigError, match=rf"arm 'native:{name} .*': kind native runs the engine installed here"
+            ):
+                build_jobs(*load_spec(spec))
+        else:
+            (job,) = build_jobs(*load_spec(spec))[0]
+            assert job.kind == "native" and not job.engine.startswith("here:"), name

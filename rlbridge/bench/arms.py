@@ -272,7 +272,7 @@ def build_jobs(spec: BenchSpec, spec_path: Path, plugins=None) -> tuple[list[Run
                 engine = engine_label(prepared.config, prepared.backend)
             except RLBridgeError as exc:
                 raise type(exc)(f"arm '{label}': {exc}") from exc
-            if arm.kind == "native" and config.backend == "trl" and not engine.startswith("here:"):
+            if arm.kind == "native" and prepared.backend.native_arm_runs_here and not engine.startswith("here:"):
                 raise ConfigError(
                     f"arm '{label}': kind native runs the engine installed here; {engine} is an engine environment"
                 )
