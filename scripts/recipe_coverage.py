@@ -155,7 +155,7 @@ def measure(recipe: Path, env: dict[str, str], versions: dict[str, str] | None =
     from rlbridge.contract.registry import get_plugin_manager
     from rlbridge.errors import RLBridgeError
     from rlbridge.importer.recipe_import import import_recipe
-    from rlbridge.importer.recipe import same
+    from rlbridge.contract.importing import same
 
     engine = engine_of(recipe)
     out = Measured(recipe, engine)

@@ -20,7 +20,7 @@ from rlbridge.contract.registry import get_plugin_manager
 from rlbridge.errors import ConfigError
 from rlbridge.importer.recipe_import import import_recipe
 from rlbridge.importer.solver import recipe_view
-from rlbridge.importer.recipe import same
+from rlbridge.contract.importing import same
 from rlbridge.run.runner import resolve
 
 pytest.importorskip("hydra", reason="rlbridge[import] (hydra-core) parses verl's Hydra overrides")

@@ -85,7 +85,7 @@ def test_plan_is_the_engines_own_resolved_config_except_listed_differences(path,
     special keys), or listed under 'differs' with both values and a reason."""
     from rlbridge.contract.registry import get_plugin_manager
     from rlbridge.importer.solver import resolve_config
-    from rlbridge.importer.recipe import Setting, same
+    from rlbridge.contract.importing import Setting, same
 
     result = _imported(path, monkeypatch)
     backend = get_plugin_manager().backend(result.recipe.engine)
@@ -98,7 +98,7 @@ def test_plan_is_the_engines_own_resolved_config_except_listed_differences(path,
         ]  # the import's placeholder: the recipe's own reward does not plan here
     config = resolve_config(data)
     view = recipe_view(backend, config, result.recipe)  # a key the plan leaves out: the engine's own default
-    engine = dict(getattr(importer, "engine_defaults", importer.defaults)(result.recipe))
+    engine = dict(importer.engine_defaults(result.recipe))
     engine.update({s.key: s.value for s in result.recipe.settings})
     listed = {d.key for d in result.differences}
     unreproduced = {e.key for e in result.entries if e.kind not in ("mapped", "same", "option")}

@@ -14,7 +14,7 @@ STAGES = Path(__file__).parent / "fixtures" / "recipes" / "stages"
 def test_verls_own_sft_recipe_imports_as_an_sft_job_and_plans_it_back(monkeypatch):
     from rlbridge.contract.registry import get_plugin_manager
     from rlbridge.importer.solver import recipe_view, resolve_config
-    from rlbridge.importer.recipe import same
+    from rlbridge.contract.importing import same
 
     monkeypatch.setenv("HOME", "/data-home")
     result = import_recipe(str(STAGES / "verl" / "sft_gsm8k_example.sh"), "verl")

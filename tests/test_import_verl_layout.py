@@ -13,7 +13,7 @@ from rlbridge.contract.config import RunConfig
 from rlbridge.contract.registry import get_plugin_manager
 from rlbridge.errors import ConfigError
 from rlbridge.importer.recipe_import import import_recipe
-from rlbridge.importer.recipe import same
+from rlbridge.contract.importing import same
 from rlbridge.run.runner import resolve
 from rlbridge_adapters.verl.layout import LAYOUT_KNOBS as LAYOUT
 

@@ -272,7 +272,7 @@ def test_a_zero3_recipe_imports_into_the_layout_knobs_with_an_exact_round_trip(n
     from rlbridge.contract.config import RunConfig
     from rlbridge.contract.registry import get_plugin_manager
     from rlbridge.importer.recipe_import import import_recipe
-    from rlbridge.importer.recipe import same
+    from rlbridge.contract.importing import same
     from rlbridge.run.runner import resolve
 
     recipe = Path(__file__).parent / "fixtures" / "recipes" / "openrlhf" / name

@@ -21,7 +21,8 @@ import yaml
 from rlbridge.contract.backend import flatten
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.importer.recipe import Recipe, Setting, find_command, read_mapping
+from rlbridge.contract.importing import Recipe, RecipeImporter, Setting
+from rlbridge.importer.recipe import find_command, read_mapping
 from rlbridge_adapters.areal.package import DEFAULT_VERSION
 
 MARKERS = ("--config",)
@@ -196,7 +197,7 @@ def _search_start(merged: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
-class ArealRecipeImporter:
+class ArealRecipeImporter(RecipeImporter):
     engine = "areal"
     default_version = DEFAULT_VERSION
 

@@ -21,7 +21,8 @@ from packaging.version import Version
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import looks_local
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.importer.recipe import Recipe, Setting, Token, find_command, is_file, scalar
+from rlbridge.contract.importing import Recipe, RecipeImporter, Setting, Token, scalar
+from rlbridge.importer.recipe import find_command, is_file
 from rlbridge_adapters.openrlhf import knobs, stage_import
 from rlbridge_adapters.openrlhf.backend import DOTTED_SINCE, FLAT
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION
@@ -283,7 +284,7 @@ def _print_parser_flags() -> None:
     print(json.dumps(names))
 
 
-class OpenRLHFRecipeImporter:
+class OpenRLHFRecipeImporter(RecipeImporter):
     engine = "openrlhf"
     default_version = DEFAULT_VERSION
     stage: str | None = None
@@ -423,7 +424,7 @@ class OpenRLHFRecipeImporter:
         """--reward.model_name_or_path (flat --reward_pretrain; comma-separated for several) -> {model: PATH}
         each; --reward.remote_url naming a .py file (OpenRLHF's reward_func file) -> {native: openrlhf,
         function: FILE.py:reward_func}, run unchanged. A remote URL stays an action (a server)."""
-        from rlbridge.importer.recipe_importer import RecipeReward
+        from rlbridge.contract.importing import RecipeReward
 
         if recipe.extras.get("stage"):
             return []  # an offline stage has no reward
@@ -442,7 +443,7 @@ class OpenRLHFRecipeImporter:
         its project (OpenRLHF's default when unset), org and group, and its run name as run_name; TensorBoard when
         --logger.tensorboard_dir is (flat --use_tensorboard), in DIR/RUN_NAME as OpenRLHF writes it. The key itself
         is never imported (WANDB_API_KEY)."""
-        from rlbridge.importer.recipe_importer import SECRET, SECRET_DETAIL, RecipeTelemetry, tracker_sink
+        from rlbridge.contract.importing import SECRET, SECRET_DETAIL, RecipeTelemetry, tracker_sink
 
         by_key: dict[str, Setting] = {}
         for s in recipe.settings:

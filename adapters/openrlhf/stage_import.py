@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlbridge.contract.config import RunConfig
-from rlbridge.importer.recipe import Token
+from rlbridge.contract.importing import Token
 from rlbridge_adapters.openrlhf.stages import MODULES
 
 STAGES = {module: stage for stage, module in MODULES.items()}  # openrlhf.cli.train_sft -> sft, ...

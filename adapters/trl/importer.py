@@ -21,7 +21,8 @@ from typing import Any
 
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.importer.recipe import Recipe, Setting, is_file, read_mapping
+from rlbridge.contract.importing import Recipe, RecipeImporter, Setting
+from rlbridge.importer.recipe import is_file, read_mapping
 from rlbridge_adapters.trl import layout
 
 CONFIG_CLASSES = ("GRPOConfig", "RLOOConfig", "SFTConfig", "DPOConfig", "RewardConfig")
@@ -232,7 +233,7 @@ def _call_name(node: ast.Call) -> str:
     return func.id if isinstance(func, ast.Name) else (func.attr if isinstance(func, ast.Attribute) else "")
 
 
-class TRLRecipeImporter:
+class TRLRecipeImporter(RecipeImporter):
     engine = "trl"
 
     @property
@@ -494,7 +495,7 @@ class TRLRecipeImporter:
         (what `trl grpo --reward_funcs` looks up) -> {native: trl, function: trl.rewards:NAME}; a dotted
         path -> {native: trl, function: module:NAME}; a model id or path -> {model: PATH}; and
         reward_model_name_or_path -> {model: PATH}. Any other expression is left to the report's action."""
-        from rlbridge.importer.recipe_importer import RecipeReward
+        from rlbridge.contract.importing import RecipeReward
 
         if recipe.extras.get("stage"):
             return []  # an offline stage has no reward
@@ -538,8 +539,8 @@ class TRLRecipeImporter:
         """report_to's trackers as telemetry.sinks (wandb, tensorboard, mlflow; W&B's project is the one transformers
         picks, WANDB_PROJECT or 'huggingface'), run_name as the config's run_name. report_to 'none' is what the plan
         sets itself (same)."""
-        from rlbridge.importer.recipe_importer import RecipeTelemetry, tracker_sink
-        from rlbridge.importer.report import _show
+        from rlbridge.contract.importing import RecipeTelemetry, tracker_sink
+        from rlbridge.contract.importing import show_value
 
         by_key = {s.key: s for s in recipe.settings if s.key in ("report_to", "run_name", *COMPLETIONS)}
         report, name = by_key.get("report_to"), by_key.get("run_name")
@@ -557,7 +558,7 @@ class TRLRecipeImporter:
                 missing.append(tracker)
         settings = []
         if trackers:
-            detail = f"telemetry.sinks={_show(sinks)}"
+            detail = f"telemetry.sinks={show_value(sinks)}"
             if missing:
                 detail += f"; {', '.join(missing)}: rlbridge has no such sink (`rlbridge plugins` lists the sinks)"
             settings.append((report, "action" if missing else "sink", detail))

@@ -19,7 +19,8 @@ import yaml
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.contract.backend import flatten
-from rlbridge.importer.recipe import Recipe, Setting, find_command, is_file, read_mapping
+from rlbridge.contract.importing import Recipe, RecipeImporter, Setting
+from rlbridge.importer.recipe import find_command, is_file, read_mapping
 from rlbridge_adapters.verl import asynchrony, stage_import
 from rlbridge_adapters.verl.package import DEFAULT_VERSION
 
@@ -91,7 +92,7 @@ def packaged_defaults(version: str, model_engine: str = "dp") -> dict[str, Any] 
     return flatten(yaml.safe_load(path.read_text()))
 
 
-class VerlRecipeImporter:
+class VerlRecipeImporter(RecipeImporter):
     engine = "verl"
     default_version = DEFAULT_VERSION
 
@@ -271,7 +272,7 @@ class VerlRecipeImporter:
         """verl's reward model (reward_model.enable + reward_model.model.path, or 0.9's
         reward.reward_model.enable + model_path) -> {model: PATH}; custom_reward_function.path (+ name,
         default compute_score) -> {native: verl, function: FILE.py:NAME}, the function run unchanged."""
-        from rlbridge.importer.recipe_importer import RecipeReward
+        from rlbridge.contract.importing import RecipeReward
 
         if recipe.extras.get("stage"):
             return []  # an offline stage has no reward
@@ -314,8 +315,8 @@ class VerlRecipeImporter:
         """trainer.logger's trackers as telemetry.sinks (wandb, tensorboard, mlflow), with trainer.project_name as
         their project (verl's packaged default when the recipe leaves it); 'console' is rlbridge's progress bar and
         'file' its metrics.jsonl. trainer.experiment_name is run_name, which the plan gives back (mapped)."""
-        from rlbridge.importer.recipe_importer import RecipeTelemetry, tracker_sink
-        from rlbridge.importer.report import _show
+        from rlbridge.contract.importing import RecipeTelemetry, tracker_sink
+        from rlbridge.contract.importing import show_value
 
         by_key = {s.key: s for s in recipe.settings if not s.unknown}
         logger, project = by_key.get("trainer.logger"), by_key.get("trainer.project_name")
@@ -343,7 +344,7 @@ class VerlRecipeImporter:
                 missing.append(tracker)
         settings = []
         if logger is not None:
-            detail = f"telemetry.sinks={_show(sinks)}" + (
+            detail = f"telemetry.sinks={show_value(sinks)}" + (
                 "; console: rlbridge's progress bar" if "console" in trackers else ""
             )
             if missing:
@@ -360,10 +361,10 @@ class VerlRecipeImporter:
 
     def asynchrony(self, recipe: Recipe):
         """A launch of verl's async trainers (fully_async_main, one_step_off_policy.main_ppo) as canonical async knobs
-        (rlbridge.importer.recipe_importer.RecipeAsync): their settings leave the search, the rest imports as main_ppo's would.
+        (rlbridge.contract.importing.RecipeAsync): their settings leave the search, the rest imports as main_ppo's would.
         The knobs come from the recipe's values, else the entry point's packaged defaults (fully_async: staleness_threshold
         0.1, trigger_parameter_sync_step 4, partial_rollout True), and the round trip is asynchrony.translate()."""
-        from rlbridge.importer.recipe_importer import RecipeAsync
+        from rlbridge.contract.importing import RecipeAsync
 
         entry = recipe.extras.get("async_entry")
         if not entry:
@@ -578,6 +579,6 @@ def _plain(value: Any) -> Any:
 
 
 def _same_default(default: Any, value: Any) -> bool:
-    from rlbridge.importer.recipe import same
+    from rlbridge.contract.importing import same
 
     return same(default, value)

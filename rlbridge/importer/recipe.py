@@ -2,8 +2,8 @@
 
 Shared by the adapters' recipe importers (adapters/<engine>/importer.py): a shell reader that
 finds the launch command, resolves `$VAR` from the script's own assignments and keeps the line
-every argument came from; YAML/JSON readers that keep line numbers; and the data types the
-importer (rlbridge.importer) works on. Nothing from the recipe is ever executed.
+every argument came from; YAML/JSON readers that keep line numbers. The data types they return are
+the contract's (rlbridge.contract.importing). Nothing from the recipe is ever executed.
 """
 
 from __future__ import annotations
@@ -13,68 +13,16 @@ import os
 import re
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
 
+from rlbridge.contract.importing import ShellCommand, Token
 from rlbridge.errors import ConfigError
 
 
-@dataclass
-class Setting:
-    """One native setting of a recipe: the engine's key (normalised spelling), its value, and where it came from."""
-
-    key: str
-    value: Any
-    line: int | None = None
-    text: str = ""
-    """The setting as written (e.g. `actor_rollout_ref.actor.optim.lr=1e-6`)."""
-    spelling: str = ""
-    """The key as written, when the importer normalised it (e.g. a `+` prefix, a flat OpenRLHF flag)."""
-    unknown: str = ""
-    """Why the value cannot be known without running the script (e.g. a `$(...)` the reader does not run):
-    the value is then the text as written, and the importer reports the setting instead of importing it."""
-
-
-@dataclass
-class Recipe:
-    """What an adapter's reader found in a recipe."""
-
-    engine: str
-    source: str
-    version: str
-    settings: list[Setting]
-    notes: list[tuple[int | None, str]] = field(default_factory=list)
-    """Things the reader could not take literally (unresolved variables, extra arguments), with lines."""
-    extras: dict[str, Any] = field(default_factory=dict)
-    """Reader-specific facts (e.g. the TRL config class of a Python file)."""
-
-    def where(self, line: int | None) -> str:
-        return f"{self.source}:{line}" if line else self.source
-
-
-@dataclass
-class Token:
-    text: str
-    line: int
-    unknown: str = ""
-    """Why the word's value is unknown without running the script ('' when it is known)."""
-
-
 # --- shell scripts -------------------------------------------------------------------------
-
-
-@dataclass
-class ShellCommand:
-    """A command found in a shell script: its words (with the line of each) after the marker word."""
-
-    words: list[Token]
-    args: list[Token]
-    line: int
-    variables: dict[str, str]
-    notes: list[tuple[int | None, str]]
 
 
 _LAUNCH_ENV: ContextVar[dict[str, str] | None] = ContextVar("rlbridge_launch_env", default=None)
@@ -134,18 +82,6 @@ def _is_marker(word: str, marker: str) -> bool:
 # --- values and config files ---------------------------------------------------------------
 
 
-def scalar(text: str) -> Any:
-    """A command-line value as a number when it is one, else the string."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
 def read_mapping(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     """A YAML or JSON mapping and the line of each top-level (and nested, dotted) key."""
     text = path.read_text()
@@ -191,27 +127,3 @@ def _flat_keys(data: Any, prefix: str = "") -> list[str]:
         out.append(prefix + str(key))
         out += _flat_keys(value, f"{prefix}{key}.")
     return out
-
-
-_EXACT = (str, int, float, bool, type(None))  # types whose equal values are `same` whatever the rules below say
-
-
-def same(a: Any, b: Any) -> bool:
-    """Native values compared as the engine would read them (1 == 1.0, (a, b) == [a, b])."""
-    kind = type(a)
-    # the fast paths: the importer's search compares millions of equal scalars and shared objects
-    if kind is type(b) and kind in _EXACT and a == b:
-        return True
-    if a is b and kind not in _EXACT:  # one object (a float is compared by value: NaN is not same as itself)
-        return True
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b or abs(a - b) <= 1e-12 * max(abs(a), abs(b))
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, str) and isinstance(b, str) and a != b and ("/" in a or "/" in b):
-        return os.path.normpath(os.path.expanduser(a)) == os.path.normpath(os.path.expanduser(b))
-    return a == b

@@ -4,15 +4,13 @@ reward, sink, action, conflict) and line, the engine defaults the plan changes, 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel
 
-from rlbridge.importer.recipe import Recipe
+from rlbridge.contract.importing import Recipe, show_value
 
 KINDS = {
     "mapped": "mapped to a canonical knob",
@@ -76,14 +74,16 @@ class ImportResult:
             lines.append(f"\n{kind}: {title}")
             for e in entries:
                 where = f"{r.source}:{e.line}" if e.line else r.source
-                lines.append(f"  {e.key}={_show(e.value)}  ({where})" + (f"\n      -> {e.detail}" if e.detail else ""))
+                lines.append(
+                    f"  {e.key}={show_value(e.value)}  ({where})" + (f"\n      -> {e.detail}" if e.detail else "")
+                )
         if self.differences:
             lines.append(
                 f"\ndiffers: {r.engine}'s own defaults of keys the recipe leaves unset, which the plan changes"
             )
             for d in self.differences:
                 lines.append(
-                    f"  {d.key}: {r.engine} {_show(d.engine)}, rlbridge {_show(d.planned)}\n      -> {d.reason}"
+                    f"  {d.key}: {r.engine} {show_value(d.engine)}, rlbridge {show_value(d.planned)}\n      -> {d.reason}"
                 )
         for line, note in r.notes:
             lines.append(f"note: {r.where(line)}: {note}")
@@ -112,17 +112,6 @@ class ImportResult:
             f"({self.recipe.engine} {self.recipe.version}); the import report lists what did not map\n"
         )
         return head + yaml.safe_dump(self.config, sort_keys=False)
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, dict):
-        value = {k: v for k, v in value.items() if v not in (None, {}, [])}
-    if isinstance(value, (list, dict)) or value is None:
-        return json.dumps(
-            value,
-            default=lambda o: o.model_dump(mode="json", exclude_defaults=True) if isinstance(o, BaseModel) else str(o),
-        )
-    return str(value)
 
 
 def write(result: ImportResult, output: Path) -> Path:

@@ -25,6 +25,16 @@ from pydantic import ValidationError
 
 from rlbridge.contract.backend import Backend
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.importing import (
+    Recipe,
+    RecipeAsync,
+    RecipeImporter,
+    RecipeReward,
+    RecipeTelemetry,
+    Setting,
+    same,
+    show_value,
+)
 from rlbridge.errors import ConfigError, RLBridgeError
 from rlbridge.importer.config_schema import (
     _MISSING,
@@ -37,9 +47,7 @@ from rlbridge.importer.config_schema import (
     leaves,
     set_path,
 )
-from rlbridge.importer.recipe import Recipe, Setting, same
-from rlbridge.importer.recipe_importer import RecipeAsync, RecipeImporter, RecipeReward, RecipeTelemetry
-from rlbridge.importer.report import KINDS, Difference, Entry, ImportResult, _show
+from rlbridge.importer.report import KINDS, Difference, Entry, ImportResult
 
 _PLACEHOLDER_REWARD = {"name": "digit_match"}
 
@@ -67,11 +75,10 @@ def default_differences(
     if recipe is None:  # plan --explain: the engine's defaults of an empty recipe
         recipe = Recipe(backend.name, "<plan>", version, [], extras=extras)
     try:  # every default the engine has (the solver's own list may leave out run bookkeeping such as verl's resume_mode)
-        defaults = getattr(importer, "engine_defaults", importer.defaults)(recipe)
+        defaults = importer.engine_defaults(recipe)
     except RLBridgeError:
         return []
     view = importer.view(native, config)
-    reason_of = getattr(importer, "difference_reason", lambda key, cfg: None)
     owners = backend.owned_native_keys()
     out = []
     for key, value in defaults.items():
@@ -86,7 +93,7 @@ def default_differences(
             and all(not same(_dump(_value_at(config, k)), _dump(_default_at(k))) for k in knobs)
         ):
             continue  # plan --explain: a knob the config sets itself (the table above shows it), not a silent change
-        reason = reason_of(key, config)
+        reason = importer.difference_reason(key, config)
         if reason is None and knobs:
             reason = "follows " + Solver.knob_detail(config, knobs)
         out.append(Difference(key, value, view[key], reason or f"rlbridge's {backend.name} adapter sets it"))
@@ -105,16 +112,16 @@ class Solver:
         self.backend, self.importer, self.recipe = backend, importer, recipe
         self.explicit_version = explicit_version
         self.rewards = rewards
-        found = getattr(importer, "rewards", lambda r: [])(recipe)
+        found = importer.rewards(recipe)
         self.recipe_rewards: list[RecipeReward] = [r for r in found if _valid_reward(r.spec)]
         consumed: dict[tuple[str, int | None], list[RecipeReward]] = {}
         for r in self.recipe_rewards:
             for s in r.settings:
                 consumed.setdefault((s.key, s.line), []).append(r)
-        self.asynchrony: RecipeAsync | None = getattr(importer, "asynchrony", lambda r: None)(recipe)
+        self.asynchrony: RecipeAsync | None = importer.asynchrony(recipe)
         for s in self.asynchrony.settings if self.asynchrony else []:
             consumed.setdefault((s.key, s.line), [])  # out of the search: the plan refuses what they are
-        self.telemetry: RecipeTelemetry | None = getattr(importer, "telemetry", lambda r: None)(recipe)
+        self.telemetry: RecipeTelemetry | None = importer.telemetry(recipe)
         logging = {
             (s.key, s.line): (s, kind, detail)
             for s, kind, detail in (self.telemetry or RecipeTelemetry([], [])).settings
@@ -154,7 +161,7 @@ class Solver:
                         s.value,
                         s.line,
                         "conflict",
-                        f"set twice; line {first.line} set {_show(first.value)}, the later value wins as in the engine",
+                        f"set twice; line {first.line} set {show_value(first.value)}, the later value wins as in the engine",
                     )
                 )
                 self.target[s.key] = s.value
@@ -480,7 +487,7 @@ class Solver:
             parts = list(enumerate(target)) if isinstance(target, (list, tuple)) else [(None, target)]
             for index, x in parts:
                 if leaf.source and isinstance(x, str):
-                    named = getattr(self.importer, "data_source", lambda k, v, r: None)(key, x, self.recipe)
+                    named = self.importer.data_source(key, x, self.recipe)
                     out.append(named or data_source(x))
                 if isinstance(x, str) and str in leaf.kinds:
                     out.append(x)
@@ -596,7 +603,7 @@ class Solver:
                 continue
             knobs = knobs_of.get(key, [])
             planned = view.get(key, _MISSING)
-            why = "the plan has " + ("no such key" if planned is _MISSING else _show(planned))
+            why = "the plan has " + ("no such key" if planned is _MISSING else show_value(planned))
             if knobs:
                 why += " (from " + self.knob_detail(config, knobs) + ")"
             refused = self.refusal(data, opt_key, opt_value)
@@ -605,7 +612,7 @@ class Solver:
                 owner = self.backend.owned_native_keys().get(key)
                 owner_refused = self.knob_refusal(data, owner, x) if owner else None
                 if owner_refused:  # the advice would be refused too: say so, with the reason, not a dead end
-                    why += f"; {owner}={_show(x)} is refused too: {owner_refused}"
+                    why += f"; {owner}={show_value(x)} is refused too: {owner_refused}"
             within = self.recipe_conflict(data, key, x, all_leaves)
             if within:
                 why = within + "; " + why
@@ -621,7 +628,7 @@ class Solver:
             if e.kind in ("mapped", "same", "option"):
                 key = self._key_of(e)
                 if not (key in final_view and same(final_view[key], self.target[key])):
-                    e.kind, e.detail = "conflict", f"the final plan has {_show(final_view.get(key))}"
+                    e.kind, e.detail = "conflict", f"the final plan has {show_value(final_view.get(key))}"
         self.classify_rewards(final_view)
         order = {s.line or 0: i for i, s in enumerate(self.recipe.settings)}
         self.entries.sort(key=lambda e: (list(KINDS).index(e.kind), order.get(e.line or 0, 0)))
@@ -671,8 +678,8 @@ class Solver:
                 before = get_path(data, path)
                 if before is not _MISSING and not same(before, value):
                     self.async_notes.append(
-                        f"{path}: the other settings were solved with {_show(before)}; the config has "
-                        f"{_show(value)}, the async launch's (the report's details above show the former)"
+                        f"{path}: the other settings were solved with {show_value(before)}; the config has "
+                        f"{show_value(value)}, the async launch's (the report's details above show the former)"
                     )
             data = trial  # a config that does not load is not written: its settings are conflicts, each saying why
         for s in found.settings:
@@ -685,7 +692,7 @@ class Solver:
                 detail = (f"{detail}; " if detail else "") + (
                     f"the async knobs do not load: {failed}"
                     if failed
-                    else f"the async translation has {_show(native.get(s.key))}"
+                    else f"the async translation has {show_value(native.get(s.key))}"
                 )
             self.entries.append(Entry(s.spelling or s.key, s.value, s.line, kind, detail))
         return data
@@ -727,12 +734,12 @@ class Solver:
                 if not lost:
                     continue
                 shown = "; ".join(
-                    f"line {s.line} {s.spelling or k}={_show(self.target[k])} (would become "
-                    f"{_show(trial_view.get(k, None)) if k in trial_view else 'unset'})"
+                    f"line {s.line} {s.spelling or k}={show_value(self.target[k])} (would become "
+                    f"{show_value(trial_view.get(k, None)) if k in trial_view else 'unset'})"
                     for k, s in lost[:3]
                 )
                 return (
-                    f"conflicts with the recipe's own line {', '.join(str(s.line) for _, s in lost[:3])}: {leaf.path}={_show(value)}{extra} "
+                    f"conflicts with the recipe's own line {', '.join(str(s.line) for _, s in lost[:3])}: {leaf.path}={show_value(value)}{extra} "
                     f"reproduces it, but then the plan no longer reproduces {shown}; the import keeps those"
                 )
         return None
@@ -741,7 +748,7 @@ class Solver:
         """The recipe's reward settings: mapped when the plan reproduces them (OpenRLHF's own reward-model
         flag), else 'reward' (rlbridge scores them itself); 'action' when --reward replaced them."""
         for setting, rewards in self.reward_settings:
-            shown = ", ".join(f"reward[{self.recipe_rewards.index(r)}]={_show(r.spec)}" for r in rewards)
+            shown = ", ".join(f"reward[{self.recipe_rewards.index(r)}]={show_value(r.spec)}" for r in rewards)
             key, x = setting.key, setting.value
             if self.rewards:
                 kind, detail = "action", f"--reward replaced the recipe's own reward ({shown})"
@@ -757,7 +764,7 @@ class Solver:
         values = {k: _dump(_value_at(config, k)) for k in knobs}
         explicit = [k for k in knobs if not same(values[k], _dump(_default_at(k)))]
         shown = explicit or knobs
-        return ", ".join(f"{k}={_show(values[k])}" for k in shown)
+        return ", ".join(f"{k}={show_value(values[k])}" for k in shown)
 
     def _key_of(self, entry: Entry) -> str:
         for key, s in self.lines.items():

@@ -82,7 +82,7 @@ def _compose(entry: str, overrides: list[str]) -> dict:
 def test_translated_async_knobs_compose_to_the_scripts_own_verl_config(script):
     from rlbridge.contract.config import RunConfig
     from rlbridge.importer.recipe_import import import_recipe
-    from rlbridge.importer.recipe import same
+    from rlbridge.contract.importing import same
     from rlbridge_adapters.verl import asynchrony
 
     result = import_recipe(str(script), "verl")

@@ -43,7 +43,7 @@ def test_imported_plan_composes_to_verls_own_config_except_listed(script, monkey
     from rlbridge.contract.registry import get_plugin_manager
     from rlbridge.importer.recipe_import import import_recipe
     from rlbridge.importer.solver import resolve_config
-    from rlbridge.importer.recipe import Setting, same
+    from rlbridge.contract.importing import Setting, same
     from rlbridge_adapters.verl.validate import compose, overrides_for
 
     monkeypatch.setenv("DEVICE", "gpu")
