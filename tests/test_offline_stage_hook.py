@@ -10,7 +10,7 @@ from rlbridge.contract.backend import Backend, canonical_knobs, honoured
 from rlbridge.contract.registry import PluginManager
 from rlbridge.errors import CapabilityError
 from rlbridge.run.loading import load_config
-from conftest import run_cli, write_config
+from conftest import MINIMAL, run_cli, write_config
 
 SFT = """\
 backend: nostages
@@ -23,15 +23,7 @@ training: {steps: 2, batch_size: 4, lr: 1.0e-3}
 resources: {gpus_per_node: 0}
 """
 
-GRPO = """\
-backend: nostages
-model: {path: builtin:tiny-digits}
-reward: [{name: digit_match}]
-training: {steps: 2, batch_size: 2, lr: 5.0e-3}
-algorithm: {group_size: 4}
-rollout: {max_new_tokens: 8}
-resources: {gpus_per_node: 0}
-"""
+GRPO = MINIMAL  # an RL config (its backend is overridden)
 
 
 CALLED: list[tuple[str, str]] = []  # (the method the runner's train called, algorithm.name)
