@@ -131,11 +131,11 @@ def true_settings(recipe: Path, importer: Any, version: str, env: dict[str, str]
     reader's literal values are its true ones)."""
     if recipe.suffix != ".sh":
         return None
-    from rlbridge.importer.recipe import launch_environment
+    from rlbridge.importer.recipe import StaticRecipeSource, launch_environment
 
     argv = bash_argv(recipe, env)
     with launch_environment(env):
-        return importer.read(shlex.join(["python3", *argv]), version).settings
+        return importer.read(StaticRecipeSource(shlex.join(["python3", *argv])), version).settings
 
 
 def plan_view(result: Any, backend: Any) -> dict[str, Any]:

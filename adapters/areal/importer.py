@@ -21,8 +21,7 @@ import yaml
 from rlbridge.contract.backend import flatten
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.contract.importing import Recipe, RecipeImporter, Setting
-from rlbridge.importer.recipe import find_command, read_mapping
+from rlbridge.contract.importing import Recipe, RecipeImporter, RecipeSource, Setting
 from rlbridge_adapters.areal.package import DEFAULT_VERSION
 
 MARKERS = ("--config",)
@@ -201,26 +200,25 @@ class ArealRecipeImporter(RecipeImporter):
     engine = "areal"
     default_version = DEFAULT_VERSION
 
-    def read(self, source: str, version: str | None) -> Recipe:
+    def read(self, source: RecipeSource, version: str | None) -> Recipe:
         version = version or DEFAULT_VERSION
-        path = Path(source)
-        if path.is_file() and path.suffix in (".yaml", ".yml"):
-            data, lines = read_mapping(path)
+        path = source.path
+        if source.is_file and path.suffix in (".yaml", ".yml"):
+            data, lines = source.mapping()
             recipe = Recipe("areal", str(path), version, [])
             overrides: list[Setting] = []
         else:
-            text = path.read_text() if path.is_file() else source
-            name = str(path) if path.is_file() else "<command line>"
-            cmd = find_command(text, MARKERS, name, "an AReaL launch with --config")
+            name = source.name
+            cmd = source.command(MARKERS, "an AReaL launch with --config")
             recipe = Recipe("areal", name, version, [], list(cmd.notes))
             if not cmd.args:
                 raise ConfigError(f"{name}: --config names no file (AReaL's launch: --config FILE.yaml key=value ...)")
             token, *rest = cmd.args  # the words after --config: the YAML, then the overrides
-            base = path.parent if path.is_file() else Path.cwd()
+            base = path.parent if source.is_file else Path.cwd()
             config_path = Path(token.text) if Path(token.text).is_absolute() else base / token.text
             if not config_path.is_file():
                 raise ConfigError(f"{recipe.where(token.line)}: --config {token.text}: no such file (read from {base})")
-            data, lines = read_mapping(config_path)
+            data, lines = source.mapping(config_path)
             overrides = []
             for tok in rest:
                 if tok.text.startswith("-"):

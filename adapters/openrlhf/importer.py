@@ -21,8 +21,7 @@ from packaging.version import Version
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import looks_local
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.contract.importing import Recipe, RecipeImporter, Setting, Token, scalar
-from rlbridge.importer.recipe import find_command, is_file
+from rlbridge.contract.importing import Recipe, RecipeImporter, RecipeSource, Setting, Token, scalar
 from rlbridge_adapters.openrlhf import knobs, stage_import
 from rlbridge_adapters.openrlhf.backend import DOTTED_SINCE, FLAT
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION
@@ -294,11 +293,9 @@ class OpenRLHFRecipeImporter(RecipeImporter):
     reference: bool = True
     """Whether the recipe read last has a reference model (--algo.kl.init_coef above 0), for special()."""
 
-    def read(self, source: str, version: str | None) -> Recipe:
-        path = Path(source)
-        text = path.read_text() if is_file(source) else source
-        name = str(path) if is_file(source) else "<command line>"
-        cmd = find_command(text, MARKERS, name, "`python -m openrlhf.cli.train_ppo_ray`")
+    def read(self, source: RecipeSource, version: str | None) -> Recipe:
+        name = source.name
+        cmd = source.command(MARKERS, "`python -m openrlhf.cli.train_ppo_ray`")
         version = _version_of(cmd.args, version)
         recipe = Recipe("openrlhf", name, version, [], list(cmd.notes))
         stage = stage_import.stage_of([w.text for w in cmd.words])

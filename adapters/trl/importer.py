@@ -21,8 +21,7 @@ from typing import Any
 
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.contract.importing import Recipe, RecipeImporter, Setting
-from rlbridge.importer.recipe import is_file, read_mapping
+from rlbridge.contract.importing import Recipe, RecipeImporter, RecipeSource, Setting
 from rlbridge_adapters.trl import layout
 
 CONFIG_CLASSES = ("GRPOConfig", "RLOOConfig", "SFTConfig", "DPOConfig", "RewardConfig")
@@ -243,25 +242,27 @@ class TRLRecipeImporter(RecipeImporter):
         except importlib.metadata.PackageNotFoundError:
             return "1.16.0"
 
-    def read(self, source: str, version: str | None) -> Recipe:
-        path = Path(source)
-        if not is_file(source):
+    def read(self, source: RecipeSource, version: str | None) -> Recipe:
+        path = source.path
+        if not source.is_file:
             raise ConfigError(
-                f"{source}: no such file; --from trl reads a GRPOConfig/RLOOConfig as YAML, JSON or a Python file"
+                f"{source.argument}: no such file; --from trl reads a GRPOConfig/RLOOConfig as YAML, JSON or a "
+                "Python file"
             )
         version = version or self.default_version
         if path.suffix == ".py":
             recipe = self._read_python(path, version)
         elif path.suffix in (".yaml", ".yml", ".json"):
-            recipe = self._read_mapping(path, version)
+            recipe = self._read_mapping(source, version)
         else:
             raise ConfigError(f"{path}: --from trl reads .yaml, .yml, .json (trl grpo --config) or .py files")
         _as_trl_reads_it(recipe)
         self._check_known(recipe)
         return recipe
 
-    def _read_mapping(self, path: Path, version: str) -> Recipe:
-        data, lines = read_mapping(path)
+    def _read_mapping(self, source: RecipeSource, version: str) -> Recipe:
+        path = source.path
+        data, lines = source.mapping()
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of GRPOConfig fields")
         class_name = "RLOOConfig" if str(data.get("trainer", "")).lower() == "rloo" else "GRPOConfig"

@@ -19,8 +19,7 @@ import yaml
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.contract.backend import flatten
-from rlbridge.contract.importing import Recipe, RecipeImporter, Setting
-from rlbridge.importer.recipe import find_command, is_file, read_mapping
+from rlbridge.contract.importing import Recipe, RecipeImporter, RecipeSource, Setting
 from rlbridge_adapters.verl import asynchrony, stage_import
 from rlbridge_adapters.verl.package import DEFAULT_VERSION
 
@@ -96,15 +95,12 @@ class VerlRecipeImporter(RecipeImporter):
     engine = "verl"
     default_version = DEFAULT_VERSION
 
-    def read(self, source: str, version: str | None) -> Recipe:
+    def read(self, source: RecipeSource, version: str | None) -> Recipe:
         version = version or DEFAULT_VERSION
-        path = Path(source)
-        if is_file(source) and path.suffix in (".yaml", ".yml", ".json"):
-            recipe = self._read_config(path, version)
+        if source.is_file and source.path.suffix in (".yaml", ".yml", ".json"):
+            recipe = self._read_config(source, version)
         else:
-            text = path.read_text() if is_file(source) else source
-            name = str(path) if is_file(source) else "<command line>"
-            recipe = self._read_script(text, name, version)
+            recipe = self._read_script(source, version)
         self._check_known(recipe)
         if recipe.extras.get("async_entry"):
             # main_ppo's settings are searched with the trainer's own devices (the rollout's are added by asynchrony())
@@ -123,8 +119,9 @@ class VerlRecipeImporter(RecipeImporter):
                     recipe.extras["base"]["algorithm"] = {"group_size": n}
         return recipe
 
-    def _read_script(self, text: str, name: str, version: str) -> Recipe:
-        cmd = find_command(text, MARKERS, name, "`python -m verl.trainer.main_ppo`")
+    def _read_script(self, source: RecipeSource, version: str) -> Recipe:
+        name = source.name
+        cmd = source.command(MARKERS, "`python -m verl.trainer.main_ppo`")
         recipe = Recipe("verl", name, version, [], list(cmd.notes))
         entry = next(
             (
@@ -190,8 +187,9 @@ class VerlRecipeImporter(RecipeImporter):
         prefix = "++" if override.is_force_add() else ("+" if override.is_add() else "")
         return Setting(key, _plain(override.value()), line, text, prefix + key if prefix else "")
 
-    def _read_config(self, path: Path, version: str) -> Recipe:
-        data, lines = read_mapping(path)
+    def _read_config(self, source: RecipeSource, version: str) -> Recipe:
+        path = source.path
+        data, lines = source.mapping()
         recipe = Recipe("verl", str(path), version, [])
         if isinstance(data, list):  # .hydra/overrides.yaml
             text = path.read_text().splitlines()

@@ -10,6 +10,7 @@ import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -117,6 +118,33 @@ def show_value(value: Any) -> str:
     return str(value)
 
 
+class RecipeSource(ABC):
+    """A recipe as `rlbridge import` was given it (a file, or a command line), handed to `RecipeImporter.read` by
+    the importer room, which implements the readers (nothing from the recipe is ever run)."""
+
+    argument: str
+    """The recipe as given: a file's path, or a command line."""
+    path: Path
+    """The argument as a path (a command line's is no file)."""
+    is_file: bool
+    """Whether the argument names a file (else it is a command line)."""
+    text: str
+    """The file's text, or the command line itself."""
+    name: str
+    """Where settings come from, as reports and errors name it: the file's path, or '<command line>'."""
+
+    @abstractmethod
+    def command(self, markers: tuple[str, ...], what: str) -> ShellCommand:
+        """The first command in the recipe (a launch script or a command line) with a word in `markers` (a program,
+        a module, a script's name): the words bash would pass it, each with its line, read statically. A script is
+        read as bash runs it from its own directory. Raise ConfigError naming `what` when there is none."""
+
+    @abstractmethod
+    def mapping(self, path: Path | None = None) -> tuple[Any, dict[str, int]]:
+        """A YAML or JSON file (default: the recipe itself; else one it names) and the line of each top-level and
+        nested, dotted, key. Raise ConfigError (file and line) for a syntax error."""
+
+
 class RecipeImporter(ABC):
     """What an adapter provides for `rlbridge import` (returned by `Backend.recipe_importer()`): read, view,
     special, option and defaults; every other part has a default here (the engine declares nothing of it)."""
@@ -125,7 +153,7 @@ class RecipeImporter(ABC):
     default_version: str
 
     @abstractmethod
-    def read(self, source: str, version: str | None) -> Recipe:
+    def read(self, source: RecipeSource, version: str | None) -> Recipe:
         """The recipe's native settings, keys spelled as `view` spells them. Raise ConfigError (one
         line, with the source line) for a recipe without a launch command or with unknown keys."""
 

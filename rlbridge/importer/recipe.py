@@ -18,8 +18,29 @@ from typing import Any, Iterator
 
 import yaml
 
-from rlbridge.contract.importing import ShellCommand, Token
+from rlbridge.contract.importing import RecipeSource, ShellCommand, Token
 from rlbridge.errors import ConfigError
+
+
+class StaticRecipeSource(RecipeSource):
+    """A recipe argument (a file or a command line) with this module's static readers: the importer's
+    RecipeSource, which `import_recipe` hands the adapter's importer."""
+
+    def __init__(self, argument: str):
+        self.argument = argument
+        self.path = Path(argument)
+        self.is_file = is_file(argument)
+        self.name = str(self.path) if self.is_file else "<command line>"
+
+    @property
+    def text(self) -> str:
+        return self.path.read_text() if self.is_file else self.argument
+
+    def command(self, markers: tuple[str, ...], what: str) -> ShellCommand:
+        return find_command(self.text, markers, self.name, what)
+
+    def mapping(self, path: Path | None = None) -> tuple[Any, dict[str, int]]:
+        return read_mapping(self.path if path is None else path)
 
 
 # --- shell scripts -------------------------------------------------------------------------

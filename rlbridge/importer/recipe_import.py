@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbridge.errors import ConfigError
-from rlbridge.importer.recipe import is_file, launch_environment
+from rlbridge.importer.recipe import StaticRecipeSource, is_file, launch_environment
 from rlbridge.importer.report import ImportResult
 from rlbridge.importer.solver import Solver
 
@@ -32,7 +32,7 @@ def import_recipe(
     _check_text(source)
     try:
         with launch_environment(env or {}):
-            recipe = importer.read(source, version)
+            recipe = importer.read(StaticRecipeSource(source), version)
     except SyntaxError as exc:  # a truncated or broken Python recipe (TRL), as Python itself reports it
         raise ConfigError(f"{exc.filename or source}:{exc.lineno}: not valid Python: {exc.msg}") from None
     if version and not backend.version_supported(version):

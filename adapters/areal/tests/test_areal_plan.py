@@ -228,6 +228,7 @@ train_dataset:
 
 
 def test_import_reads_areal_s_yaml_with_interpolations_and_overrides(tmp_path):
+    from rlbridge.importer.recipe import StaticRecipeSource
     from rlbridge_adapters.areal.importer import ArealRecipeImporter
 
     config = tmp_path / "gsm8k_grpo.yaml"
@@ -237,7 +238,7 @@ def test_import_reads_areal_s_yaml_with_interpolations_and_overrides(tmp_path):
         "python3 examples/math/gsm8k_rl.py --config gsm8k_grpo.yaml scheduler.type=local actor.optimizer.lr=2e-5 "
         "+sglang.attention_backend=triton\n"
     )
-    recipe = ArealRecipeImporter().read(str(script), None)
+    recipe = ArealRecipeImporter().read(StaticRecipeSource(str(script)), None)
     by_key = {s.key: s for s in recipe.settings}
     assert by_key["actor.optimizer.lr"].value == 2e-5  # the override over the YAML
     assert by_key["actor.path"].value == "Qwen/Qwen2.5-1.5B-Instruct"
@@ -252,11 +253,12 @@ def test_import_reads_areal_s_yaml_with_interpolations_and_overrides(tmp_path):
 
 
 def test_import_splits_a_legacy_allocation_mode(tmp_path):
+    from rlbridge.importer.recipe import StaticRecipeSource
     from rlbridge_adapters.areal.importer import ArealRecipeImporter
 
     config = tmp_path / "legacy.yaml"
     config.write_text(textwrap.dedent("allocation_mode: sglang:d1+fsdp:d2\nactor:\n  path: org/m\n"))
-    by_key = {s.key: s.value for s in ArealRecipeImporter().read(str(config), None).settings}
+    by_key = {s.key: s.value for s in ArealRecipeImporter().read(StaticRecipeSource(str(config)), None).settings}
     assert (
         by_key["rollout.backend"] == "sglang:d1t1" and by_key["actor.backend"] == "fsdp:d2t1c1"
     )  # as plans write them
@@ -264,9 +266,10 @@ def test_import_splits_a_legacy_allocation_mode(tmp_path):
 
 def test_import_refuses_an_unknown_key(tmp_path):
     from rlbridge.errors import ConfigError
+    from rlbridge.importer.recipe import StaticRecipeSource
     from rlbridge_adapters.areal.importer import ArealRecipeImporter
 
     config = tmp_path / "bad.yaml"
     config.write_text("actor:\n  eps_clipp: 0.3\n")
     with pytest.raises(ConfigError, match="eps_clipp"):
-        ArealRecipeImporter().read(str(config), None)
+        ArealRecipeImporter().read(StaticRecipeSource(str(config)), None)
