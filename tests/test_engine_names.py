@@ -16,7 +16,6 @@ from conftest import REPO
 ALLOWED = {
     "rlbridge/contract/config.py": "the default backend (backend: trl)",
     "rlbridge/cli.py": "the product's one-line description and examples in --help texts",
-    "rlbridge/importer/solver.py": "verl's default reward function when a verl recipe names none",
     "rlbridge/bench/arms.py": "examples in arm-parsing error messages",
     "rlbridge/contract/metrics.py": "metric descriptions that name where engines report them",
     "rlbridge/testing/suite.py": "the kill-and-resume test's slow reward is a native TRL-convention function",

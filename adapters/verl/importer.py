@@ -10,6 +10,7 @@ against that verl version's packaged config when its environment exists.
 
 from __future__ import annotations
 
+import copy
 import glob
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import yaml
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.contract.backend import flatten
-from rlbridge.contract.importing import Recipe, RecipeImporter, RecipeSource, Setting
+from rlbridge.contract.importing import Recipe, RecipeImporter, RecipeReward, RecipeSource, Setting
 from rlbridge_adapters.verl import asynchrony, stage_import
 from rlbridge_adapters.verl.package import DEFAULT_VERSION
 
@@ -94,6 +95,13 @@ def packaged_defaults(version: str, model_engine: str = "dp") -> dict[str, Any] 
 class VerlRecipeImporter(RecipeImporter):
     engine = "verl"
     default_version = DEFAULT_VERSION
+    default_reward = RecipeReward(
+        {"native": "verl", "function": DEFAULT_SCORER},
+        [],
+        note="reward: the recipe names no reward, so verl scores with its built-in default_compute_score (by each "
+        "row's data_source: gsm8k, math, ...); the config runs that function unchanged, which needs verl "
+        "importable where the rewards run (verl's environment; other engines' environments do not have it)",
+    )
 
     def read(self, source: RecipeSource, version: str | None) -> Recipe:
         version = version or DEFAULT_VERSION
@@ -270,8 +278,6 @@ class VerlRecipeImporter(RecipeImporter):
         """verl's reward model (reward_model.enable + reward_model.model.path, or 0.9's
         reward.reward_model.enable + model_path) -> {model: PATH}; custom_reward_function.path (+ name,
         default compute_score) -> {native: verl, function: FILE.py:NAME}, the function run unchanged."""
-        from rlbridge.contract.importing import RecipeReward
-
         if recipe.extras.get("stage"):
             return []  # an offline stage has no reward
         by_key = {s.key: s for s in recipe.settings}
@@ -306,7 +312,7 @@ class VerlRecipeImporter(RecipeImporter):
         if not out:
             # no reward of its own: verl scores with its built-in default_compute_score, chosen by each row's
             # data_source (gsm8k, math, ...); the import keeps that function, run unchanged (where verl is installed)
-            out.append(RecipeReward({"native": "verl", "function": DEFAULT_SCORER}, []))
+            out.append(copy.deepcopy(self.default_reward))  # the config's copy, never the declaration itself
         return out
 
     def telemetry(self, recipe: Recipe):

@@ -151,6 +151,9 @@ class RecipeImporter(ABC):
 
     engine: str
     default_version: str
+    default_reward: RecipeReward | None = None
+    """The engine's built-in scorer, which scores a recipe that names no reward of its own: `rewards()` returns it
+    for such a recipe and the report gives its note. None: the engine has none (the config gets --reward's)."""
 
     @abstractmethod
     def read(self, source: RecipeSource, version: str | None) -> Recipe:
@@ -211,6 +214,8 @@ class RecipeReward:
     """A canonical reward entry (RewardSpec fields)."""
     settings: list[Setting]
     """The recipe settings this entry stands for (they leave the solver's targets)."""
+    note: str = ""
+    """What the import report notes of this entry (e.g. where the engine's built-in scorer can run)."""
 
 
 @dataclass

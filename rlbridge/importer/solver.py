@@ -846,14 +846,12 @@ class Solver:
                 "reward: a reward function file's path is as the recipe wrote it (relative to where the recipe was "
                 "launched); rlbridge reads FILE.py relative to the config file, so check it there"
             )
-        elif not self.rewards and any(
-            r.spec.get("function") == "verl.utils.reward_score:default_compute_score" for r in self.recipe_rewards
+        elif (
+            not self.rewards
+            and (default := self.importer.default_reward) is not None
+            and any(r.spec == default.spec for r in self.recipe_rewards)
         ):
-            notes.append(
-                "reward: the recipe names no reward, so verl scores with its built-in default_compute_score (by each "
-                "row's data_source: gsm8k, math, ...); the config runs that function unchanged, which needs verl "
-                "importable where the rewards run (verl's environment; other engines' environments do not have it)"
-            )
+            notes.append(default.note)
         elif not self.rewards and not self.recipe_rewards and not self.recipe.extras.get("stage"):
             notes.append(
                 "reward: the config has none yet; rlbridge rewards are plugins (`rlbridge plugins`): "
