@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import yaml
 from packaging.specifiers import SpecifierSet
@@ -27,6 +27,9 @@ from pydantic import BaseModel
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import CapabilityError, ConfigError, EngineNotAvailableError
 from rlbridge.helpers import flatten  # adapters import it from here too
+
+if TYPE_CHECKING:
+    from rlbridge.contract.importing import RecipeImporter
 
 
 # Knobs the core handles itself for every engine; a backend does not declare them.
@@ -575,8 +578,8 @@ class Backend(ABC):
         for reward entries `native: <this backend>` on any backend, or None: no such entries."""
         return None
 
-    def recipe_importer(self) -> Any:
-        """What reads this engine's recipes for `rlbridge import` (rlbridge.importer.recipe_importer.RecipeImporter),
+    def recipe_importer(self) -> RecipeImporter | None:
+        """What reads this engine's recipes for `rlbridge import` (a rlbridge.contract.importing.RecipeImporter),
         or None: `rlbridge import --from <this backend>` is then refused naming the backend."""
         return None
 
