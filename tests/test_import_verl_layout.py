@@ -15,7 +15,7 @@ from rlbridge.errors import ConfigError
 from rlbridge.importer.recipe_import import import_recipe
 from rlbridge.contract.importing import same
 from rlbridge.run.runner import resolve
-from rlbridge_adapters.verl.layout import LAYOUT_KNOBS as LAYOUT
+from rlbridge.contract.config import LAYOUT_KNOBS as LAYOUT
 
 pytest.importorskip("hydra", reason="rlbridge[import] (hydra-core) parses verl's Hydra overrides")
 

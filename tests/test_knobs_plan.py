@@ -605,3 +605,16 @@ def test_forward_micro_batch_size_per_backend(tmp_path):
     assert f["train.micro_batch_size"] == ["4"] and f["rollout.micro_batch_size"] == ["16"]
     with pytest.raises(CapabilityError, match="per_device_train_batch_size"):
         _trl(tmp_path, "training.forward_micro_batch_size=16")
+
+
+def test_every_layout_knob_is_a_canonical_knob_in_every_backends_table():
+    """The training layout block (rlbridge.contract.config.LAYOUT_KNOBS, docs/scale.md) is declared once; each
+    of its knobs has its one entry, honoured or refused, in every registered backend's capability table."""
+    from rlbridge.contract.backend import canonical_knobs
+    from rlbridge.contract.config import LAYOUT_KNOBS
+    from rlbridge.contract.registry import get_plugin_manager
+
+    assert set(LAYOUT_KNOBS) <= set(canonical_knobs())
+    for name, registered in get_plugin_manager().items["backend"].items():
+        table = registered.item().capability_table()
+        assert set(LAYOUT_KNOBS) <= set(table), name

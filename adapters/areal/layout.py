@@ -16,18 +16,6 @@ from __future__ import annotations
 from rlbridge.contract.backend import Capability, gpus_per_node, honoured, rejected
 from rlbridge.contract.config import RunConfig
 
-LAYOUT_KNOBS = (
-    "training.strategy",
-    "training.sharding",
-    "training.shard_group_size",
-    "training.offload",
-    "training.tensor_parallel_size",
-    "training.pipeline_parallel_size",
-    "training.expert_parallel_size",
-    "rollout.data_parallel_size",
-    "resources.cpu_ranks_per_node",
-)
-
 
 def training_devices(config: RunConfig) -> int:
     """The training processes (ranks): every GPU on GPUs, resources.cpu_ranks_per_node per node on CPU;

@@ -24,17 +24,6 @@ from typing import Any
 from rlbridge.contract.backend import Capability, all_checks, approximated, gpus_per_node, honoured, rejected
 from rlbridge.contract.config import RunConfig
 
-LAYOUT_KNOBS = (
-    "training.strategy",
-    "training.sharding",
-    "training.shard_group_size",
-    "training.offload",
-    "training.tensor_parallel_size",
-    "training.pipeline_parallel_size",
-    "training.expert_parallel_size",
-    "rollout.data_parallel_size",
-    "resources.cpu_ranks_per_node",
-)
 ZERO_STAGE = {"none": 0, "optimizer": 1, "gradients": 2, "parameters": 3}
 """training.sharding -> DeepSpeed ZeRO stage (--ds.zero_stage)."""
 

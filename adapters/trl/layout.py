@@ -32,17 +32,6 @@ from typing import Any
 from rlbridge.contract.backend import Capability, gpus_per_node, honoured, rejected
 from rlbridge.contract.config import RunConfig
 
-LAYOUT_KNOBS = (
-    "training.strategy",
-    "training.sharding",
-    "training.shard_group_size",
-    "training.offload",
-    "training.tensor_parallel_size",
-    "training.pipeline_parallel_size",
-    "training.expert_parallel_size",
-    "rollout.data_parallel_size",
-    "resources.cpu_ranks_per_node",
-)
 ZERO_STAGE = {"none": 0, "optimizer": 1, "gradients": 2, "parameters": 3, "auto": 2}  # accelerate's default: 2
 DATA_PARALLEL_ONLY = (
     "TRL 1.16's GRPOTrainer and RLOOTrainer train data-parallel only: their generation "

@@ -44,17 +44,6 @@ from packaging.version import Version
 from rlbridge.contract.backend import Capability, approximated, gpus_per_node, honoured
 from rlbridge.contract.config import RunConfig
 
-LAYOUT_KNOBS = (
-    "training.strategy",
-    "training.sharding",
-    "training.shard_group_size",
-    "training.offload",
-    "training.tensor_parallel_size",
-    "training.pipeline_parallel_size",
-    "training.expert_parallel_size",
-    "rollout.data_parallel_size",
-    "resources.cpu_ranks_per_node",
-)
 FSDP2 = "fsdp2"
 MEGATRON = "megatron"
 MODEL_ENGINE_SINCE = Version("0.7.1")  # the model_engine defaults group (megatron); before: its own config name

@@ -637,6 +637,19 @@ class OfflineConfig(StrictModel):
     initial policy (model.path)."""
 
 
+# the training layout block (docs/scale.md): how a model is sharded and split over devices, every one of them in
+# every backend's capability table (each adapter's layout.py)
+LAYOUT_KNOBS = (
+    "training.strategy",
+    "training.sharding",
+    "training.shard_group_size",
+    "training.offload",
+    "training.tensor_parallel_size",
+    "training.pipeline_parallel_size",
+    "training.expert_parallel_size",
+    "rollout.data_parallel_size",
+    "resources.cpu_ranks_per_node",
+)
 # offline stage -> the offline knobs it uses (the others must keep their defaults)
 OFFLINE_KNOBS = {
     "sft": ("max_length", "completion_only_loss", "packing"),
