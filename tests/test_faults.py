@@ -855,7 +855,7 @@ def test_an_engine_run_in_this_process_does_not_pass_its_environment_variables_t
     monkeypatch.setenv("RLBRIDGE_TEST_KEPT", "before")
 
     class SetsVariables:
-        def run(self, plan, ctx):
+        def train(self, plan, ctx):  # what _launch calls: Backend.train dispatches to run or run_stage
             os.environ["VERL_FULL_DETERMINISM"] = "1"
             os.environ["RLBRIDGE_TEST_KEPT"] = "changed"
             os.environ.pop("HOME", None)

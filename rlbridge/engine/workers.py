@@ -531,6 +531,16 @@ class RewardScorer:
                 fut.result(timeout=120)
         return self._pool
 
+    def _replace_pool(self, pool):
+        """pebble stops a pool for good when a worker dies at a moment its task table does not show (every task
+        then fails with BrokenProcessPool("All workers expired")): the next chunks and calls get a new one."""
+        with self._pool_lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.stop()
+        pool.join(timeout=10)
+        return self._get_pool()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.stop()
@@ -746,16 +756,29 @@ class RewardScorer:
             return self._score_one(name, inputs)
         import pebble
 
+        from concurrent.futures.process import BrokenProcessPool
+
         slots = self._slots(name)  # max_concurrency, over every call of this plugin (verl makes many at once)
         pending = list(self._chunks(n))
         running: dict[Future, tuple[int, int]] = {}
+        broken = False  # pebble gave the pool up: a new one serves the chunks still to run
         while pending or running:
-            while pending and slots.acquire(blocking=not running):
+            if broken and not running:
+                pool, broken = self._replace_pool(pool), False
+            while pending and not broken and slots.acquire(blocking=not running):
                 lo, hi = pending.pop(0)
-                fut = pool.schedule(
-                    _score_chunk, args=(self._specs_json, name, inputs[lo:hi]), timeout=self.settings.timeout_s
-                )
+                try:
+                    fut = pool.schedule(
+                        _score_chunk, args=(self._specs_json, name, inputs[lo:hi]), timeout=self.settings.timeout_s
+                    )
+                except RuntimeError:  # "Unexpected error within the Pool": it broke since the last chunk
+                    slots.release()
+                    pending.insert(0, (lo, hi))
+                    broken = True
+                    break
                 running[fut] = (lo, hi)
+            if not running:
+                continue
             done, _ = wait(list(running), return_when=FIRST_COMPLETED)
             for fut in done:
                 slots.release()
@@ -772,6 +795,9 @@ class RewardScorer:
                     )
                 except pebble.ProcessExpired as exc:
                     absorb(lo, hi, outcome="crashes", message=f"its worker process died (exit code {exc.exitcode})")
+                except BrokenProcessPool as exc:  # a worker died where pebble lost track of its task: a crash too
+                    absorb(lo, hi, outcome="crashes", message=f"its worker process died and broke the pool ({exc})")
+                    broken = True
                 except Exception as exc:
                     remote = getattr(exc, "traceback", "") or ""
                     absorb(lo, hi, outcome="errors", message=_first_lines(remote or f"{type(exc).__name__}: {exc}"))
