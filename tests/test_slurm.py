@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from rlbridge.run.loading import load_config
+from rlbridge.submit.slurm import TERMINAL_STATES
 from rlbridge.testing import QUICKSTART
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,19 +83,6 @@ def _state(job_id: str) -> str | None:
     res = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True)
     fields = dict(f.split("=", 1) for f in res.stdout.split() if "=" in f)
     return fields.get("JobState")
-
-
-_ENDED = {
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "PREEMPTED",
-}
 
 
 def _job_log(out: Path, job_id: str) -> str:
@@ -263,7 +251,7 @@ def test_a_requeued_job_resumes_from_its_checkpoint_with_no_step_twice(slurm, tm
     # Slurm holds a requeued job back for the credential lifetime (cred_expire=10 in slurm-local.sh); a
     # start forced sooner (scontrol update StartTime=now) races the old credential's revocation
     _wait(lambda: _state(job_id) == "PENDING", 120, "the job to be pending again")
-    state = _wait(lambda: _state(job_id) in _ENDED and _state(job_id), 600, "the requeued job to end")
+    state = _wait(lambda: _state(job_id) in TERMINAL_STATES and _state(job_id), 600, "the requeued job to end")
     assert state == "COMPLETED", (state, _job_log(out, job_id)[-3000:])
     steps = _steps(out)
     assert steps == list(range(1, 9)), steps  # every step once: resumed, not restarted, not repeated

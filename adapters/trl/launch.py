@@ -116,8 +116,7 @@ def run_launched(plan, ctx) -> None:
 
     native = plan.native
     _check_runnable(native)
-    check_startable(native)
-    acc = dict(native["accelerate"])
+    acc = dict(native["accelerate"])  # a multi-node run has its node's rank: rlbridge train checked it first
     node = nodes.this_node(acc["num_machines"])
     node_rank, address, port = node if node is not None else (0, "127.0.0.1", free_port())
     files = launch_files(ctx.run_dir)
