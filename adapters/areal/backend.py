@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from packaging.version import Version
 
-from rlbridge.contract.backend import Backend, Capability, Plan, flatten, gpus_per_node, launch_settings
+from rlbridge.contract.backend import Backend, Plan, flatten, gpus_per_node, launch_settings
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.areal import asynchrony, knobs, layout
@@ -46,7 +46,6 @@ class ArealBackend(Backend):
     # AReaL's rollout workers (its RPC servers, started by its local scheduler) run rlbridge's workflow and score
     # there; they are not Ray actors, which is what this declaration promises the suite's kill and hang tests
     scores_in_engine_workers = False
-    native_arm = "rlbridge_adapters.areal.native"
     # the adapter's own tests, in its folder (package.py TESTS): plans read back by AReaL's config code, the patches,
     # the asynchronous loop, two CPU ranks
     test_kinds = {"areal-cpu": ["adapters/areal/tests", "-m", "engine or not engine"]}
@@ -56,20 +55,6 @@ class ArealBackend(Backend):
         "and ppo through its reward/advantage normalisation; FSDP2 training, rollout through its vLLM or SGLang "
         "server"
     )
-
-    def capabilities(self) -> list[Capability]:
-        """The capability table: adapters/areal/knobs.py, every knob's one home."""
-        return knobs.capabilities()
-
-    def knob_effects(self) -> dict[str, Any]:
-        from rlbridge_adapters.areal.effects import EFFECTS
-
-        return EFFECTS
-
-    def native_reward_convention(self) -> Any:
-        from rlbridge_adapters.areal.native_reward import CONVENTION
-
-        return CONVENTION
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
         version = self.target_version(config)
@@ -263,11 +248,6 @@ class ArealBackend(Backend):
         from rlbridge_adapters.areal.validate import validate_config
 
         validate_config(plan.native["config"])
-
-    def patches(self) -> list:
-        from rlbridge_adapters.areal.patches import PATCHES
-
-        return PATCHES
 
     def recipe_importer(self):
         """Reads AReaL's YAML configs and dotted overrides for `rlbridge import`."""

@@ -15,7 +15,6 @@ from packaging.version import Version
 
 from rlbridge.contract.backend import (
     Backend,
-    Capability,
     flatten,
     gpus_per_node,
     launch_settings,
@@ -140,31 +139,11 @@ class OpenRLHFBackend(Backend):
         "RolloutRayActor": ("rollout",),
         "LLMRayActor": ("rollout",),
     }
-    native_arm = "rlbridge_adapters.openrlhf.native"  # the bench's arm of kind native
     native_key_spelling = "dotted flags of `train_ppo_ray` (renamed to the flat spelling on versions before 0.10.2)"
     description = (
         "OpenRLHF train_ppo_ray: grpo (group_norm), dr_grpo, rloo, reinforce_pp (reinforce), reinforce_pp_baseline "
         "(reinforce_baseline), ppo (gae); vLLM rollout"
     )
-
-    def native_reward_convention(self) -> Any:
-        from rlbridge_adapters.openrlhf.native_reward import CONVENTION
-
-        return CONVENTION
-
-    def memory_behaviour(self, config: RunConfig, plan: Any) -> Any:
-        from rlbridge_adapters.openrlhf.memory import behaviour
-
-        return behaviour(config, plan)
-
-    def knob_effects(self) -> dict[str, Any]:
-        from rlbridge_adapters.openrlhf.effects import EFFECTS
-
-        return EFFECTS
-
-    def capabilities(self) -> list[Capability]:
-        """The capability table: adapters/openrlhf/knobs.py, every knob's one home."""
-        return knobs.capabilities()
 
     def translate_stage(self, config: RunConfig) -> dict[str, Any]:
         """OpenRLHF's offline trainers (adapters/openrlhf/stages.py)."""
@@ -367,11 +346,6 @@ class OpenRLHFBackend(Backend):
             return
 
         validate_argv(plan.native)
-
-    def patches(self) -> list:
-        from rlbridge_adapters.openrlhf.patches import PATCHES
-
-        return PATCHES
 
     def recipe_importer(self):
         """Reads openrlhf recipes for `rlbridge import` (the inverse mapping is derived from translate())."""

@@ -12,7 +12,6 @@ from typing import Any
 
 from rlbridge.contract.backend import (
     Backend,
-    Capability,
     flatten,
     gpus_per_node,
     launch_settings,
@@ -54,7 +53,6 @@ RESERVED = {
 
 class TRLBackend(Backend):
     name = "trl"
-    native_arm = "rlbridge_adapters.trl.native"  # the bench's arm of kind native
     native_arm_runs_here = True  # (rlbridge.bench.arms refuses it in an engine environment)
     native_key_spelling = (
         "`GRPOConfig`/`RLOOConfig` fields (the offline stages': `SFTConfig`, `DPOConfig`, `RewardConfig`)"
@@ -69,25 +67,6 @@ class TRLBackend(Backend):
     resume_reproduces_metrics = True  # TRL's checkpoints hold every RNG state; HF generate on CPU is deterministic
     # the split placement's processes (adapters/trl/async_run.py writes placement.json, as the Ray engines' read-back)
     actor_roles = {"AsyncGRPOTrainer": ("actor", "reference"), "vllm serve": ("rollout",)}
-
-    def native_reward_convention(self) -> Any:
-        from rlbridge_adapters.trl.native_reward import CONVENTION
-
-        return CONVENTION
-
-    def memory_behaviour(self, config: RunConfig, plan: Any) -> Any:
-        from rlbridge_adapters.trl.memory import behaviour
-
-        return behaviour(config, plan)
-
-    def knob_effects(self) -> dict[str, Any]:
-        from rlbridge_adapters.trl.effects import EFFECTS
-
-        return EFFECTS
-
-    def capabilities(self) -> list[Capability]:
-        """The capability table: adapters/trl/knobs.py, every knob's one home."""
-        return knobs.capabilities()
 
     def translate_stage(self, config: RunConfig) -> dict[str, Any]:
         """SFTTrainer, DPOTrainer or RewardTrainer (adapters/trl/stages.py)."""
@@ -231,11 +210,6 @@ class TRLBackend(Backend):
                 f"{' '.join(layout.launch_command(native))}\n# (accelerate_config.yaml: the `accelerate` block below)\n"
             )
         return head + yaml.safe_dump(native, sort_keys=False)
-
-    def patches(self) -> list:
-        from rlbridge_adapters.trl.patches import PATCHES
-
-        return PATCHES
 
     def validate(self, plan) -> None:
         from rlbridge_adapters.trl.train import make_args

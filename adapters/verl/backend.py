@@ -22,7 +22,6 @@ from packaging.version import Version
 
 from rlbridge.contract.backend import (
     Backend,
-    Capability,
     flatten,
     gpus_per_node,
     launch_settings,
@@ -119,7 +118,6 @@ class VerlBackend(Backend):
     # verl <= 0.5's register center: each worker reads rank zero's address from it while the worker group
     # starts (verl/single_controller/base/register_center/ray.py), nothing after; 0.9 has none
     startup_only_actors = ("WorkerGroupRegisterCenter",)
-    native_arm = "rlbridge_adapters.verl.native"  # the bench's arm of kind native
     native_key_spelling = "Hydra keys of `main_ppo`'s config"
     description = (
         "verl main_ppo: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, ppo (GAE); HF rollout (<=0.5) or "
@@ -128,25 +126,6 @@ class VerlBackend(Backend):
 
     def placement_roles(self, plan) -> dict[str, tuple[str, ...]]:
         return self.async_actor_roles if plan.native.get("entry_point") else self.actor_roles
-
-    def native_reward_convention(self) -> Any:
-        from rlbridge_adapters.verl.native_reward import CONVENTION
-
-        return CONVENTION
-
-    def memory_behaviour(self, config: RunConfig, plan: Any) -> Any:
-        from rlbridge_adapters.verl.memory import behaviour
-
-        return behaviour(config, plan)
-
-    def knob_effects(self) -> dict[str, Any]:
-        from rlbridge_adapters.verl.effects import EFFECTS
-
-        return EFFECTS
-
-    def capabilities(self) -> list[Capability]:
-        """The capability table: adapters/verl/knobs.py, every knob's one home."""
-        return knobs.capabilities()
 
     def translate_stage(self, config: RunConfig) -> dict[str, Any]:
         """sft on verl's SFT trainer (adapters/verl/stages.py)."""
@@ -406,11 +385,6 @@ class VerlBackend(Backend):
         for key, value in plan.native["overrides"].items():
             lines.append(f"{key}={format_value(value)}")
         return "\n".join(lines)
-
-    def patches(self) -> list:
-        from rlbridge_adapters.verl.patches import PATCHES
-
-        return PATCHES
 
     def validate(self, plan) -> None:
         if plan.native.get("stage"):

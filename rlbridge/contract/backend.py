@@ -330,7 +330,13 @@ class Backend(ABC):
     An adapter's `package.py` (beside its backend module, like OpenTelemetry contrib's) is the one source of
     `distribution`, `supported_versions` and `default_version` (its DISTRIBUTION, SUPPORTED_VERSIONS and
     DEFAULT_VERSION): the subclass reads them from there when it is defined. A backend without a package.py
-    sets the three itself."""
+    sets the three itself.
+
+    An adapter folder with a package.py also has its declarations found in the folder's conventional modules
+    (ADAPTER_MODULES), each imported only when asked for: `knobs.py` `capabilities()`, `effects.py` `EFFECTS`,
+    `native_reward.py` `CONVENTION`, `memory.py` `behaviour(config, plan)`, `patches` `PATCHES`, and `native.py`
+    as the bench's native arm. A module it lacks leaves that extension point at its default; a backend
+    overrides a method where its answer depends on more than the module."""
 
     name: ClassVar[str]
     """The value of `backend:` in a config."""
@@ -346,6 +352,19 @@ class Backend(ABC):
             cls.distribution = package.DISTRIBUTION
             cls.supported_versions = package.SUPPORTED_VERSIONS
             cls.default_version = getattr(package, "DEFAULT_VERSION", None)
+            cls._adapter = package.__name__.rpartition(".")[0]
+            if "native_arm" not in cls.__dict__ and _module_exists(f"{cls._adapter}.native"):
+                cls.native_arm = f"{cls._adapter}.native"
+
+    _adapter: ClassVar[str | None] = None
+    """The adapter's package (the folder of its package.py), None for a backend without one."""
+
+    def adapter_declaration(self, module: str, name: str) -> Any:
+        """`name` from the adapter folder's conventional `module` (ADAPTER_MODULES), imported now; None where the
+        backend has no adapter folder or the folder no such module."""
+        if self._adapter is None or not _module_exists(f"{self._adapter}.{module}"):
+            return None
+        return getattr(importlib.import_module(f"{self._adapter}.{module}"), name)
 
     description: ClassVar[str] = ""
     native_key_spelling: ClassVar[str] = ""
@@ -433,9 +452,15 @@ class Backend(ABC):
         return version
 
     # --- capabilities ---
-    @abstractmethod
     def capabilities(self) -> list[Capability]:
-        """One entry for every knob of `canonical_knobs()`."""
+        """One entry for every knob of `canonical_knobs()`. Default: the adapter's `knobs.capabilities()`."""
+        table = self.adapter_declaration("knobs", "capabilities")
+        if table is None:
+            raise NotImplementedError(
+                f"backend '{self.name}' declares no capability table: define capabilities(), or capabilities() in "
+                "the knobs.py beside its package.py"
+            )
+        return table()
 
     def capability_table(self) -> dict[str, Capability]:
         """knob -> its one Capability. A knob declared twice (say in backend.py and in knobs.py) is an
@@ -453,8 +478,9 @@ class Backend(ABC):
         """What the knob effect test's sample value of each knob this backend honours or approximates
         does to its plan: knob -> {native key: value}, REFUSED or a KnobEffect (rlbridge.contract.effects;
         rejected knobs need no entry). Declared beside the capability table, read by the shipped suite
-        (rlbridge.testing.effects) only; empty here, so an undeclared knob fails that test by name."""
-        return {}
+        (rlbridge.testing.effects) only. Default: the adapter's `effects.EFFECTS`, else empty, so an undeclared
+        knob fails that test by name."""
+        return self.adapter_declaration("effects", "EFFECTS") or {}
 
     def check_capabilities(self, config: RunConfig) -> list[str]:
         """Raise CapabilityError for the first knob this backend cannot honour; return the
@@ -564,8 +590,9 @@ class Backend(ABC):
         )
 
     def patches(self) -> list:
-        """The version-gated patches (rlbridge.engine.patches.Patch) this adapter may apply in its engine process."""
-        return []
+        """The version-gated patches (rlbridge.engine.patches.Patch) this adapter may apply in its engine process.
+        Default: the adapter's `patches.PATCHES`, else none."""
+        return self.adapter_declaration("patches", "PATCHES") or []
 
     # --- optional extension points, each with its default ---
     def render_native(self, plan: Plan) -> str:
@@ -575,8 +602,9 @@ class Backend(ABC):
 
     def native_reward_convention(self) -> Any:
         """This engine's reward calling convention (rlbridge.contract.native_rewards.NativeConvention),
-        for reward entries `native: <this backend>` on any backend, or None: no such entries."""
-        return None
+        for reward entries `native: <this backend>` on any backend, or None: no such entries. Default: the
+        adapter's `native_reward.CONVENTION`."""
+        return self.adapter_declaration("native_reward", "CONVENTION")
 
     def recipe_importer(self) -> RecipeImporter | None:
         """What reads this engine's recipes for `rlbridge import` (a rlbridge.contract.importing.RecipeImporter),
@@ -587,8 +615,10 @@ class Backend(ABC):
         """What the engine does with memory for this plan (rlbridge.contract.memory.MemoryBehaviour: precisions,
         sharding, offload, which process holds which role, the colocated rollout's sleep), from which `rlbridge
         plan --memory` predicts each device's peak and `rlbridge train` checks that it fits. Pure, like translate.
-        None: not declared; plan --memory says so and train runs without the check."""
-        return None
+        None: not declared; plan --memory says so and train runs without the check. Default: the adapter's
+        `memory.behaviour(config, plan)`."""
+        behaviour = self.adapter_declaration("memory", "behaviour")
+        return behaviour(config, plan) if behaviour is not None else None
 
     native_arm: ClassVar[str | None] = None
     """Module of this engine's bench arm of kind `native` (rlbridge.bench.arms): the plan run by the
@@ -652,6 +682,24 @@ def _no_offline_stages(backend: str, stage: str) -> str:
         f"backend '{backend}' cannot honour algorithm.name={stage}: it runs no offline stage (sft, dpo, "
         "reward_model); run the stage with a backend that does (docs/stages.md)"
     )
+
+
+ADAPTER_MODULES = {
+    "knobs": "capabilities",
+    "effects": "EFFECTS",
+    "native_reward": "CONVENTION",
+    "memory": "behaviour",
+    "patches": "PATCHES",
+    "native": "the bench's native arm (native_arm)",
+}
+"""An adapter folder's conventional modules and what the base class reads from each (see Backend)."""
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def _adapter_package(module: str) -> Any:
