@@ -88,3 +88,47 @@ algorithm: {group_size: 4}
 rollout: {max_new_tokens: 8}
 resources: {gpus_per_node: 0}
 """
+
+
+def registered_backends() -> list[str]:
+    """Every registered backend, found through the `rlbridge` entry points: a test of what every backend
+    does runs on each, an engine added under adapters/ included."""
+    from rlbridge.contract.registry import PluginManager
+
+    return sorted(PluginManager().items["backend"])
+
+
+def requirement_unmet_by_backend(config: dict, *knobs: str) -> dict[str, str | None]:
+    """Each registered backend -> why its capability table says it cannot run `config` (a run config as a
+    dict, no backend) as far as `knobs` go (all when none), or None where it can
+    (rlbridge.testing.requirement_unmet): which backends a test of a requirement runs on."""
+    from rlbridge.contract.registry import PluginManager
+    from rlbridge.run.loading import validate_config
+    from rlbridge.testing import requirement_unmet
+
+    return {
+        name: requirement_unmet(registered.item(), validate_config({**config, "backend": name}), *knobs)
+        for name, registered in sorted(PluginManager().items["backend"].items())
+    }
+
+
+def proven_backends(config: dict) -> list:
+    """The backend classes whose engine CI proves end to end at its default version (a cell of
+    compat_matrix/matrix.yaml with a `ci` field; an older CI cell proves only the core seams, the matrix
+    says) and whose capability table says it can run `config` (a run config as a dict, no backend): what an
+    end-to-end test of a feature in the engine's environment runs on."""
+    from rlbridge.contract.registry import PluginManager
+    from rlbridge.envs.compat import ci_cells
+    from rlbridge.run.loading import validate_config
+    from rlbridge.testing import requirement_unmet
+
+    cells = {c["cell"] for c in ci_cells()}
+    found = []
+    for name, registered in sorted(PluginManager().items["backend"].items()):
+        backend, version = registered.item, registered.item.default_version
+        if f"{name}=={version}" not in cells:
+            continue
+        wanted = validate_config({**config, "backend": name, "engine_version": version})
+        if requirement_unmet(backend(), wanted) is None:
+            found.append(backend)
+    return found

@@ -253,3 +253,44 @@ def test_formatted_files_stay_formatted_and_within_120_characters():
     assert fmt.returncode == 0, f"run `ruff format` on these files:\n{fmt.stdout[-3000:]}{fmt.stderr[-1000:]}"
     long = ruff([f for f in formatted if f not in LONG_LINES], "check", "--select", "E501")
     assert long.returncode == 0, long.stdout[-3000:] + long.stderr[-1000:]
+
+
+def _engine_lists(path: Path, engines: set[str]) -> list[str]:
+    """The list, tuple, set and dict literals of a test module that name two engines or more (a
+    dict by its keys, a list by its items and its items' items), with their line numbers."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            items = node.elts
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "param":  # pytest.param(...)
+            items = node.args
+        elif isinstance(node, ast.Dict):
+            items = [k for k in node.keys if k is not None]
+        else:
+            continue
+        # one level down too: parametrize's rows, ((engine, version), ...)
+        items = [*items, *(e for i in items if isinstance(i, (ast.List, ast.Tuple)) for e in i.elts)]
+        named = {i.value for i in items if isinstance(i, ast.Constant) and i.value in engines}
+        # a row of parametrize's written as pytest.param(engine, ...) counts with the rows beside it
+        named |= {
+            a.value
+            for i in items
+            if isinstance(i, ast.Call) and getattr(i.func, "attr", None) == "param"
+            for a in i.args
+            if isinstance(a, ast.Constant) and a.value in engines
+        }
+        if len(named) >= 2:
+            found.append(f"{path.relative_to(REPO)}:{node.lineno} {sorted(named)}")
+    return found
+
+
+def test_no_test_module_carries_a_literal_list_of_engines():
+    """Tests name requirements, never engines (SQLAlchemy's suite): which backends a test runs on comes
+    from the registry, filtered by the backends' declared capabilities, requirements and proven cells,
+    so that an engine added under adapters/ is tested without editing tests/. A test about one engine
+    names that one engine; its module belongs to the adapter (package.py TESTS)."""
+    engines = set(ENGINES)
+    found = [hit for path in sorted((REPO / "tests").rglob("*.py")) for hit in _engine_lists(path, engines)]
+    assert not found, "literal engine lists in tests:\n" + "\n".join(found)

@@ -8,7 +8,7 @@ import types
 import pytest
 import yaml
 
-from conftest import QUICKSTART
+from conftest import QUICKSTART, registered_backends
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import CapabilityError
 from rlbridge.run.loading import load_config
@@ -44,7 +44,7 @@ def test_openrlhf_max_staleness_is_the_async_queue_size():
     assert "train.partial_rollout_enable" not in without_partial
 
 
-@pytest.mark.parametrize("backend", ["trl", "verl", "openrlhf"])
+@pytest.mark.parametrize("backend", registered_backends())
 def test_max_staleness_0_is_the_synchronous_plan_unchanged(backend):
     sync = _settings(f"backend={backend}")
     assert _settings(f"backend={backend}", "rollout.max_staleness=0", "rollout.weight_sync_interval=1") == sync

@@ -311,14 +311,10 @@ def _env_python(name: str) -> Path | None:
         return None
 
 
-@pytest.mark.engine
-@pytest.mark.engine_env
-@pytest.mark.matrix_only  # make compat only: an engine run each, minutes on CPU
-@pytest.mark.parametrize("arm", ["native:verl@0.9.1", "native:openrlhf@0.11.2"])
-def test_native_engine_arm_runs_the_engine_entry_point(tmp_path, arm):
-    """A native arm runs main_ppo / train_ppo_ray with the CPU-enablement patches only and the task
-    reward as the engine's own reward file; its per-step log comes back under canonical names."""
-    engine = arm.removeprefix("native:")
+def _native_arm_runs(engine: str, entry_point: str, tmp_path) -> None:
+    """The native arm of `engine` (ENGINE@VERSION) runs `python -m entry_point` with the CPU-enablement patches
+    only and the task reward as the engine's own reward file; its per-step log comes back under canonical names."""
+    arm = f"native:{engine}"
     if _env_python(engine) is None:
         pytest.skip(f"no engine environment for {engine} (rlbridge env create)")
     spec = write_spec(
@@ -337,10 +333,7 @@ def test_native_engine_arm_runs_the_engine_entry_point(tmp_path, arm):
     assert res.returncode == 0, res.stderr[-3000:]
     (run_dir,) = (out / "runs").iterdir()
     run = json.loads((run_dir / "run.json").read_text())
-    assert run["status"] == "completed" and run["command"][1:3] == [
-        "-m",
-        {"verl": "verl.trainer.main_ppo", "openrlhf": "openrlhf.cli.train_ppo_ray"}[engine.split("@")[0]],
-    ]
+    assert run["status"] == "completed" and run["command"][1:3] == ["-m", entry_point]
     assert [r["step"] for r in run["history"]] == [1, 2] and sorted(map(int, run["step_arrival_s"])) == [1, 2]
     for row in run["history"]:
         assert 0.0 <= row["reward/mean"] <= 1.0 and row["timing/step_s"] > 0
@@ -367,13 +360,33 @@ def test_native_engine_arm_runs_the_engine_entry_point(tmp_path, arm):
     assert list((run_dir / "run").glob("reward_f*.py"))  # the engine's own reward file, no rlbridge reward path
 
 
+@pytest.mark.engine
+@pytest.mark.engine_env
+@pytest.mark.matrix_only  # make compat only: an engine run, minutes on CPU
+def test_native_verl_arm_runs_main_ppo(tmp_path):
+    _native_arm_runs("verl@0.9.1", "verl.trainer.main_ppo", tmp_path)
+
+
+@pytest.mark.engine
+@pytest.mark.engine_env
+@pytest.mark.matrix_only  # make compat only: an engine run, minutes on CPU
+def test_native_openrlhf_arm_runs_train_ppo_ray(tmp_path):
+    _native_arm_runs("openrlhf@0.11.2", "openrlhf.cli.train_ppo_ray", tmp_path)
+
+
 def test_native_overhead_pairs_each_seed_and_names_the_order():
     """The overhead table: one pair per seed of an rlbridge arm and its native arm, which of the two ran
-    first, the ratios, identical rewards only when every step agrees, and CPU ratios only for TRL (a
-    native Ray engine's workers are outside the measured process tree)."""
+    first, the ratios, identical rewards only when every step agrees, and CPU ratios only for an engine
+    that runs in one process tree (a native Ray engine's workers are outside the measured process tree)."""
     from types import SimpleNamespace
 
     from rlbridge.bench import report as bench_report
+    from rlbridge.contract.registry import get_plugin_manager
+
+    backends = get_plugin_manager().items["backend"]
+    # a backend of each kind the CPU ratio tells apart (Backend.scores_in_engine_workers: its Ray workers)
+    tree = next(name for name, r in sorted(backends.items()) if not r.item.scores_in_engine_workers)
+    ray = next(name for name, r in sorted(backends.items()) if r.item.scores_in_engine_workers)
 
     class Config(SimpleNamespace):
         def model_dump(self, exclude=()):
@@ -382,10 +395,10 @@ def test_native_overhead_pairs_each_seed_and_names_the_order():
     arms = {
         name: {"kind": kind, "backend": backend}
         for name, kind, backend in [
-            ("trl", "rlbridge", "trl"),
-            ("native:trl", "native", "trl"),
-            ("verl@0.9.1", "rlbridge", "verl"),
-            ("native:verl@0.9.1", "native", "verl"),
+            (tree, "rlbridge", tree),
+            (f"native:{tree}", "native", tree),
+            (ray, "rlbridge", ray),
+            (f"native:{ray}", "native", ray),
         ]
     }
     jobs = [
@@ -406,28 +419,30 @@ def test_native_overhead_pairs_each_seed_and_names_the_order():
         }
 
     runs = [
-        run("trl", 0, 100, 12.0, 0.5, 20.0, [0.1, 0.2]),
-        run("native:trl", 0, 200, 10.0, 0.5, 16.0, [0.1, 0.2]),
-        run("native:trl", 1, 300, 10.0, 0.4, 16.0, [0.1, 0.3]),
-        run("trl", 1, 400, 11.0, 0.5, 18.0, [0.1, 0.2]),
-        run("verl@0.9.1", 0, 500, 110.0, 1.1, 30.0, [0.1]),
-        run("native:verl@0.9.1", 0, 600, 100.0, 1.0, 20.0, [0.1]),
+        run(tree, 0, 100, 12.0, 0.5, 20.0, [0.1, 0.2]),
+        run(f"native:{tree}", 0, 200, 10.0, 0.5, 16.0, [0.1, 0.2]),
+        run(f"native:{tree}", 1, 300, 10.0, 0.4, 16.0, [0.1, 0.3]),
+        run(tree, 1, 400, 11.0, 0.5, 18.0, [0.1, 0.2]),
+        run(ray, 0, 500, 110.0, 1.1, 30.0, [0.1]),
+        run(f"native:{ray}", 0, 600, 100.0, 1.0, 20.0, [0.1]),
     ]
     try:
         table = bench_report.native_overhead(arms, runs, jobs)
     finally:
         bench_report._HISTORIES.clear()
-    trl, verl = table
-    assert (trl["rlbridge_arm"], trl["native_arm"]) == ("trl", "native:trl")
-    assert [(p["seed"], p["first"]) for p in trl["pairs"]] == [(0, "rlbridge"), (1, "native")]
-    assert trl["rlbridge_first"] == 1 and trl["wall_ratio_target"] == 1.02
-    assert [p["wall_ratio"] for p in trl["pairs"]] == [1.2, 1.1] and trl["median_wall_ratio"] == pytest.approx(1.15)
-    assert [p["rewards_identical"] for p in trl["pairs"]] == [True, False] and not trl["rewards_identical_all"]
-    assert trl["pairs"][0]["cpu_ratio"] == pytest.approx(1.25)
-    assert verl["pairs"][0]["cpu_ratio"] is None and verl["median_cpu_ratio"] is None
-    assert verl["pairs"][0]["fixed_extra_s"] == pytest.approx(9.0)
+    tree_row, ray_row = table
+    assert (tree_row["rlbridge_arm"], tree_row["native_arm"]) == (tree, f"native:{tree}")
+    assert [(p["seed"], p["first"]) for p in tree_row["pairs"]] == [(0, "rlbridge"), (1, "native")]
+    assert tree_row["rlbridge_first"] == 1 and tree_row["wall_ratio_target"] == 1.02
+    assert [p["wall_ratio"] for p in tree_row["pairs"]] == [1.2, 1.1]
+    assert tree_row["median_wall_ratio"] == pytest.approx(1.15)
+    assert [p["rewards_identical"] for p in tree_row["pairs"]] == [True, False]
+    assert not tree_row["rewards_identical_all"]
+    assert tree_row["pairs"][0]["cpu_ratio"] == pytest.approx(1.25)
+    assert ray_row["pairs"][0]["cpu_ratio"] is None and ray_row["median_cpu_ratio"] is None
+    assert ray_row["pairs"][0]["fixed_extra_s"] == pytest.approx(9.0)
     text = bench_report.markdown({**_empty_report(), "native_overhead": table}, [])
-    assert "| trl | native:trl | 2 (1) | 1.15 | 1.20, 1.10 |" in text and "<= 1.02" in text
+    assert f"| {tree} | native:{tree} | 2 (1) | 1.15 | 1.20, 1.10 |" in text and "<= 1.02" in text
 
 
 def _empty_report() -> dict:

@@ -3,7 +3,7 @@ and nothing written."""
 
 import pytest
 
-from conftest import MINIMAL, run_cli, write_config
+from conftest import MINIMAL, requirement_unmet_by_backend, run_cli, write_config
 
 
 def _fails(tmp_path, text, *extra, expect):
@@ -129,23 +129,34 @@ def test_debug_shows_traceback(tmp_path):
     assert "Traceback" in res.stderr
 
 
-def test_steps_and_epochs_together_refused_where_one_stop_condition(tmp_path):
+STEPS_AND_EPOCHS = MINIMAL.replace(
+    "training: {steps: 2, batch_size: 2, lr: 5.0e-3}", "training:\n  steps: 3\n  epochs: 2\n"
+)
+
+
+def _one_stop_condition() -> list[str]:
+    """The backends whose capability table refuses steps and epochs together (one stop condition)."""
+    import yaml
+
+    refused = requirement_unmet_by_backend(yaml.safe_load(STEPS_AND_EPOCHS), "training.epochs")
+    return [backend for backend, why in refused.items() if why]
+
+
+@pytest.mark.parametrize("backend", _one_stop_condition())
+def test_steps_and_epochs_together_refused_where_one_stop_condition(tmp_path, backend):
     """Steps and epochs together mean "whichever comes first" (verl's total_training_steps beside
-    total_epochs); TRL and OpenRLHF have one stop condition, so the pair is refused, not half-honoured."""
-    text = MINIMAL.replace("training: {steps: 2, batch_size: 2, lr: 5.0e-3}", "training:\n  steps: 3\n  epochs: 2\n")
-    for backend in ("trl", "openrlhf"):
-        _fails(
-            tmp_path,
-            text,
-            "--set",
-            f"backend={backend}",
-            expect=["training.steps (3) and training.epochs (2)", "whichever comes first", "set one of them to null"],
-        )
+    total_epochs); a backend with one stop condition refuses the pair, not half-honoured, in one clear line."""
+    _fails(
+        tmp_path,
+        STEPS_AND_EPOCHS,
+        "--set",
+        f"backend={backend}",
+        expect=["training.steps (3) and training.epochs (2)", "whichever comes first", "set one of them to null"],
+    )
 
 
 def test_steps_and_epochs_together_on_verl_set_both_stop_conditions(tmp_path):
-    text = MINIMAL.replace("training: {steps: 2, batch_size: 2, lr: 5.0e-3}", "training:\n  steps: 3\n  epochs: 2\n")
-    cfg = write_config(tmp_path, text)
+    cfg = write_config(tmp_path, STEPS_AND_EPOCHS)
     res = run_cli("plan", str(cfg), "--set", "backend=verl")
     assert res.returncode == 0, res.stderr
     assert "trainer.total_training_steps=3" in res.stdout and "trainer.total_epochs=2" in res.stdout, res.stdout

@@ -26,7 +26,13 @@ from rlbridge.run.runner import resolve
 pytest.importorskip("hydra", reason="rlbridge[import] (hydra-core) parses verl's Hydra overrides")
 
 RECIPES = Path(__file__).parent / "fixtures" / "recipes"
-FIXTURES = [(engine, p.name) for engine in ("verl", "openrlhf", "trl") for p in sorted((RECIPES / engine).iterdir())]
+# every recipe of every backend that has a folder of them here (tests/fixtures/recipes/<backend>/)
+FIXTURES = [
+    (folder.name, p.name)
+    for folder in sorted(RECIPES.iterdir())
+    if folder.name in get_plugin_manager().items["backend"]
+    for p in sorted(folder.iterdir())
+]
 _cache: dict = {}
 
 
@@ -55,7 +61,7 @@ def test_round_trip(engine, name):
     # every conflict is one the recipe makes with itself (the plan names the line it would lose), and only
     # those listed here: a conflict that is a gap in the mapping fails this test
     conflicts = {e.key: e.detail for e in result.entries if e.kind == "conflict"}
-    assert set(conflicts) == CONFLICTS.get((engine, name), set()), result.report()
+    assert set(conflicts) == CONFLICTS.get(f"{engine}/{name}", set()), result.report()
     for key, detail in conflicts.items():
         assert detail.startswith("conflicts with the recipe's own line "), (key, detail)
     for entry in kept:
@@ -70,13 +76,19 @@ def test_round_trip(engine, name):
             assert entry.detail, entry
 
 
+def by_recipe(table: dict[str, object]) -> list[tuple[str, str]]:
+    """(engine, file name) of each fixture a table below keys by its path under RECIPES ('<engine>/<file>')."""
+    return [tuple(key.split("/")) for key in sorted(table)]
+
+
+# The tables below key each fixture's expectations by its path under RECIPES.
 # Conflicts a fixture is expected to report, each explained by the recipe line it conflicts with. None
 # left: verl's total_training_steps beside total_epochs ("whichever comes first") is training.steps
 # beside training.epochs.
-CONFLICTS: dict[tuple[str, str], set[str]] = {}
+CONFLICTS: dict[str, set[str]] = {}
 
 EXPECTED = {
-    ("verl", "grpo_gsm8k.sh"): {
+    "verl/grpo_gsm8k.sh": {
         "algorithm.name": "grpo",
         "algorithm.group_size": 8,
         "algorithm.kl_coef": 0.001,
@@ -90,7 +102,7 @@ EXPECTED = {
         "rollout.max_prompt_tokens": 512,
         "checkpoint.interval": 20,
     },
-    ("verl", "ppo_critic.sh"): {
+    "verl/ppo_critic.sh": {
         "algorithm.name": "ppo",
         "algorithm.kl_coef": 0.002,
         "algorithm.kl_placement": "reward",
@@ -98,7 +110,7 @@ EXPECTED = {
         "training.mini_batch_size": 16,
         "resources.gpus_per_node": 4,
     },
-    ("verl", "lora_grpo.sh"): {
+    "verl/lora_grpo.sh": {
         "model.lora.rank": 64,
         "model.lora.alpha": 32,
         "algorithm.clip_high": 0.28,
@@ -110,8 +122,8 @@ EXPECTED = {
         "training.steps": 20,
         "training.lr": 3e-6,
     },
-    ("verl", "reward_function.sh"): {"algorithm.group_size": 4, "training.lr": 5e-3, "training.steps": 30},
-    ("openrlhf", "grpo_hybrid_engine.sh"): {
+    "verl/reward_function.sh": {"algorithm.group_size": 4, "training.lr": 5e-3, "training.steps": 30},
+    "openrlhf/grpo_hybrid_engine.sh": {
         "algorithm.group_size": 8,
         "algorithm.kl_coef": 1e-3,
         "training.batch_size": 128,
@@ -123,8 +135,8 @@ EXPECTED = {
         "model.use_chat_template": True,
         "resources.gpus_per_node": 8,
     },
-    ("openrlhf", "ppo_critic.sh"): {"algorithm.name": "ppo", "algorithm.group_size": 1, "training.steps": 100},
-    ("openrlhf", "lora_agent.sh"): {
+    "openrlhf/ppo_critic.sh": {"algorithm.name": "ppo", "algorithm.group_size": 1, "training.steps": 100},
+    "openrlhf/lora_agent.sh": {
         "algorithm.name": "reinforce_pp",
         "algorithm.clip_high": 0.28,
         "training.lr_schedule": "cosine",
@@ -132,14 +144,14 @@ EXPECTED = {
         "algorithm.epochs_per_rollout": 2,
         "training.steps": 20,
     },
-    ("trl", "rloo.py"): {"algorithm.name": "rloo", "training.epochs": 2, "training.seed": 3, "algorithm.kl_coef": 0.05},
-    ("trl", "reward_funcs.py"): {
+    "trl/rloo.py": {"algorithm.name": "rloo", "training.epochs": 2, "training.seed": 3, "algorithm.kl_coef": 0.05},
+    "trl/reward_funcs.py": {
         "algorithm.group_size": 8,
         "training.lr": 5e-3,
         "training.steps": 30,
         "rollout.max_new_tokens": 16,
     },
-    ("trl", "grpo.yaml"): {
+    "trl/grpo.yaml": {
         "algorithm.kl_coef": 0.04,
         "algorithm.clip_high": 0.28,
         "training.lr_schedule": "cosine",
@@ -155,9 +167,9 @@ EXPECTED = {
         "checkpoint.interval": 100,
     },
     # TRL's CLI hands the keys GRPOConfig does not know to accelerate launch (issue 42: adapters/trl/layout.py)
-    ("trl", "grpo_multi_gpu.yaml"): {"resources.gpus_per_node": 4, "resources.nodes": 1, "training.strategy": "auto"},
-    ("trl", "grpo_fsdp2.yaml"): {"resources.gpus_per_node": 4, "training.strategy": "fsdp", "training.steps": 200},
-    ("trl", "grpo_zero3_two_nodes.yaml"): {
+    "trl/grpo_multi_gpu.yaml": {"resources.gpus_per_node": 4, "resources.nodes": 1, "training.strategy": "auto"},
+    "trl/grpo_fsdp2.yaml": {"resources.gpus_per_node": 4, "training.strategy": "fsdp", "training.steps": 200},
+    "trl/grpo_zero3_two_nodes.yaml": {
         "resources.nodes": 2,
         "resources.gpus_per_node": 8,
         "training.strategy": "deepspeed",
@@ -165,14 +177,14 @@ EXPECTED = {
         "training.offload.parameters": True,
         "training.offload.optimizer": True,
     },
-    ("trl", "lora_grpo.yaml"): {
+    "trl/lora_grpo.yaml": {
         "training.batch_size": 2,
         "training.micro_batch_size": 4,
         "algorithm.epochs_per_rollout": 2,
         "training.steps": 100,
         "model.lora.rank": 16,
     },
-    ("openrlhf", "flat_rloo_0.9.sh"): {
+    "openrlhf/flat_rloo_0.9.sh": {
         "algorithm.name": "rloo",
         "training.seed": 7,
         "training.batch_size": 32,
@@ -182,12 +194,12 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("engine,name", sorted(EXPECTED))
+@pytest.mark.parametrize("engine,name", by_recipe(EXPECTED))
 def test_imported_values(engine, name):
     config = RunConfig.model_validate(
         dict(imported(engine, name).config, reward=imported(engine, name).config["reward"] or [{"name": "digit_match"}])
     )
-    for path, want in EXPECTED[(engine, name)].items():
+    for path, want in EXPECTED[f"{engine}/{name}"].items():
         value = config
         for part in path.split("."):
             value = getattr(value, part)
@@ -195,35 +207,41 @@ def test_imported_values(engine, name):
 
 
 REWARDS = {
-    ("verl", "reward_function.sh"): [{"native": "verl", "function": "./reward.py:compute_score"}],
-    ("verl", "reward_model.sh"): [{"model": "./tiny/reward_model"}],
-    ("openrlhf", "reward_model.sh"): [{"model": "./tiny/reward_model"}],
-    ("openrlhf", "ppo_critic.sh"): [{"native": "openrlhf", "function": "./reward_func.py:reward_func"}],
-    ("trl", "reward_model.yaml"): [
+    "verl/reward_function.sh": [{"native": "verl", "function": "./reward.py:compute_score"}],
+    "verl/reward_model.sh": [{"model": "./tiny/reward_model"}],
+    "openrlhf/reward_model.sh": [{"model": "./tiny/reward_model"}],
+    "openrlhf/ppo_critic.sh": [{"native": "openrlhf", "function": "./reward_func.py:reward_func"}],
+    "trl/reward_model.yaml": [
         {"model": "./tiny/reward_model", "weight": 1.0},
         {"native": "trl", "function": "trl.rewards:think_format_reward", "weight": 0.5},
     ],
-    ("trl", "reward_funcs.py"): [
+    "trl/reward_funcs.py": [
         {"native": "trl", "function": f"{(RECIPES / 'trl' / 'reward_funcs.py').resolve()}:{f}", "weight": w}
         for f, w in (("digit_reward", 1.0), ("format_reward", 0.1))
     ],
 }
 
 
-@pytest.mark.parametrize("engine,name", sorted(REWARDS))
+# the recipe settings that name a reward, as each engine spells them (the spellings do not overlap)
+REWARD_SETTINGS = (
+    "reward.reward_model.model_path",
+    "custom_reward_function.path",
+    "reward.model_name_or_path",
+    "reward.remote_url",
+    "reward_model_name_or_path",
+    "GRPOTrainer.reward_funcs",
+)
+
+
+@pytest.mark.parametrize("engine,name", by_recipe(REWARDS))
 def test_recipe_rewards_become_canonical_rewards(engine, name):
     """A reward model (verl reward_model.*, OpenRLHF --reward.model_name_or_path, TRL reward_model_name_or_path or
     a model in reward_funcs) becomes reward: [{model}]; a reward function file becomes a native reward, run unchanged."""
     result = imported(engine, name)
-    assert result.config["reward"] == REWARDS[(engine, name)], result.report()
+    assert result.config["reward"] == REWARDS[f"{engine}/{name}"], result.report()
     RunConfig.model_validate(result.config)  # the written config loads as it is
     kinds = {e.key: e.kind for e in result.entries}
-    reward_keys = {
-        "verl": ("reward.reward_model.model_path", "custom_reward_function.path"),
-        "openrlhf": ("reward.model_name_or_path", "reward.remote_url"),
-        "trl": ("reward_model_name_or_path", "GRPOTrainer.reward_funcs"),
-    }[engine]
-    for key in reward_keys:
+    for key in REWARD_SETTINGS:
         if key in kinds:
             assert kinds[key] in ("reward", "mapped"), (key, kinds[key])
     # OpenRLHF runs a lone reward model in its own reward-model actors: the plan gives the flag back

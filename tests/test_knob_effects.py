@@ -149,7 +149,7 @@ def test_mini_batch_must_hold_whole_groups_for_every_algorithm(backend):
         _prepare(f"backend={backend}", "algorithm.name=ppo", "algorithm.group_size=4", "training.mini_batch_size=2")
 
 
-@pytest.mark.parametrize("backend", ["verl", "openrlhf"])
+@pytest.mark.parametrize("backend", BACKENDS)  # the core's check of the training layout, for every engine
 def test_mini_batch_must_split_over_the_training_devices(backend):
     with pytest.raises(ConfigError, match="3 training devices"):
         _prepare(f"backend={backend}", "resources.gpus_per_node=3", "rollout.engine=vllm")

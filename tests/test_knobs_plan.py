@@ -11,7 +11,7 @@ import pytest
 from rlbridge.errors import CapabilityError, ConfigError
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import prepare
-from conftest import MINIMAL, write_config
+from conftest import MINIMAL, requirement_unmet_by_backend, write_config
 
 
 def _prepare(tmp_path, backend, *overrides, version=None):
@@ -74,7 +74,20 @@ def test_cross_field_rules(tmp_path, overrides, fragment):
         load_config(write_config(tmp_path, MINIMAL), overrides)
 
 
-@pytest.mark.parametrize("backend", ["verl", "openrlhf"])
+def _runs_ppo() -> list[str]:
+    """The backends whose capability table says they run PPO with a critic, GAE and discounting."""
+    import yaml
+
+    from rlbridge.run.loading import apply_override
+
+    ppo = yaml.safe_load(MINIMAL)
+    for item in PPO:
+        apply_override(ppo, item)
+    unmet = requirement_unmet_by_backend(ppo, "algorithm.name", "critic.lr", "algorithm.gae_lambda", "algorithm.gamma")
+    return [backend for backend, why in unmet.items() if why is None]
+
+
+@pytest.mark.parametrize("backend", _runs_ppo())
 @pytest.mark.parametrize("knob", ["critic.lr=1.0e-5", "algorithm.gae_lambda=0.9", "algorithm.gamma=0.9"])
 def test_ppo_knobs_outside_ppo_are_refused(tmp_path, backend, knob):
     with pytest.raises(CapabilityError, match=f"{knob.split('=')[0]}.*applies only to algorithm.name"):

@@ -202,12 +202,26 @@ def test_openrlhf_zero_states_match_deepspeeds_estimate(qwen7b, tmp_path):
     assert ours["z3-offload"][1] * 1.5 == pytest.approx(cpu, rel=1e-6)
 
 
-@pytest.mark.parametrize(
-    "backend, process", [("trl", "GRPOTrainer"), ("verl", "WorkerDict"), ("openrlhf", "PolicyModelActor")]
-)
+def _training_processes() -> list[tuple[str, str]]:
+    """(backend, the process that trains the policy) for each backend that declares its memory behaviour for
+    the quickstart (Backend.memory_behaviour; plan is pure: no engine imported, nothing written)."""
+    from rlbridge.contract.registry import PluginManager
+    from rlbridge.run.loading import load_config
+
+    found = []
+    for name, registered in sorted(PluginManager().items["backend"].items()):
+        backend, config = registered.item(), load_config(QUICKSTART, [f"backend={name}"])
+        behaviour = backend.memory_behaviour(config, backend.plan(config))
+        if behaviour is not None:
+            found.append((name, behaviour.training_process))
+    return found
+
+
+@pytest.mark.parametrize("backend, process", _training_processes())
 def test_plan_memory_prints_the_table_on_every_backend(backend, process):
-    """`rlbridge plan configs/quickstart.yaml --memory` on each backend (no engine imported): the device's table
-    with the engine's training process, the actor's state, the rollout, each phase and the verdict."""
+    """`rlbridge plan configs/quickstart.yaml --memory` on each backend that declares its memory behaviour (no
+    engine imported): the device's table with the training process it declares, the actor's state, the rollout,
+    each phase and the verdict."""
     result = run_cli("plan", str(QUICKSTART), "--memory", "--set", f"backend={backend}")
     assert result.returncode == 0, result.stderr
     text = result.stdout

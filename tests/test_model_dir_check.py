@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICKSTART, run_cli
+from conftest import QUICKSTART, registered_backends, run_cli
 
-BACKENDS = ["trl", "verl", "openrlhf"]
+BACKENDS = registered_backends()
 
 
 @pytest.fixture(scope="module")

@@ -104,27 +104,42 @@ def test_async_verl_function(tmp_path):
     ]
 
 
-@pytest.mark.parametrize(
-    "family, body, expected",
-    [
-        ("verl", "def compute_score(text, truth): return 0.0", "has no 'solution_str' parameter"),
-        ("verl", "def compute_score(solution_str, ground_truth, tokenizer): return 0.0", "requires tokenizer"),
-        (
-            "openrlhf",
-            "def reward_func(queries, prompts): return {}",
-            "cannot be called as reward_func(queries, prompts, labels)",
-        ),
-        ("trl", "def f(samples): return []", "has no 'completions' parameter"),
-        ("trl", "def f(completions, /): return []", "positional-only"),
-    ],
-)
-def test_signature_that_fits_no_convention_is_refused(tmp_path, family, body, expected):
+def refused(tmp_path, family: str, body: str, expected: str) -> None:
+    """A function `body` defines, given as a native: `family` reward, is refused at plan time with `expected` in
+    the message, which says what the convention expected."""
     path = write(tmp_path, body)
     with pytest.raises(ConfigError) as err:
         check_reward_spec({"native": family, "function": f"{path}:{body.split('(')[0][4:]}"}, None, "reward[1]")
     message = str(err.value)
     assert message.startswith("reward[1].function: ") and expected in message
     assert f"a native: {family} reward is " in message  # says what it expected
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("def compute_score(text, truth): return 0.0", "has no 'solution_str' parameter"),
+        ("def compute_score(solution_str, ground_truth, tokenizer): return 0.0", "requires tokenizer"),
+    ],
+)
+def test_verl_signature_that_fits_no_convention_is_refused(tmp_path, body, expected):
+    refused(tmp_path, "verl", body, expected)
+
+
+def test_openrlhf_signature_that_fits_no_convention_is_refused(tmp_path):
+    body = "def reward_func(queries, prompts): return {}"
+    refused(tmp_path, "openrlhf", body, "cannot be called as reward_func(queries, prompts, labels)")
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("def f(samples): return []", "has no 'completions' parameter"),
+        ("def f(completions, /): return []", "positional-only"),
+    ],
+)
+def test_trl_signature_that_fits_no_convention_is_refused(tmp_path, body, expected):
+    refused(tmp_path, "trl", body, expected)
 
 
 def test_missing_file_and_name(tmp_path):

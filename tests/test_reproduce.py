@@ -6,6 +6,7 @@ import shutil
 import sys
 
 import pytest
+from packaging.version import Version
 
 from conftest import QUICKSTART, run_cli
 
@@ -254,7 +255,31 @@ def test_deterministic_trl_run_turns_on_torch_determinism_and_reproduces_identic
     assert report["verdict"] == "identical", report
 
 
-@pytest.mark.parametrize("backend, version", [("verl", "0.5.0"), ("openrlhf", "0.10.4")])
+def _newest_versions_refusing_deterministic() -> list[tuple[str, str]]:
+    """Per engine, the newest version of the compatibility matrix whose capability table plans the quickstart
+    but refuses training.deterministic: the edge of that version gate, where a gate goes wrong."""
+    from rlbridge.contract.registry import get_plugin_manager
+    from rlbridge.envs.compat import load_matrix
+    from rlbridge.run.loading import load_config
+    from rlbridge.testing import requirement_unmet
+
+    refusing: dict[str, list[str]] = {}
+    for cell in load_matrix():
+        name, version = cell["engine"], cell["version"]
+        backend, plain = get_plugin_manager().backend(name), [f"backend={name}", f"engine_version={version}"]
+        deterministic = load_config(QUICKSTART, [*plain, "training.deterministic=true"])
+        if not requirement_unmet(backend, load_config(QUICKSTART, plain)) and requirement_unmet(
+            backend, deterministic, "training.deterministic"
+        ):
+            refusing.setdefault(name, []).append(version)
+
+    def release(label: str) -> Version:  # a matrix label such as 1.16.0-vllm starts with its release
+        return Version(label.split("-")[0])
+
+    return [(name, max(versions, key=release)) for name, versions in sorted(refusing.items())]
+
+
+@pytest.mark.parametrize("backend, version", _newest_versions_refusing_deterministic())
 def test_deterministic_is_refused_where_the_engine_cannot_repeat_its_rollout(backend, version):
     from rlbridge.errors import RLBridgeError
     from rlbridge.run.loading import load_config

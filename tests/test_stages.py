@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, proven_backends, run_cli
 from rlbridge.errors import CapabilityError, ConfigError
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import prepare, train
@@ -74,23 +74,21 @@ def test_offline_knobs_outside_their_stage_are_refused():
 
 
 @pytest.mark.parametrize(
-    "backend, stage, why",
+    "stage, why, version",
     [
-        ("verl", "dpo", "no offline DPO trainer"),
-        ("verl", "reward_model", "no reward-model trainer"),
-        ("verl", "sft", "from verl 0.9.0"),  # with engine_version 0.5.0 (below)
-        ("openrlhf", "dpo", "chat template"),  # with model.use_chat_template (below)
+        ("dpo", "no offline DPO trainer", None),
+        ("reward_model", "no reward-model trainer", None),
+        ("sft", "from verl 0.9.0", "0.5.0"),
     ],
 )
-def test_engines_without_the_stage_refuse_it_naming_why(backend, stage, why):
-    config = {"sft": "sft.yaml", "dpo": "dpo.yaml", "reward_model": "reward_model.yaml"}[stage]
+def test_verl_without_the_stage_refuses_it_naming_why(stage, why, version):
     with pytest.raises(CapabilityError, match=f"algorithm.name={stage}.*{why}"):
-        _plan(
-            config,
-            f"backend={backend}",
-            *(["model.use_chat_template=true"] if backend == "openrlhf" else []),
-            *(["engine_version=0.5.0"] if (backend, stage) == ("verl", "sft") else []),
-        )
+        _plan(f"{stage}.yaml", "backend=verl", *([f"engine_version={version}"] if version else []))
+
+
+def test_openrlhf_dpo_with_the_chat_template_is_refused_naming_why():
+    with pytest.raises(CapabilityError, match="algorithm.name=dpo.*chat template"):
+        _plan("dpo.yaml", "backend=openrlhf", "model.use_chat_template=true")
 
 
 def test_openrlhf_plans_its_own_stage_scripts():
@@ -343,10 +341,24 @@ stages:
     assert [json.loads(line)["step"] for line in after if json.loads(line)["step"] > 5] == [6, 7, 8, 9, 10]
 
 
+def _other_engines_for_the_rl_stage() -> list[tuple[str, str]]:
+    """(engine, version) proven end to end that can run configs/pipeline.yaml's GRPO stage (the quickstart
+    with a reward model as its only reward), other than the engine of the pipeline's offline stages."""
+    import yaml
+
+    stages = yaml.safe_load((CONFIGS / "pipeline.yaml").read_text())["stages"]
+    offline = {yaml.safe_load((CONFIGS / s["config"]).read_text())["backend"] for s in stages[:-1]}
+    grpo = {
+        **yaml.safe_load((CONFIGS / stages[-1]["config"]).read_text()),
+        "reward": [{"model": "builtin:tiny-reward"}],
+    }
+    return [(b.name, b.default_version) for b in proven_backends(grpo) if b.name not in offline]
+
+
 @pytest.mark.engine
 @pytest.mark.engine_env
 @pytest.mark.matrix_only
-@pytest.mark.parametrize("engine,version", [("verl", "0.9.1"), ("openrlhf", "0.11.2")])
+@pytest.mark.parametrize("engine,version", _other_engines_for_the_rl_stage())
 def test_the_pipeline_with_its_rl_stage_on_another_engine(engine, version, tmp_path):
     """configs/pipeline.yaml with SFT and RM on TRL (here) and GRPO on ENGINE in its environment, from
     the trained SFT model with the trained RM as its reward: the stages of one pipeline on different engines."""

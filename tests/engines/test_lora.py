@@ -3,27 +3,17 @@ trains, the checkpoint holds it, and a resumed run goes on from the last checkpo
 tests/test_knobs_plan.py::test_trl_lora_grpo_run_saves_the_adapter_and_resumes. It runs in those
 engines' environments (make compat) and skips elsewhere."""
 
-import importlib.metadata
 import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import train
 
+from . import proven_backend_here
 
-def _installed(dist):
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-# the versions whose CPU LoRA run was measured (docs/roles.md)
-PROVEN = (("verl", "verl", "0.9.1"), ("openrlhf", "openrlhf", "0.11.2"))
-BACKEND = next((b for b, d, v in PROVEN if _installed(d) == v), None)
-pytestmark = pytest.mark.skipif(BACKEND is None, reason="needs verl 0.9.1 or OpenRLHF 0.11.2 installed here")
 
 # The untrained policy scores ~0.01 on digit_match, so both samples of a group often score 0: a zero
 # advantage everywhere leaves lora_B at its zero init (by estimate in about half the runs; seen once).
@@ -43,6 +33,11 @@ checkpoint: {interval: 1}
 resources: {gpus_per_node: 0}
 telemetry: {progress: false}
 """
+
+# the engine CI proves end to end whose capability table runs CONFIG, in its environment (its measured LoRA
+# runs: docs/roles.md)
+BACKEND, NOT_HERE = proven_backend_here(yaml.safe_load(CONFIG))
+pytestmark = pytest.mark.skipif(BACKEND is None, reason=NOT_HERE)
 
 
 def _lora_tensors(checkpoint: Path) -> dict:

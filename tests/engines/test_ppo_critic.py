@@ -2,27 +2,17 @@
 canonical critic knobs reach the engine and both the policy and the value model train. It runs in
 those engines' e2e-cpu cells (rlbridge compat run) and skips elsewhere."""
 
-import importlib.metadata
 import json
 import math
 
 import pytest
+import yaml
 
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import train
 
+from . import proven_backend_here
 
-def _installed(dist):
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-# the versions whose CPU PPO run was measured (docs/roles.md)
-PROVEN = (("verl", "verl", "0.9.1"), ("openrlhf", "openrlhf", "0.11.2"))
-BACKEND = next((b for b, d, v in PROVEN if _installed(d) == v), None)
-pytestmark = pytest.mark.skipif(BACKEND is None, reason="needs verl 0.9.1 or OpenRLHF 0.11.2 installed here")
 
 CONFIG = """\
 model: {path: builtin:tiny-digits}
@@ -34,6 +24,11 @@ rollout: {max_new_tokens: 8}
 resources: {gpus_per_node: 0}
 telemetry: {progress: false}
 """
+
+# the engine CI proves end to end whose capability table runs CONFIG, in its environment (its measured PPO
+# runs: docs/roles.md)
+BACKEND, NOT_HERE = proven_backend_here(yaml.safe_load(CONFIG))
+pytestmark = pytest.mark.skipif(BACKEND is None, reason=NOT_HERE)
 
 
 @pytest.mark.engine

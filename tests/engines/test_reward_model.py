@@ -5,7 +5,6 @@ the model served by vLLM (reward.reward_model.*), OpenRLHF's reward-model actors
 test_trl_grpo_with_a_reward_model_as_the_only_reward. It runs in those engines' environments
 (make compat) and skips elsewhere."""
 
-import importlib.metadata
 import json
 import math
 
@@ -15,18 +14,8 @@ import yaml
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import train
 
+from . import proven_backend_here
 
-def _installed(dist):
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-# the versions whose CPU reward-model run was measured (docs/roles.md)
-PROVEN = (("verl", "verl", "0.9.1"), ("openrlhf", "openrlhf", "0.11.2"))
-BACKEND = next((b for b, d, v in PROVEN if _installed(d) == v), None)
-pytestmark = pytest.mark.skipif(BACKEND is None, reason="needs verl 0.9.1 or OpenRLHF 0.11.2 installed here")
 
 CONFIG = """\
 model: {path: builtin:tiny-digits}
@@ -37,6 +26,11 @@ rollout: {max_new_tokens: 8}
 resources: {gpus_per_node: 0}
 telemetry: {progress: false}
 """
+
+# the engine CI proves end to end whose capability table runs CONFIG, in its environment (its measured reward-model
+# runs: docs/roles.md)
+BACKEND, NOT_HERE = proven_backend_here(yaml.safe_load(CONFIG))
+pytestmark = pytest.mark.skipif(BACKEND is None, reason=NOT_HERE)
 
 
 @pytest.mark.engine
