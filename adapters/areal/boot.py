@@ -23,9 +23,8 @@ from pathlib import Path
 
 from rlbridge.contract.metrics import numbers
 from rlbridge.engine.events import engine_metrics, synced_weights, write_event
-from rlbridge.engine.importhooks import when_imported
-from rlbridge.engine.patches import apply_from_environment
 from rlbridge.engine.ray_engine import once
+from rlbridge.engine.kit import install_boot, is_wrapped, mark_wrapped, wrap_once
 
 NATIVE_ENV = "RLBRIDGE_AREAL_NATIVE"
 PATCH_REPORT_ENV = "RLBRIDGE_AREAL_PATCH_REPORT"
@@ -37,11 +36,13 @@ COMPLETE = "rlbridge_complete.json"  # written last into a step's directory: it 
 def install() -> None:
     from rlbridge_adapters.areal.patches import PATCHES
 
-    apply_from_environment(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV)
-    when_imported("areal.utils.stats_logger", _instrument_stats)
-    when_imported("areal.utils.recover", _instrument_recover)
-    when_imported("areal.engine.fsdp_engine", _instrument_weight_update)
-    when_imported("areal.trainer.rl_trainer", _instrument_last_step)
+    hooks = [
+        ("areal.utils.stats_logger", _instrument_stats),
+        ("areal.utils.recover", _instrument_recover),
+        ("areal.engine.fsdp_engine", _instrument_weight_update),
+        ("areal.trainer.rl_trainer", _instrument_last_step),
+    ]
+    install_boot(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV, hooks)
 
 
 def _native() -> dict:
@@ -51,59 +52,57 @@ def _native() -> dict:
 
 def _instrument_stats(module) -> None:
     logger = module.StatsLogger
-    original = logger.commit
-    if getattr(original, "_rlbridge", False):
-        return
 
-    @functools.wraps(original)
-    def commit(self, epoch, step, global_step, data):
-        rows = data if isinstance(data, list) else [data]
-        for i, row in enumerate(rows):  # without AReaL's counter keys, as it logs them itself
-            kept = {k: v for k, v in row.items() if not k.endswith("__count")}
-            write_event(engine_metrics(global_step + 1 + i, numbers(kept)))
-        return original(self, epoch, step, global_step, data)
+    def make(original):
+        @functools.wraps(original)
+        def commit(self, epoch, step, global_step, data):
+            rows = data if isinstance(data, list) else [data]
+            for i, row in enumerate(rows):  # without AReaL's counter keys, as it logs them itself
+                kept = {k: v for k, v in row.items() if not k.endswith("__count")}
+                write_event(engine_metrics(global_step + 1 + i, numbers(kept)))
+            return original(self, epoch, step, global_step, data)
 
-    commit._rlbridge = True
-    logger.commit = commit
+        return commit
+
+    wrap_once(logger, "commit", make)
 
 
 def _instrument_recover(module) -> None:
     handler = module.RecoverHandler
-    original = handler.dump
-    if getattr(original, "_rlbridge", False):
-        return
 
-    @functools.wraps(original)
-    def dump(self, engine, step_info, *args, **kwargs):
-        before = self.last_step_info.global_step
-        result = original(self, engine, step_info, *args, **kwargs)
-        if self.last_step_info.global_step != before:  # AReaL saved at this step (its frequency said so)
-            keep_step(Path(self.config.fileroot), step_info.global_step + 1, _native().get("keep_last"))
-        return result
+    def make(original):
+        @functools.wraps(original)
+        def dump(self, engine, step_info, *args, **kwargs):
+            before = self.last_step_info.global_step
+            result = original(self, engine, step_info, *args, **kwargs)
+            if self.last_step_info.global_step != before:  # AReaL saved at this step (its frequency said so)
+                keep_step(Path(self.config.fileroot), step_info.global_step + 1, _native().get("keep_last"))
+            return result
 
-    dump._rlbridge = True
-    handler.dump = dump
+        return dump
+
+    wrap_once(handler, "dump", make)
 
 
 def _instrument_last_step(module) -> None:
     trainer = module.PPOTrainer
-    original = trainer._export_and_commit_stats
-    if getattr(original, "_rlbridge", False):
-        return
 
-    @functools.wraps(original)
-    def export_and_commit_stats(self, epoch, epoch_step, global_step):
-        result = original(self, epoch, epoch_step, global_step)
-        config = self.config
-        last = config.total_train_epochs * len(self.train_dataloader)
-        if config.total_train_steps is not None:
-            last = min(last, config.total_train_steps)
-        if global_step + 1 >= last:  # PPOTrainer.train resumes the rollout next: no step will train on what it makes
-            self.rollout.resume = lambda *args, **kwargs: None
-        return result
+    def make(original):
+        @functools.wraps(original)
+        def export_and_commit_stats(self, epoch, epoch_step, global_step):
+            result = original(self, epoch, epoch_step, global_step)
+            config = self.config
+            last = config.total_train_epochs * len(self.train_dataloader)
+            if config.total_train_steps is not None:
+                last = min(last, config.total_train_steps)
+            # PPOTrainer.train resumes the rollout next: no step will train on what it makes
+            if global_step + 1 >= last:
+                self.rollout.resume = lambda *args, **kwargs: None
+            return result
 
-    export_and_commit_stats._rlbridge = True
-    trainer._export_and_commit_stats = export_and_commit_stats
+        return export_and_commit_stats
+
+    wrap_once(trainer, "_export_and_commit_stats", make)
 
 
 def areal_root(fileroot: Path) -> Path:
@@ -156,7 +155,7 @@ def restore_step(path: Path, fileroot: Path) -> None:
 def _instrument_weight_update(module) -> None:
     engine = module.FSDPEngine
     original = engine._update_weights_from_disk
-    if getattr(original, "_rlbridge", False):
+    if is_wrapped(original):
         return
     _instrument_broadcast(engine)
     save = engine._save_model_to_hf
@@ -178,8 +177,7 @@ def _instrument_weight_update(module) -> None:
         finally:
             self._rlbridge_sync_path = None
 
-    update_weights_from_disk._rlbridge = True
-    engine._update_weights_from_disk = update_weights_from_disk
+    engine._update_weights_from_disk = mark_wrapped(update_weights_from_disk)
     engine._save_model_to_hf = save_model_to_hf
 
 

@@ -21,7 +21,7 @@ import yaml
 from rlbridge.contract.backend import flatten
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.contract.importing import Recipe, RecipeImporter, RecipeSource, Setting
+from rlbridge.contract.importing import Recipe, RecipeImporter, RecipeSource, Setting, listed_special, run_dir_special
 from rlbridge_adapters.areal.package import DEFAULT_VERSION
 
 MARKERS = ("--config",)
@@ -306,13 +306,7 @@ class ArealRecipeImporter(RecipeImporter):
         return out
 
     def special(self, setting: Setting) -> tuple[str, str] | None:
-        for table, kind in ((OWNED, "owned"), (ACTION, "action")):
-            for prefix, reason in table.items():
-                if setting.key == prefix or (prefix.endswith(".") and setting.key.startswith(prefix)):
-                    return kind, reason
-        if isinstance(setting.value, str) and "<run_dir>" in setting.value:
-            return "owned", "a path inside rlbridge's run directory"
-        return None
+        return listed_special(setting.key, OWNED, ACTION) or run_dir_special(setting)
 
     def option(self, setting: Setting) -> tuple[str, Any]:
         return setting.key, setting.value

@@ -28,6 +28,7 @@ from rlbridge.contract.backend import (
     resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.knob_checks import check_kl_estimator_needs_kl, warmup_needs_steps
 from rlbridge.contract.models import resolve_path
 from rlbridge_adapters.areal import asynchrony, layout, stages
 
@@ -108,12 +109,6 @@ def _check_kl_placement(config: RunConfig) -> str | None:
     return None
 
 
-def _check_kl_estimator(config: RunConfig) -> str | None:
-    if config.algorithm.kl_estimator and config.algorithm.kl_coef == 0:
-        return "algorithm.kl_estimator has no effect with kl_coef 0 (no reference model); set kl_coef or remove it"
-    return None
-
-
 def _check_rollout(config: RunConfig) -> str | None:
     engine = config.rollout.engine
     if engine == "hf":
@@ -135,13 +130,9 @@ def _check_dtype(config: RunConfig) -> str | None:
     return None
 
 
-def _check_warmup(config: RunConfig) -> str | None:
-    if config.training.warmup_steps and not config.training.steps:
-        return (
-            "AReaL takes warm-up as a proportion of the run's steps (optimizer.warmup_steps_proportion), which "
-            "rlbridge knows only with training.steps; train by training.steps, or remove warmup_steps"
-        )
-    return None
+_check_warmup = warmup_needs_steps(
+    "AReaL takes warm-up as a proportion of the run's steps (optimizer.warmup_steps_proportion)"
+)
 
 
 def _check_micro(config: RunConfig) -> str | None:
@@ -205,7 +196,7 @@ def capabilities() -> list[Capability]:
             "AReaL's ppo_update makes one pass over the mini batches of a rollout batch (actor.ppo_n_minibatches); "
             "keep 1",
         ),
-        honoured("algorithm.kl_estimator", "actor.kl_estimator", _check_kl_estimator, note="k1, k2, k3"),
+        honoured("algorithm.kl_estimator", "actor.kl_estimator", check_kl_estimator_needs_kl, note="k1, k2, k3"),
         rejected(
             "algorithm.entropy_coef",
             "AReaL's PPO loss logs the entropy but has no entropy bonus (grpo_loss_fn detaches it, "

@@ -23,6 +23,8 @@ import struct
 import sys
 from pathlib import Path
 
+from rlbridge.engine.kit import native_arm_main, native_arm_env, start_native_arm, write_native_cmd
+
 # The quickstart's digit_match reward (plugins/rewards.py) as an AReaL user writes it, in AReaL's convention
 # (RLVRWorkflow._compute_rewards: the decoded completion and the engine's completion ids).
 REWARD_FILES = {
@@ -77,21 +79,14 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     import yaml
 
     from rlbridge.engine.model_dir import model_dir_with_template
-    from rlbridge.engine.patch_report import PATCH_DIR_ENV
     from rlbridge.engine.ray_engine import boot_env
     from rlbridge_adapters.areal.boot import NATIVE_ENV
     from rlbridge_adapters.areal.train import _filled, exactly
 
-    job = json.loads(job_path.read_text())
-    native = job["plan"]["native"]
-    run_dir = run_dir.resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    job, native, run_dir = start_native_arm(
+        job_path, run_dir, REWARD_FILES, "native AReaL arm", "an AReaL reward function"
+    )
     rewards = native["rewards"]
-    if len(rewards) != 1 or rewards[0]["name"] not in REWARD_FILES or rewards[0].get("args"):
-        raise SystemExit(
-            f"native AReaL arm: an AReaL reward function exists for {sorted(REWARD_FILES)} (one reward, no args); "
-            f"this plan has {[r['name'] for r in rewards]}"
-        )
     workflow = native["workflow"]
     if workflow["chat_template_kwargs"] or native["data"].get("max_prompt_tokens"):
         raise SystemExit(
@@ -113,23 +108,22 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     config["stats_logger"]["tensorboard"] = {"path": str(run_dir / "tensorboard")}
     config["recover"]["fileroot"] = str(run_dir / "checkpoints")
     (run_dir / "areal_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    (run_dir / "areal_native_plan.json").write_text(json.dumps(native))
-    env = {
-        **native["env"],
-        **boot_env("rlbridge_adapters.areal.native:install_patches_only"),
-        NATIVE_ENV: str(run_dir / "areal_native_plan.json"),
-        PATCH_DIR_ENV: str(run_dir / "patches"),
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        "PYTHONPATH": os.pathsep.join([str(run_dir), boot_env("x")["PYTHONPATH"]]),
-    }
+    env = native_arm_env(
+        native,
+        run_dir,
+        "rlbridge_adapters.areal.native:install_patches_only",
+        NATIVE_ENV,
+        "areal_native_plan.json",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        PYTHONPATH=os.pathsep.join([str(run_dir), boot_env("x")["PYTHONPATH"]]),
+    )
     cmd = {
         "argv": [sys.executable, "native_train.py", "--config", str(run_dir / "areal_config.yaml")],
         "env": env,
         "metrics": str(run_dir / "tensorboard"),
         "cwd": str(run_dir),
     }
-    (run_dir / "native_cmd.json").write_text(json.dumps(cmd, indent=1))
-    return cmd
+    return write_native_cmd(run_dir, cmd)
 
 
 def scalars(directory: Path) -> dict[int, dict[str, float]]:
@@ -163,14 +157,8 @@ def canonical(raw: Path, out: Path) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) == 3 and argv[0] == "prepare":
-        prepare(Path(argv[1]), Path(argv[2]))
-    elif len(argv) == 3 and argv[0] == "canonical":
-        canonical(Path(argv[1]), Path(argv[2]))
-    else:
-        raise SystemExit(
-            "usage: python -m rlbridge_adapters.areal.native prepare JOB.json RUN_DIR | canonical RAW OUT.jsonl"
-        )
+    usage = "usage: python -m rlbridge_adapters.areal.native prepare JOB.json RUN_DIR | canonical RAW OUT.jsonl"
+    native_arm_main(argv, prepare, canonical, usage)
 
 
 if __name__ == "__main__":

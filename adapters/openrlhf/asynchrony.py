@@ -28,11 +28,10 @@ from packaging.version import Version
 
 from rlbridge.contract.backend import Capability, gpus_per_node, honoured
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.metrics import PARTIAL, ROLLOUT_IDLE, STALENESS_MAX, STALENESS_MEAN, TRAINER_IDLE
+from rlbridge.engine.kit import is_wrapped, mark_wrapped, wrap_once
 
 ASYNC_SINCE = Version("0.10.2")
-# status keys this module adds to OpenRLHF's training log (metrics.py maps them to async/...)
-STALENESS_MEAN, STALENESS_MAX = "rlbridge/staleness_mean", "rlbridge/staleness_max"
-TRAINER_IDLE, ROLLOUT_IDLE, PARTIAL = "rlbridge/trainer_idle", "rlbridge/rollout_idle", "rlbridge/partial_rollouts"
 
 
 def _version(config: RunConfig) -> Version:
@@ -102,25 +101,24 @@ def instrument_generator(module) -> None:
     """Stamp each batch SamplesGenerator.generate_samples returns with when its generation started and
     ended and how long the generator sat idle before it (waiting for a slot token or the vLLM lock)."""
     cls = module.SamplesGenerator
-    original = cls.generate_samples
-    if getattr(original, "_rlbridge", False):
-        return
 
-    @functools.wraps(original)
-    def generate_samples(self, *args, **kwargs):
-        start = time.time()
-        idle = start - getattr(self, "_rlbridge_last_end", start)
-        result = original(self, *args, **kwargs)
-        end = self._rlbridge_last_end = time.time()
-        for sample in result[0] or ():
-            # travels with the sample through the Ray queue; a sample served from OpenRLHF's buffer of extras
-            # (--rollout.vllm_generate_batch_size above the batch) keeps the stamp of the call that generated it
-            if not hasattr(sample, "_rlbridge_generation"):
-                sample._rlbridge_generation = (start, end, idle)
-        return result
+    def make(original):
+        @functools.wraps(original)
+        def generate_samples(self, *args, **kwargs):
+            start = time.time()
+            idle = start - getattr(self, "_rlbridge_last_end", start)
+            result = original(self, *args, **kwargs)
+            end = self._rlbridge_last_end = time.time()
+            for sample in result[0] or ():
+                # travels with the sample through the Ray queue; a sample served from OpenRLHF's buffer of extras
+                # (--rollout.vllm_generate_batch_size above the batch) keeps the stamp of the call that generated it
+                if not hasattr(sample, "_rlbridge_generation"):
+                    sample._rlbridge_generation = (start, end, idle)
+            return result
 
-    generate_samples._rlbridge = True
-    cls.generate_samples = generate_samples
+        return generate_samples
+
+    wrap_once(cls, "generate_samples", make)
 
 
 def instrument_trainer(module) -> None:
@@ -132,7 +130,7 @@ def instrument_trainer(module) -> None:
     one version older than it was, measured on a remote-reward run at max_staleness 2)."""
     cls = module.BasePPOTrainer
     original, original_broadcast = cls.train_step, cls.broadcast_to_vllm
-    if getattr(original, "_rlbridge", False):
+    if is_wrapped(original):
         return
 
     @functools.wraps(original_broadcast)
@@ -159,8 +157,7 @@ def instrument_trainer(module) -> None:
             status.update(extra)
         return status, next_step
 
-    train_step._rlbridge = broadcast_to_vllm._rlbridge = True
-    cls.train_step, cls.broadcast_to_vllm = train_step, broadcast_to_vllm
+    cls.train_step, cls.broadcast_to_vllm = mark_wrapped(train_step), mark_wrapped(broadcast_to_vllm)
     # ray.remote copies every method into the actor's class (wrapped, __wrapped__ = the method) when it
     # decorates it: the synchronous PPOTrainer of this module was decorated before this hook ran
     for value in vars(module).values():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,16 @@ from packaging.version import Version
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.models import looks_local
 from rlbridge.errors import ConfigError, did_you_mean
-from rlbridge.contract.importing import Recipe, RecipeImporter, RecipeSource, Setting, Token, scalar
+from rlbridge.contract.importing import (
+    Recipe,
+    RecipeImporter,
+    RecipeSource,
+    Setting,
+    Token,
+    listed_special,
+    run_dir_special,
+    scalar,
+)
 from rlbridge_adapters.openrlhf import knobs, stage_import
 from rlbridge_adapters.openrlhf.backend import DOTTED_SINCE, FLAT
 from rlbridge_adapters.openrlhf.package import DEFAULT_VERSION
@@ -126,10 +134,13 @@ def _version_of(args: list[Token], version: str | None) -> str:
     return DEFAULT_VERSION if any("." in n for n in names) or not names else FLAT_VERSION
 
 
+PRINT_PARSER_FLAGS = "from rlbridge_adapters.openrlhf.importer import _print_parser_flags; _print_parser_flags()"
+
+
 def parser_flags(version: str) -> set[str] | None:
     """The option names of train_ppo_ray's own parser: from the OpenRLHF engine environment, else the copy made
     from it for exactly that version (recipe_defaults/parser-types-VERSION.json), else None (the spelling only)."""
-    from rlbridge.engine.environments import env_path, env_python, is_complete
+    from rlbridge.engine.environments import env_path, is_complete, last_line_printed
 
     path = env_path("openrlhf", version)
     if not is_complete(path):
@@ -140,14 +151,10 @@ def parser_flags(version: str) -> set[str] | None:
     cached = cache_dir() / "import" / f"openrlhf-{version}-flags.json"
     if cached.exists():
         return set(json.loads(cached.read_text()))
-    code = "from rlbridge_adapters.openrlhf.importer import _print_parser_flags; _print_parser_flags()"
-    try:
-        res = subprocess.run([str(env_python(path)), "-c", code], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError):
+    line = last_line_printed(path, PRINT_PARSER_FLAGS)
+    if line is None:
         return None
-    if res.returncode != 0:
-        return None
-    flags = json.loads(res.stdout.strip().splitlines()[-1])
+    flags = json.loads(line)
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps(sorted(flags)))
     return set(flags)
@@ -156,7 +163,7 @@ def parser_flags(version: str) -> set[str] | None:
 def parser_defaults(version: str) -> dict[str, Any] | None:
     """{flag: default} of train_ppo_ray's parser: from the OpenRLHF engine environment when it exists (cached),
     else the copy made from it for that version (recipe_defaults/parser-VERSION.json), else None."""
-    from rlbridge.engine.environments import env_path, env_python, is_complete
+    from rlbridge.engine.environments import env_path, is_complete, last_line_printed
     from rlbridge.machine import cache_dir
 
     vendored = Path(__file__).parent / "recipe_defaults" / f"parser-{version}.json"
@@ -165,19 +172,9 @@ def parser_defaults(version: str) -> dict[str, Any] | None:
         cached = cache_dir() / "import" / f"openrlhf-{version}-defaults.json"
         if cached.exists():
             return json.loads(cached.read_text())
-        code = "from rlbridge_adapters.openrlhf.importer import _print_parser_flags; _print_parser_flags()"
-        try:
-            res = subprocess.run(
-                [str(env_python(path)), "-c", code],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                env={**os.environ, "RLBRIDGE_PARSER_DEFAULTS": "1"},
-            )
-        except (OSError, subprocess.SubprocessError):
-            res = None
-        if res is not None and res.returncode == 0:
-            found = json.loads(res.stdout.strip().splitlines()[-1])
+        line = last_line_printed(path, PRINT_PARSER_FLAGS, {"RLBRIDGE_PARSER_DEFAULTS": "1"})
+        if line is not None:
+            found = json.loads(line)
             cached.parent.mkdir(parents=True, exist_ok=True)
             cached.write_text(json.dumps(found, sort_keys=True))
             return found
@@ -236,7 +233,6 @@ def _print_parser_flags() -> None:
     """Run inside an OpenRLHF environment: print the parser's option names as JSON (nothing is launched)."""
     import argparse
     import ast
-    import os
     from datetime import datetime
 
     from rlbridge_adapters.openrlhf.validate import _load_by_path, _main_block, cli_file
@@ -385,18 +381,18 @@ class OpenRLHFRecipeImporter(RecipeImporter):
             return None if setting.value == 1 else ("owned", "logging: rlbridge records every step")
         if key in REFERENCE_ONLY and not self.reference:
             return "owned", "unused: with --algo.kl.init_coef 0 OpenRLHF creates no reference model (nor a KL term)"
-        for table, kind in ((OWNED, "owned"), (ACTION, "action")):
-            for prefix, reason in table.items():
-                if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
-                    return kind, reason
+        found = listed_special(key, OWNED, ACTION)
+        if found:
+            return found
         if self.asynchronous and key == "train.colocate_all" and setting.value is True:
             return "owned", (
                 "with --train.async_enable OpenRLHF colocates only its DeepSpeed models (train_ppo_ray: 'Using "
                 "--colocate_all_models in async RLHF only colocates DeepSpeed models'), and rlbridge places the "
                 "reference with the actor itself; the vLLM engines get devices of their own (placement.policy: split)"
             )
-        if isinstance(setting.value, str) and "<run_dir>" in setting.value:
-            return "owned", "a path inside rlbridge's run directory"
+        found = run_dir_special(setting)
+        if found:
+            return found
         if key in DATASETS and isinstance(setting.value, str) and "," in setting.value:
             return "action", "several datasets: point data.train at one file"
         if key in DATASETS and isinstance(setting.value, str) and "@" in setting.value:

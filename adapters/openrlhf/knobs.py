@@ -28,6 +28,7 @@ from rlbridge.contract.backend import (
     rejected,
 )
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.knob_checks import check_kl_estimator_needs_kl, placement_kl_estimator, warmup_needs_steps
 from rlbridge.contract.models import resolve_path
 from rlbridge_adapters.openrlhf import asynchrony, layout, stages
 
@@ -83,11 +84,6 @@ def _version(config: RunConfig) -> Version:
     return target_version(config)
 
 
-def kl_estimator(config: RunConfig) -> str:
-    algo = config.algorithm
-    return algo.kl_estimator or ("k3" if algo.kl_placement == "loss" else "k1")
-
-
 def _cpu_flash_attention(feature: str):
     def check(config: RunConfig) -> str | None:
         if gpus_per_node(config) == 0:
@@ -136,12 +132,6 @@ def _check_rollout_correction(config: RunConfig) -> str | None:
             "OpenRLHF's sequence-level correction is a rejection filter (mask only); use sequence_mask, "
             "token_truncate or token_mask"
         )
-    return None
-
-
-def _check_kl_estimator(config: RunConfig) -> str | None:
-    if config.algorithm.kl_estimator and config.algorithm.kl_coef == 0:
-        return "algorithm.kl_estimator has no effect with kl_coef 0 (no reference model); set kl_coef or remove it"
     return None
 
 
@@ -241,13 +231,7 @@ def _check_tp(config: RunConfig) -> str | None:
     return None
 
 
-def _check_warmup(config: RunConfig) -> str | None:
-    if config.training.warmup_steps and not config.training.steps:
-        return (
-            "OpenRLHF takes warm-up as a ratio of the run's steps, which rlbridge knows only with training.steps; "
-            "train by training.steps, or remove warmup_steps"
-        )
-    return None
+_check_warmup = warmup_needs_steps("OpenRLHF takes warm-up as a ratio of the run's steps")
 
 
 def _check_stage(config: RunConfig) -> str | None:
@@ -417,7 +401,7 @@ def capabilities() -> list[Capability]:
             when=lambda c: isinstance(c.checkpoint.resume, str),
         ),
         honoured("checkpoint.keep_last", "ckpt.max_num", note="null (keep all): a count no run reaches"),
-        honoured("algorithm.kl_estimator", "algo.kl.estimator", _check_kl_estimator),
+        honoured("algorithm.kl_estimator", "algo.kl.estimator", check_kl_estimator_needs_kl),
         honoured("algorithm.entropy_coef", "actor.entropy_coef"),
         honoured(
             "algorithm.gamma",
@@ -494,7 +478,7 @@ def translate(config: RunConfig, flags: dict[str, Any], version: Version) -> int
     on CPU (where every Ray actor of OpenRLHF asks for one GPU of the private cluster)."""
     algo, tr = config.algorithm, config.training
     if algo.kl_coef > 0:
-        flags["algo.kl.estimator"] = kl_estimator(config)
+        flags["algo.kl.estimator"] = placement_kl_estimator(config)
     if algo.entropy_coef > 0:
         flags["actor.entropy_coef"] = algo.entropy_coef
     flags["algo.advantage.gamma"] = (

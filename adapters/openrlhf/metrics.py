@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rlbridge.contract.metrics import MEASURED_ASYNC
 from rlbridge_adapters.openrlhf import stages as stage_metrics
 
 DIRECT = {
@@ -19,11 +20,7 @@ DIRECT = {
     "timing/broadcast": "timing/weight_sync_s",
     "timing/make_experience": "timing/experience_s",
     # measured by rlbridge in the async loop's own methods (asynchrony.py): OpenRLHF tags no policy version
-    "rlbridge/staleness_mean": "async/staleness_mean",
-    "rlbridge/staleness_max": "async/staleness_max",
-    "rlbridge/trainer_idle": "async/trainer_idle_s",
-    "rlbridge/rollout_idle": "async/rollout_idle_s",
-    "rlbridge/partial_rollouts": "async/partial_rollouts",
+    **MEASURED_ASYNC,
 }
 
 

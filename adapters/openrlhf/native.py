@@ -26,6 +26,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rlbridge.engine.kit import (
+    native_arm_main,
+    install_native_arm_patches,
+    native_arm_env,
+    start_native_arm,
+    wrap_once,
+    write_native_cmd,
+)
+
 RAY_ENV = "RLBRIDGE_OPENRLHF_NATIVE_RAY"  # ray.init's CPU arguments, read in the driver
 
 # The quickstart's digit_match reward (plugins/rewards.py) as an OpenRLHF user writes it. OpenRLHF
@@ -62,51 +71,39 @@ def install_patches_only() -> None:
     those marked
     in_native_arms: what --train.full_determinism_enable needs to repeat), nothing else."""
     from rlbridge.engine.importhooks import when_imported
-    from rlbridge.engine.patches import PatchKind, apply_from_environment
     from rlbridge_adapters.openrlhf.boot import NATIVE_ENV
     from rlbridge_adapters.openrlhf.patches import PATCHES
 
-    apply_from_environment(
-        [p for p in PATCHES if p.kind == PatchKind.CPU_ENABLEMENT or p.in_native_arms], NATIVE_ENV, "RLBRIDGE_UNUSED"
-    )
+    install_native_arm_patches(PATCHES, NATIVE_ENV, "RLBRIDGE_UNUSED")
     if os.environ.get(RAY_ENV):
         when_imported("ray", _cpu_ray_init)
 
 
 def _cpu_ray_init(ray) -> None:
     settings = json.loads(os.environ[RAY_ENV])
-    original = ray.init
-    if getattr(original, "_rlbridge", False):
-        return
 
-    def init(*args, **kwargs):
-        if not args and "address" not in kwargs and not os.environ.get("RAY_ADDRESS"):
-            kwargs = {**settings, **kwargs}
-        return original(*args, **kwargs)
+    def make(original):
+        def init(*args, **kwargs):
+            if not args and "address" not in kwargs and not os.environ.get("RAY_ADDRESS"):
+                kwargs = {**settings, **kwargs}
+            return original(*args, **kwargs)
 
-    init._rlbridge = True
-    ray.init = init
+        return init
+
+    wrap_once(ray, "init", make)
 
 
 def prepare(job_path: Path, run_dir: Path) -> dict:
     from rlbridge.engine.model_dir import model_dir_with_template
-    from rlbridge.engine.patch_report import PATCH_DIR_ENV
     from rlbridge_adapters.openrlhf.backend import MAX_LEN_AUTO
     from rlbridge_adapters.openrlhf.boot import NATIVE_ENV
     from rlbridge_adapters.openrlhf.prompts import longest_prompt
-    from rlbridge.engine.ray_engine import boot_env
     from rlbridge_adapters.openrlhf.train import write_jsonl
 
-    job = json.loads(job_path.read_text())
-    native = job["plan"]["native"]
-    run_dir = run_dir.resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    job, native, run_dir = start_native_arm(
+        job_path, run_dir, REWARD_FILES, "native OpenRLHF arm", "an OpenRLHF reward file"
+    )
     rewards = native["rewards"]
-    if len(rewards) != 1 or rewards[0]["name"] not in REWARD_FILES or rewards[0].get("args"):
-        raise SystemExit(
-            f"native OpenRLHF arm: an OpenRLHF reward file exists for {sorted(REWARD_FILES)} (one reward, "
-            f"no args); this plan has {[r['name'] for r in rewards]}"
-        )
     if native.get("environment") or native["data"].get("chat_template_kwargs") or native["data"].get("drop_over"):
         raise SystemExit(
             "native OpenRLHF arm: environments, chat_template_kwargs and dropped prompts need rlbridge; "
@@ -124,7 +121,6 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     )
     reward_file = run_dir / "reward_func.py"
     reward_file.write_text(REWARD_FILES[rewards[0]["name"]])
-    (run_dir / "openrlhf_native_plan.json").write_text(json.dumps(native))
 
     argv = [a.replace("<run_dir>", str(run_dir)).replace("<model_dir>", model_dir) for a in native["args"]]
     if MAX_LEN_AUTO in argv:
@@ -143,13 +139,14 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     ray = {"address": "local", "num_cpus": native["ray"]["num_cpus"], "_temp_dir": tmp, "include_dashboard": False}
     if native["ray"].get("logical_gpus"):
         ray["num_gpus"] = native["ray"]["logical_gpus"]
-    env = {
-        **native["env"],
-        **boot_env("rlbridge_adapters.openrlhf.native:install_patches_only"),
-        RAY_ENV: json.dumps(ray),
-        NATIVE_ENV: str(run_dir / "openrlhf_native_plan.json"),
-        PATCH_DIR_ENV: str(run_dir / "patches"),  # each process's applied patches, for the report
-    }
+    env = native_arm_env(
+        native,
+        run_dir,
+        "rlbridge_adapters.openrlhf.native:install_patches_only",
+        NATIVE_ENV,
+        "openrlhf_native_plan.json",
+        **{RAY_ENV: json.dumps(ray)},
+    )
     tb = argv[argv.index("--logger.tensorboard_dir") + 1]
     cmd = {
         "argv": [sys.executable, "-m", native["module"], *argv],
@@ -159,8 +156,7 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
         "cwd": str(run_dir),
         "ray_temp_dir": tmp,
     }
-    (run_dir / "native_cmd.json").write_text(json.dumps(cmd, indent=1))
-    return cmd
+    return write_native_cmd(run_dir, cmd)
 
 
 def canonical(raw: Path, out: Path) -> None:
@@ -185,14 +181,8 @@ def canonical(raw: Path, out: Path) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) == 3 and argv[0] == "prepare":
-        prepare(Path(argv[1]), Path(argv[2]))
-    elif len(argv) == 3 and argv[0] == "canonical":
-        canonical(Path(argv[1]), Path(argv[2]))
-    else:
-        raise SystemExit(
-            "usage: python -m rlbridge_adapters.openrlhf.native prepare JOB.json RUN_DIR | canonical TB_DIR OUT.jsonl"
-        )
+    usage = "usage: python -m rlbridge_adapters.openrlhf.native prepare JOB.json RUN_DIR | canonical TB_DIR OUT.jsonl"
+    native_arm_main(argv, prepare, canonical, usage)
 
 
 if __name__ == "__main__":

@@ -36,12 +36,11 @@ from packaging.version import Version
 
 from rlbridge.contract.backend import Capability, approximated, gpus_per_node, honoured
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.metrics import PARTIAL, ROLLOUT_IDLE, STALENESS_MAX, STALENESS_MEAN, TRAINER_IDLE
 from rlbridge.errors import ConfigError
+from rlbridge.engine.kit import is_wrapped, mark_wrapped, wrap_once
 
 ASYNC_SINCE = Version("0.9.1")
-# metric keys the driver adds to verl's step metrics (metrics.py maps them to async/...)
-STALENESS_MEAN, STALENESS_MAX = "rlbridge/staleness_mean", "rlbridge/staleness_max"
-TRAINER_IDLE, ROLLOUT_IDLE, PARTIAL = "rlbridge/trainer_idle", "rlbridge/rollout_idle", "rlbridge/partial_rollouts"
 # rlbridge's CPU checkpoint engine: its registry name and the module verl imports to register it
 CHECKPOINT_ENGINE, CHECKPOINT_ENGINE_MODULE = "rlbridge_file", "rlbridge_adapters.verl.checkpoint_engine"
 
@@ -322,7 +321,7 @@ def instrument_one_step_off(module) -> None:
     """Add staleness (in policy versions), trainer and rollout idle time and partial rollouts to the metrics
     OneStepOffRayTrainer logs each step, from verl's own per-sample version tags (module docstring)."""
     cls = module.OneStepOffRayTrainer
-    if getattr(cls, "_rlbridge", False):
+    if is_wrapped(cls):
         return
     update_weights, update_actor, generate = cls._fit_update_weights, cls._fit_update_actor, cls._async_gen_next_batch
 
@@ -357,7 +356,7 @@ def instrument_one_step_off(module) -> None:
 
     cls._fit_update_weights, cls._fit_update_actor = _fit_update_weights, _fit_update_actor
     cls._async_gen_next_batch = _async_gen_next_batch
-    cls._rlbridge = True
+    mark_wrapped(cls)
 
 
 def _state(trainer) -> dict[str, Any]:
@@ -409,28 +408,29 @@ def instrument_separate_trainer(module) -> None:
     """Staleness (versions: verl tags every sample with the parameter version its generation started and ended
     at, min/max_global_steps), trainer idle time and partial rollouts, added to each fully-async training step."""
     cls = module.SeparateRayPPOTrainer
-    original = cls._fit_update_actor
-    if getattr(original, "_rlbridge", False):
-        return
 
-    @functools.wraps(original)
-    def _fit_update_actor(self, batch):
-        if _is_fully_async(self):
-            version = int(self.current_param_version)  # the synced weights this cycle's updates start from
-            _fully_async.update(active=True, step=int(self.global_steps))
-            self.metrics.update(version_metrics(batch.non_tensor_batch, {v: v for v in range(version + 1)}, version))
-            self.metrics[TRAINER_IDLE] = self.timing_raw.get("gen", 0.0)  # the wait for the queue (_fit_generate)
-        return original(self, batch)
+    def make(original):
+        @functools.wraps(original)
+        def _fit_update_actor(self, batch):
+            if _is_fully_async(self):
+                version = int(self.current_param_version)  # the synced weights this cycle's updates start from
+                _fully_async.update(active=True, step=int(self.global_steps))
+                self.metrics.update(
+                    version_metrics(batch.non_tensor_batch, {v: v for v in range(version + 1)}, version)
+                )
+                self.metrics[TRAINER_IDLE] = self.timing_raw.get("gen", 0.0)  # the wait for the queue (_fit_generate)
+            return original(self, batch)
 
-    _fit_update_actor._rlbridge = True
-    cls._fit_update_actor = _fit_update_actor
+        return _fit_update_actor
+
+    wrap_once(cls, "_fit_update_actor", make)
 
 
 def instrument_metrics_aggregator(module) -> None:
     """Each fully-async step's metrics go to the events file as they reach verl's aggregator; its aggregate is marked."""
     cls = module.MetricsAggregator
     add, aggregate = cls.add_step_metrics, cls.get_aggregated_metrics
-    if getattr(add, "_rlbridge", False):
+    if is_wrapped(add):
         return
     from rlbridge.contract.metrics import numbers
     from rlbridge.engine.events import engine_metrics, write_event
@@ -448,8 +448,7 @@ def instrument_metrics_aggregator(module) -> None:
     def get_aggregated_metrics(self, *args, **kwargs):
         return Aggregated(aggregate(self, *args, **kwargs))
 
-    add_step_metrics._rlbridge = True
-    cls.add_step_metrics, cls.get_aggregated_metrics = add_step_metrics, get_aggregated_metrics
+    cls.add_step_metrics, cls.get_aggregated_metrics = mark_wrapped(add_step_metrics), get_aggregated_metrics
 
 
 def fully_async_log(data: dict[str, Any], step: int) -> tuple[dict[str, Any], int] | None:

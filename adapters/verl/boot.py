@@ -11,10 +11,10 @@ import os
 from rlbridge.engine.events import engine_metrics, write_event
 from rlbridge.contract.metrics import numbers
 from rlbridge.engine.importhooks import when_imported
-from rlbridge.engine.patches import apply_from_environment
 from rlbridge.engine.ray_placement import report_when_actor
 from rlbridge.engine.ray_engine import once
 from rlbridge.engine.weight_sync import Counted, weights_to_send
+from rlbridge.engine.kit import install_boot, wrap_once
 from rlbridge_adapters.verl import asynchrony
 
 NATIVE_ENV = "RLBRIDGE_VERL_NATIVE"
@@ -27,15 +27,17 @@ def install() -> None:
     from rlbridge_adapters.verl.patches import PATCHES
 
     # probes are cheap; each patch waits for its module through a post-import hook
-    apply_from_environment(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV)
-    when_imported("verl.utils.tracking", _instrument_tracking)
+    hooks = [
+        ("verl.utils.tracking", _instrument_tracking),
+        ("verl.workers.rollout.vllm_rollout.vllm_rollout", _instrument_weight_sync),
+        ("verl.workers.reward_manager", _register_reward_manager),
+        ("verl.experimental.reward_loop.reward_manager", _register_reward_loop_manager),
+        ("verl.experimental.one_step_off_policy.ray_trainer", asynchrony.instrument_one_step_off),
+        ("verl.experimental.separation.ray_trainer", asynchrony.instrument_separate_trainer),
+        ("verl.experimental.fully_async_policy.detach_utils", asynchrony.instrument_metrics_aggregator),
+    ]
+    install_boot(PATCHES, NATIVE_ENV, PATCH_REPORT_ENV, hooks)
     report_when_actor()  # where Ray placed this process, once it is an actor (rlbridge.engine.ray_placement)
-    when_imported("verl.workers.rollout.vllm_rollout.vllm_rollout", _instrument_weight_sync)
-    when_imported("verl.workers.reward_manager", _register_reward_manager)
-    when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_loop_manager)
-    when_imported("verl.experimental.one_step_off_policy.ray_trainer", asynchrony.instrument_one_step_off)
-    when_imported("verl.experimental.separation.ray_trainer", asynchrony.instrument_separate_trainer)
-    when_imported("verl.experimental.fully_async_policy.detach_utils", asynchrony.instrument_metrics_aggregator)
     if os.environ.get(SEED_ENV):
         when_imported("torch", _seed_process)
 
@@ -59,18 +61,18 @@ def _seed_process(torch) -> None:
 
 def _instrument_tracking(module) -> None:
     tracking = module.Tracking
-    original = tracking.log
-    if getattr(original, "_rlbridge", False):
-        return
 
-    def log(self, data, step, *args, **kwargs):
-        copied = asynchrony.fully_async_log(data, step)  # the fully-async trainer's rows are per step (asynchrony.py)
-        if copied is not None:
-            write_event(engine_metrics(copied[1], numbers(copied[0])))
-        return original(self, data, step, *args, **kwargs)
+    def make(original):
+        def log(self, data, step, *args, **kwargs):
+            # the fully-async trainer's rows are per step (asynchrony.py)
+            copied = asynchrony.fully_async_log(data, step)
+            if copied is not None:
+                write_event(engine_metrics(copied[1], numbers(copied[0])))
+            return original(self, data, step, *args, **kwargs)
 
-    log._rlbridge = True
-    tracking.log = log
+        return log
+
+    wrap_once(tracking, "log", make)
 
 
 def _instrument_weight_sync(module) -> None:
@@ -79,23 +81,24 @@ def _instrument_weight_sync(module) -> None:
     alike). A `rlbridge_weight_sync` plugin may replace them; what is sent is counted and reported
     as an event of this step."""
     adapter = getattr(module, "ServerAdapter", None)
-    original = getattr(adapter, "update_weights", None)
-    if original is None or getattr(original, "_rlbridge", False):
+    if getattr(adapter, "update_weights", None) is None:
         return
 
-    async def update_weights(self, weights, *args, **kwargs):
-        if kwargs.get("wire_format", "named_tensors") != "named_tensors":
-            return await original(self, weights, *args, **kwargs)
-        if hasattr(weights, "__aiter__"):  # verl's GPU checkpoint engines receive asynchronously, bucket by bucket
-            return await original(self, _unchanged_async(weights), *args, **kwargs)
-        sent = Counted(weights_to_send("verl", weights))
-        try:
-            return await original(self, iter(sent), *args, **kwargs)
-        finally:
-            sent.report()
+    def make(original):
+        async def update_weights(self, weights, *args, **kwargs):
+            if kwargs.get("wire_format", "named_tensors") != "named_tensors":
+                return await original(self, weights, *args, **kwargs)
+            if hasattr(weights, "__aiter__"):  # verl's GPU checkpoint engines receive asynchronously, bucket by bucket
+                return await original(self, _unchanged_async(weights), *args, **kwargs)
+            sent = Counted(weights_to_send("verl", weights))
+            try:
+                return await original(self, iter(sent), *args, **kwargs)
+            finally:
+                sent.report()
 
-    update_weights._rlbridge = True
-    adapter.update_weights = update_weights
+        return update_weights
+
+    wrap_once(adapter, "update_weights", make)
 
 
 async def _unchanged_async(weights):

@@ -20,7 +20,15 @@ import yaml
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import ConfigError, did_you_mean
 from rlbridge.contract.backend import flatten
-from rlbridge.contract.importing import Recipe, RecipeImporter, RecipeReward, RecipeSource, Setting
+from rlbridge.contract.importing import (
+    Recipe,
+    RecipeImporter,
+    RecipeReward,
+    RecipeSource,
+    Setting,
+    listed_special,
+    run_dir_special,
+)
 from rlbridge_adapters.verl import asynchrony, stage_import
 from rlbridge_adapters.verl.package import DEFAULT_VERSION
 
@@ -256,12 +264,9 @@ class VerlRecipeImporter(RecipeImporter):
         return out
 
     def special(self, setting: Setting) -> tuple[str, str] | None:
-        for table, kind in ((OWNED, "owned"), (ACTION, "action")):
-            for prefix, reason in table.items():
-                if setting.key == prefix or (prefix.endswith(".") and setting.key.startswith(prefix)):
-                    return kind, reason
-        if isinstance(setting.value, str) and "<run_dir>" in setting.value:
-            return "owned", "a path inside rlbridge's run directory"
+        found = listed_special(setting.key, OWNED, ACTION) or run_dir_special(setting)
+        if found:
+            return found
         files = setting.value if isinstance(setting.value, list) else [setting.value]
         if setting.key in ("data.train_files", "data.val_files") and any(str(f).startswith("hf://") for f in files):
             return "action", (

@@ -28,6 +28,7 @@ from rlbridge.contract.backend import (
     resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.knob_checks import placement_kl_estimator
 from rlbridge.contract.models import resolve_path
 from rlbridge_adapters.verl import asynchrony, layout, stages
 
@@ -54,12 +55,6 @@ def _version(config: RunConfig) -> Version:
     from rlbridge_adapters.verl.backend import VerlBackend
 
     return VerlBackend.target_version(config)
-
-
-def kl_estimator(config: RunConfig) -> str:
-    """The effective estimator: the placement's standard when unset."""
-    algo = config.algorithm
-    return algo.kl_estimator or ("k3" if algo.kl_placement == "loss" else "k1")
 
 
 def _check_dynamic_sampling(config: RunConfig) -> str | None:
@@ -572,7 +567,7 @@ def capabilities() -> list[Capability]:
 def translate(config: RunConfig, o: dict[str, Any], micro: int, version: Version) -> None:
     """Add the keys of the knobs above to the override dict `o` (in place)."""
     algo, tr = config.algorithm, config.training
-    estimator = KL_ESTIMATORS[kl_estimator(config)]
+    estimator = KL_ESTIMATORS[placement_kl_estimator(config)]
     if algo.kl_placement == "loss":
         o["actor_rollout_ref.actor.kl_loss_type"] = estimator
     else:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from rlbridge.contract.metrics import MEASURED_ASYNC
+
 DIRECT = {
     "actor/pg_loss": "loss/policy",
     "actor/kl_loss": "kl",
@@ -23,11 +25,7 @@ DIRECT = {
     "timing_s/timing_s/param_sync": "timing/weight_sync_s",
     "perf/throughput": "throughput/tokens_per_s",
     # the asynchronous trainers: measured by rlbridge's driver hooks from verl's own version tags (asynchrony.py)
-    "rlbridge/staleness_mean": "async/staleness_mean",
-    "rlbridge/staleness_max": "async/staleness_max",
-    "rlbridge/trainer_idle": "async/trainer_idle_s",
-    "rlbridge/rollout_idle": "async/rollout_idle_s",
-    "rlbridge/partial_rollouts": "async/partial_rollouts",
+    **MEASURED_ASYNC,
 }
 
 

@@ -25,6 +25,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rlbridge.engine.kit import (
+    native_arm_main,
+    install_native_arm_patches,
+    native_arm_env,
+    start_native_arm,
+    write_native_cmd,
+)
+
 
 # The quickstart's digit_match reward (plugins/rewards.py) as a verl user writes it. verl's reward
 # manager hands compute_score the response decoded without special tokens and no token ids; with the
@@ -47,35 +55,20 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 def install_patches_only() -> None:
     """The boot (rlbridge.engine.ray_engine.boot_env) of a native arm's processes: the CPU-enablement
     patches (and those marked in_native_arms), nothing else."""
-    from rlbridge.engine.patches import PatchKind, apply_from_environment
     from rlbridge_adapters.verl.boot import NATIVE_ENV
     from rlbridge_adapters.verl.patches import PATCHES
 
-    apply_from_environment(
-        [p for p in PATCHES if p.kind == PatchKind.CPU_ENABLEMENT or p.in_native_arms],
-        NATIVE_ENV,
-        "RLBRIDGE_VERL_PATCH_REPORT_UNUSED",
-    )
+    install_native_arm_patches(PATCHES, NATIVE_ENV, "RLBRIDGE_VERL_PATCH_REPORT_UNUSED")
 
 
 def prepare(job_path: Path, run_dir: Path) -> dict:
     from rlbridge.engine.model_dir import model_dir_with_template
-    from rlbridge.engine.patch_report import PATCH_DIR_ENV
     from rlbridge_adapters.verl.boot import NATIVE_ENV
-    from rlbridge.engine.ray_engine import boot_env
     from rlbridge_adapters.verl.train import longest_prompt, to_verl_rows, write_parquet
     from rlbridge_adapters.verl.validate import overrides_for
 
-    job = json.loads(job_path.read_text())
-    native = job["plan"]["native"]
-    run_dir = run_dir.resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    job, native, run_dir = start_native_arm(job_path, run_dir, REWARD_FILES, "native verl arm", "a verl reward file")
     rewards = native["rewards"]
-    if len(rewards) != 1 or rewards[0]["name"] not in REWARD_FILES or rewards[0].get("args"):
-        raise SystemExit(
-            f"native verl arm: a verl reward file exists for {sorted(REWARD_FILES)} (one reward, no args); "
-            f"this plan has {[r['name'] for r in rewards]}"
-        )
     if native.get("environment") or native.get("tools"):
         raise SystemExit(
             "native verl arm: environments and tools need rlbridge's agent loop; bench them with kind rlbridge"
@@ -87,7 +80,6 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     write_parquet(rows[: max(1, min(len(rows), job["batch_size"]))], run_dir / "data" / "val.parquet")
     reward_file = run_dir / "reward_fn.py"
     reward_file.write_text(REWARD_FILES[rewards[0]["name"]].replace("{max_new_tokens}", str(job["max_new_tokens"])))
-    (run_dir / "verl_native_plan.json").write_text(json.dumps(native))
 
     overrides = overrides_for(native, str(run_dir), model_dir, max_prompt_length=longest_prompt(rows, model_dir))
     swap = {
@@ -113,13 +105,14 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
     if ray.get("cpu_resource"):
         overrides.append(f"+ray_kwargs.ray_init.resources={{cpu:{ray['num_cpus']}}}")
     raw = run_dir / "verl_metrics.jsonl"
-    env = {
-        **native["env"],
-        **boot_env("rlbridge_adapters.verl.native:install_patches_only"),
-        NATIVE_ENV: str(run_dir / "verl_native_plan.json"),
-        "VERL_FILE_LOGGER_PATH": str(raw),
-        PATCH_DIR_ENV: str(run_dir / "patches"),  # each process's applied patches, for the report
-    }
+    env = native_arm_env(
+        native,
+        run_dir,
+        "rlbridge_adapters.verl.native:install_patches_only",
+        NATIVE_ENV,
+        "verl_native_plan.json",
+        VERL_FILE_LOGGER_PATH=str(raw),
+    )
     env.pop("RLBRIDGE_SEED", None)  # read only by rlbridge's full bootstrap
     cmd = {
         "argv": [sys.executable, "-m", "verl.trainer.main_ppo", *overrides],
@@ -128,8 +121,7 @@ def prepare(job_path: Path, run_dir: Path) -> dict:
         "cwd": str(run_dir),
         "ray_temp_dir": tmp,
     }
-    (run_dir / "native_cmd.json").write_text(json.dumps(cmd, indent=1))
-    return cmd
+    return write_native_cmd(run_dir, cmd)
 
 
 def canonical(raw: Path, out: Path) -> None:
@@ -147,14 +139,8 @@ def canonical(raw: Path, out: Path) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) == 3 and argv[0] == "prepare":
-        prepare(Path(argv[1]), Path(argv[2]))
-    elif len(argv) == 3 and argv[0] == "canonical":
-        canonical(Path(argv[1]), Path(argv[2]))
-    else:
-        raise SystemExit(
-            "usage: python -m rlbridge_adapters.verl.native prepare JOB.json RUN_DIR | canonical RAW.jsonl OUT.jsonl"
-        )
+    usage = "usage: python -m rlbridge_adapters.verl.native prepare JOB.json RUN_DIR | canonical RAW.jsonl OUT.jsonl"
+    native_arm_main(argv, prepare, canonical, usage)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,6 @@ by Hydra in the verl environment, or the copy in recipe_defaults/sft_trainer-VER
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +43,7 @@ def is_stage(words: list[str]) -> bool:
 
 def sft_defaults(version: str) -> dict[str, Any] | None:
     """verl's composed sft_trainer_engine config (flat): from the verl environment when it exists, else the copy."""
-    from rlbridge.engine.environments import env_path, env_python, is_complete
+    from rlbridge.engine.environments import env_path, is_complete, last_line_printed
 
     from rlbridge.machine import cache_dir
 
@@ -60,21 +58,16 @@ def sft_defaults(version: str) -> dict[str, Any] | None:
             "with initialize_config_dir(config_dir=os.path.dirname(c.__file__), version_base=None):\n"
             "    print(json.dumps(OmegaConf.to_container(compose(config_name='sft_trainer_engine'), resolve=False)))"
         )
-        try:
-            res = subprocess.run(
-                [str(env_python(path)), "-c", code],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                env={**os.environ, "PYTHONWARNINGS": "ignore"},
-            )
-            if res.returncode == 0:
-                found = yaml.safe_load(res.stdout.strip().splitlines()[-1])
+        line = last_line_printed(path, code, {"PYTHONWARNINGS": "ignore"})
+        if line is not None:
+            found = yaml.safe_load(line)
+            try:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 cached.write_text(yaml.safe_dump(found))
+            except OSError:
+                pass  # no cache to write: the copy below
+            else:
                 return flatten(found)
-        except (OSError, subprocess.SubprocessError):
-            pass
     copy = Path(__file__).parent / "recipe_defaults" / f"sft_trainer-{version}.yaml"
     return flatten(yaml.safe_load(copy.read_text())) if copy.exists() else None
 

@@ -106,6 +106,23 @@ def same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def listed_special(key: str, owned: dict[str, str], action: dict[str, str]) -> tuple[str, str] | None:
+    """("owned" or "action", reason) for a recipe key an importer's tables name, exactly or by a prefix that ends
+    in '.' (`owned` first); None when neither does. For RecipeImporter.special()."""
+    for table, kind in ((owned, "owned"), (action, "action")):
+        for prefix, reason in table.items():
+            if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
+                return kind, reason
+    return None
+
+
+def run_dir_special(setting: Setting) -> tuple[str, str] | None:
+    """A setting whose value is a path under the plan's <run_dir> is rlbridge's own (RecipeImporter.special())."""
+    if isinstance(setting.value, str) and "<run_dir>" in setting.value:
+        return "owned", "a path inside rlbridge's run directory"
+    return None
+
+
 def show_value(value: Any) -> str:
     """A native value as the import report shows it (JSON for lists, dicts and None; None entries left out)."""
     if isinstance(value, dict):

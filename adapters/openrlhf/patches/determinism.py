@@ -14,6 +14,7 @@ from copy import deepcopy
 
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import Patch, PatchKind, Target
+from rlbridge.engine.kit import wrap_once
 
 RANGE = ">=0.11.0,<=0.11.2"
 SEED_ENV = "RLBRIDGE_SEED"  # training.seed, in the plan's env when training.deterministic is on
@@ -63,49 +64,43 @@ class _NumberingEngine:
 def _per_request_seeds() -> None:
     def number_prompts(module):
         cls = module.SamplesGenerator
-        original = cls._dispatch_prompts_to_vllm
-        if getattr(original, "_rlbridge", False):
-            return
 
-        @functools.wraps(original)
-        def dispatch(self, *args, **kwargs):
-            engines = self.vllm_engines
-            self.vllm_engines = [_NumberingEngine(engine, self) for engine in engines]
-            try:
-                return original(self, *args, **kwargs)
-            finally:
-                self.vllm_engines = engines
+        def make(original):
+            @functools.wraps(original)
+            def dispatch(self, *args, **kwargs):
+                engines = self.vllm_engines
+                self.vllm_engines = [_NumberingEngine(engine, self) for engine in engines]
+                try:
+                    return original(self, *args, **kwargs)
+                finally:
+                    self.vllm_engines = engines
 
-        dispatch._rlbridge = True
-        cls._dispatch_prompts_to_vllm = dispatch
+            return dispatch
+
+        wrap_once(cls, "_dispatch_prompts_to_vllm", make)
 
     def seed_requests(agent):
+        def wrap(original):
+            @functools.wraps(original)
+            async def execute(self, prompt, label, sampling_params, *args, **kwargs):
+                extra = getattr(sampling_params, "extra_args", None) or {}
+                if getattr(sampling_params, "seed", None) is None and DISPATCHED in extra:
+                    # the n samples of a prompt share one SamplingParams (generate_responses) and start
+                    # in the order it made them, before their first await: number them in that order
+                    sample = extra.get(NEXT_SAMPLE, 0)
+                    extra[NEXT_SAMPLE] = sample + 1
+                    sampling_params = deepcopy(sampling_params)
+                    sampling_params.seed = request_seed(
+                        os.environ.get(SEED_ENV, "0"), str(prompt), extra[DISPATCHED], sample
+                    )
+                    rest = {k: v for k, v in extra.items() if k not in (DISPATCHED, NEXT_SAMPLE)}
+                    sampling_params.extra_args = rest or None
+                return await original(self, prompt, label, sampling_params, *args, **kwargs)
+
+            return execute
+
         for cls in (agent.SingleTurnAgentExecutor, agent.MultiTurnAgentExecutor):
-            original = cls.execute
-            if getattr(original, "_rlbridge", False):
-                continue
-
-            def wrap(original):
-                @functools.wraps(original)
-                async def execute(self, prompt, label, sampling_params, *args, **kwargs):
-                    extra = getattr(sampling_params, "extra_args", None) or {}
-                    if getattr(sampling_params, "seed", None) is None and DISPATCHED in extra:
-                        # the n samples of a prompt share one SamplingParams (generate_responses) and start
-                        # in the order it made them, before their first await: number them in that order
-                        sample = extra.get(NEXT_SAMPLE, 0)
-                        extra[NEXT_SAMPLE] = sample + 1
-                        sampling_params = deepcopy(sampling_params)
-                        sampling_params.seed = request_seed(
-                            os.environ.get(SEED_ENV, "0"), str(prompt), extra[DISPATCHED], sample
-                        )
-                        rest = {k: v for k, v in extra.items() if k not in (DISPATCHED, NEXT_SAMPLE)}
-                        sampling_params.extra_args = rest or None
-                    return await original(self, prompt, label, sampling_params, *args, **kwargs)
-
-                execute._rlbridge = True
-                return execute
-
-            cls.execute = wrap(original)
+            wrap_once(cls, "execute", wrap)
 
     when_imported("openrlhf.trainer.ppo_utils.samples_generator", number_prompts)
     when_imported("openrlhf.utils.agent", seed_requests)
@@ -139,22 +134,21 @@ def _ordered_collection() -> None:
 def _seeded_data_order() -> None:
     def patch(module):
         cls = module.DeepspeedStrategy
-        original = cls.setup_dataloader
-        if getattr(original, "_rlbridge", False):
-            return
 
-        @functools.wraps(original)
-        def setup_dataloader(self, *args, **kwargs):
-            loader = original(self, *args, **kwargs)
-            sampler = getattr(loader, "sampler", None)
-            if type(sampler).__name__ == "RandomSampler":  # not distributed: the loader's own shuffle
-                import torch
+        def make(original):
+            @functools.wraps(original)
+            def setup_dataloader(self, *args, **kwargs):
+                loader = original(self, *args, **kwargs)
+                sampler = getattr(loader, "sampler", None)
+                if type(sampler).__name__ == "RandomSampler":  # not distributed: the loader's own shuffle
+                    import torch
 
-                sampler.generator = torch.Generator().manual_seed(int(self.seed))
-            return loader
+                    sampler.generator = torch.Generator().manual_seed(int(self.seed))
+                return loader
 
-        setup_dataloader._rlbridge = True
-        cls.setup_dataloader = setup_dataloader
+            return setup_dataloader
+
+        wrap_once(cls, "setup_dataloader", make)
 
     when_imported("openrlhf.utils.deepspeed.deepspeed", patch)
 

@@ -15,6 +15,7 @@ upstream bug (accelerate does not claim FSDP on CPU).
 from __future__ import annotations
 
 from rlbridge.engine.patches import Patch, PatchKind, Target
+from rlbridge.engine.kit import wrap_once
 
 
 def _drops_fsdp_on_cpu() -> bool:
@@ -31,19 +32,17 @@ def fsdp_on_cpu_ranks() -> None:
     from accelerate.state import AcceleratorState, PartialState
     from accelerate.utils import DistributedType
 
-    original = AcceleratorState.__init__
-    if getattr(original, "_rlbridge", False):
-        return
+    def make(original):
+        def __init__(self, *args, fsdp_plugin=None, **kwargs):
+            original(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+            if self.distributed_type == DistributedType.MULTI_CPU and fsdp_plugin is not None:
+                self.distributed_type = DistributedType.FSDP
+                self.fsdp_plugin = fsdp_plugin
+                PartialState._shared_state["distributed_type"] = DistributedType.FSDP
 
-    def __init__(self, *args, fsdp_plugin=None, **kwargs):
-        original(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
-        if self.distributed_type == DistributedType.MULTI_CPU and fsdp_plugin is not None:
-            self.distributed_type = DistributedType.FSDP
-            self.fsdp_plugin = fsdp_plugin
-            PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+        return __init__
 
-    __init__._rlbridge = True
-    AcceleratorState.__init__ = __init__
+    wrap_once(AcceleratorState, "__init__", make)
 
 
 def _fsdp_on_cpu(native: dict) -> bool:

@@ -22,6 +22,7 @@ function is documented to return None for an unsupported device.
 from __future__ import annotations
 
 from rlbridge.engine.patches import Patch, PatchKind, Target
+from rlbridge.engine.kit import wrap_once
 
 
 class TorchVarlenAttention:
@@ -101,15 +102,14 @@ def peak_flops_none_off_cuda() -> None:
     import importlib
 
     trainer = importlib.import_module("trl.experimental.async_grpo.async_grpo_trainer")
-    original = trainer.get_peak_flops_per_device
-    if getattr(original, "_rlbridge", False):
-        return
 
-    def peak_flops(accelerator, dtype):
-        return None if accelerator.device.type != "cuda" else original(accelerator, dtype)
+    def make(original):
+        def peak_flops(accelerator, dtype):
+            return None if accelerator.device.type != "cuda" else original(accelerator, dtype)
 
-    peak_flops._rlbridge = True
-    trainer.get_peak_flops_per_device = peak_flops
+        return peak_flops
+
+    wrap_once(trainer, "get_peak_flops_per_device", make)
 
 
 ASYNC_GRPO_PEAK_FLOPS = Patch(

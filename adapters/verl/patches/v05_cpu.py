@@ -10,6 +10,7 @@ import functools
 
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import Patch, PatchKind, Target, no_cuda, on_cpu
+from rlbridge.engine.kit import is_wrapped, mark_wrapped, wrap_once
 
 RANGE = ">=0.5.0,<0.6"
 
@@ -61,25 +62,23 @@ def _dedupe_backend_string() -> None:
 
 
 def _dedupe_in(dist) -> None:
-    original = dist.init_process_group
-    if getattr(original, "_rlbridge", False):
-        return
+    def make(original):
+        @functools.wraps(original)
+        def init_process_group(*args, **kwargs):
+            backend = kwargs.get("backend")
+            if isinstance(backend, str) and "," in backend:
+                seen, parts = set(), []
+                for part in backend.split(","):
+                    device = part.split(":")[0]
+                    if device not in seen:
+                        seen.add(device)
+                        parts.append(part)
+                kwargs["backend"] = ",".join(parts)
+            return original(*args, **kwargs)
 
-    @functools.wraps(original)
-    def init_process_group(*args, **kwargs):
-        backend = kwargs.get("backend")
-        if isinstance(backend, str) and "," in backend:
-            seen, parts = set(), []
-            for part in backend.split(","):
-                device = part.split(":")[0]
-                if device not in seen:
-                    seen.add(device)
-                    parts.append(part)
-            kwargs["backend"] = ",".join(parts)
-        return original(*args, **kwargs)
+        return init_process_group
 
-    init_process_group._rlbridge = True
-    dist.init_process_group = init_process_group
+    wrap_once(dist, "init_process_group", make)
 
 
 DEDUPE_BACKEND = Patch(
@@ -114,7 +113,7 @@ def _sdpa_instead_of_flash() -> None:
     def patch(configuration_auto):
         auto = configuration_auto.AutoConfig
         original = auto.from_pretrained.__func__
-        if getattr(original, "_rlbridge", False):
+        if is_wrapped(original):
             return
 
         def from_pretrained(cls, *args, **kwargs):
@@ -125,8 +124,7 @@ def _sdpa_instead_of_flash() -> None:
                     kwargs["attn_implementation"] = "sdpa"
             return original(cls, *args, **kwargs)
 
-        from_pretrained._rlbridge = True
-        auto.from_pretrained = classmethod(from_pretrained)
+        auto.from_pretrained = classmethod(mark_wrapped(from_pretrained))
 
     # the module that defines AutoConfig, not the transformers package: touching its lazy attributes
     # while the package itself is being imported can re-enter a partial import
@@ -208,16 +206,14 @@ CPU_DEVICE_MODULE = Patch(
 
 def _unpinned_offload() -> None:
     def patch(module):
-        original = module.CPUOffloadPolicy
-        if getattr(original, "_rlbridge", False):
-            return
+        def make(original):
+            def cpu_offload_policy(*args, **kwargs):
+                kwargs["pin_memory"] = False
+                return original(*args, **kwargs)
 
-        def cpu_offload_policy(*args, **kwargs):
-            kwargs["pin_memory"] = False
-            return original(*args, **kwargs)
+            return cpu_offload_policy
 
-        cpu_offload_policy._rlbridge = True
-        module.CPUOffloadPolicy = cpu_offload_policy
+        wrap_once(module, "CPUOffloadPolicy", make)
 
     when_imported("verl.workers.fsdp_workers", patch)
 
@@ -261,26 +257,25 @@ HF_ROLLOUT_DIFF = """\
 def _hf_rollout_single_sample() -> None:
     def patch(module):
         rollout_cls = module.HFRollout
-        original = rollout_cls.__init__
-        if getattr(original, "_rlbridge", False):
-            return
 
-        @functools.wraps(original)
-        def __init__(self, *args, **kwargs):
-            original(self, *args, **kwargs)
-            from omegaconf import OmegaConf, open_dict
+        def make(original):
+            @functools.wraps(original)
+            def __init__(self, *args, **kwargs):
+                original(self, *args, **kwargs)
+                from omegaconf import OmegaConf, open_dict
 
-            config = (
-                OmegaConf.create(OmegaConf.to_container(self.config, resolve=True))
-                if OmegaConf.is_config(self.config)
-                else self.config
-            )
-            with open_dict(config) if OmegaConf.is_config(config) else _nullcontext():
-                config.n = 1  # the trainer repeats the batch n times before calling the rollout
-            self.config = config
+                config = (
+                    OmegaConf.create(OmegaConf.to_container(self.config, resolve=True))
+                    if OmegaConf.is_config(self.config)
+                    else self.config
+                )
+                with open_dict(config) if OmegaConf.is_config(config) else _nullcontext():
+                    config.n = 1  # the trainer repeats the batch n times before calling the rollout
+                self.config = config
 
-        __init__._rlbridge = True
-        rollout_cls.__init__ = __init__
+            return __init__
+
+        wrap_once(rollout_cls, "__init__", make)
 
     when_imported("verl.workers.rollout.hf_rollout", patch)
 

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from rlbridge.engine.vllm_cpu import CpuDeviceIndex, keep_packed_weights
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import Patch, PatchKind, Target, installed_version, no_cuda, on_cpu
+from rlbridge.engine.kit import wrap_once
 
 RANGE = ">=0.9.0,<=0.9.1"
 
@@ -25,22 +26,20 @@ def _vllm_rollout(native: dict) -> bool:
 def _vllm_version_lookup() -> None:
     import importlib.metadata as metadata
 
-    original = metadata.version
-    if getattr(original, "_rlbridge", False):
-        return
+    def make(original):
+        @functools.wraps(original)
+        def version(name: str) -> str:
+            if name == "vllm":
+                try:
+                    return original(name)
+                except metadata.PackageNotFoundError:
+                    # '+cpu' keeps vLLM's own platform detection ("cpu" in version("vllm")) working
+                    return original("vllm-cpu") + "+cpu"
+            return original(name)
 
-    @functools.wraps(original)
-    def version(name: str) -> str:
-        if name == "vllm":
-            try:
-                return original(name)
-            except metadata.PackageNotFoundError:
-                # '+cpu' keeps vLLM's own platform detection ("cpu" in version("vllm")) working
-                return original("vllm-cpu") + "+cpu"
-        return original(name)
+        return version
 
-    version._rlbridge = True
-    metadata.version = version
+    wrap_once(metadata, "version", make)
 
 
 VLLM_VERSION = Patch(
@@ -242,24 +241,22 @@ KEEP_LINEAR_WEIGHTS = Patch(
 
 def _value_model_without_flash_attention() -> None:
     def patch(model_utils):
-        original = model_utils.load_valuehead_model
-        if getattr(original, "_rlbridge", False):
-            return
+        def make(original):
+            @functools.wraps(original)
+            def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+                from transformers import AutoModelForTokenClassification
 
-        @functools.wraps(original)
-        def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
-            from transformers import AutoModelForTokenClassification
+                return AutoModelForTokenClassification.from_pretrained(
+                    pretrained_model_name_or_path=local_path,
+                    torch_dtype=torch_dtype,
+                    config=model_config,
+                    attn_implementation="sdpa",
+                    trust_remote_code=trust_remote_code,
+                )
 
-            return AutoModelForTokenClassification.from_pretrained(
-                pretrained_model_name_or_path=local_path,
-                torch_dtype=torch_dtype,
-                config=model_config,
-                attn_implementation="sdpa",
-                trust_remote_code=trust_remote_code,
-            )
+            return load_valuehead_model
 
-        load_valuehead_model._rlbridge = True
-        model_utils.load_valuehead_model = load_valuehead_model
+        wrap_once(model_utils, "load_valuehead_model", make)
 
     when_imported("verl.utils.model", patch)
 
@@ -292,25 +289,23 @@ VALUE_MODEL_SDPA = Patch(
 
 def _attention_functions_without_flash_attn() -> None:
     def patch(module):
-        original = module._get_attention_functions
-        if getattr(original, "_rlbridge", False):
-            return
+        def make(original):
+            @functools.wraps(original)
+            def _get_attention_functions():
+                try:
+                    import flash_attn.bert_padding  # noqa: F401
+                except ImportError:
+                    # verl's own pure-torch copy of flash_attn.bert_padding (what 0.9.0 uses on NPUs)
+                    from verl.utils.npu_flash_attn_utils import index_first_axis, pad_input, rearrange, unpad_input
 
-        @functools.wraps(original)
-        def _get_attention_functions():
-            try:
-                import flash_attn.bert_padding  # noqa: F401
-            except ImportError:
-                # verl's own pure-torch copy of flash_attn.bert_padding (what 0.9.0 uses on NPUs)
-                from verl.utils.npu_flash_attn_utils import index_first_axis, pad_input, rearrange, unpad_input
+                    functions = (index_first_axis, pad_input, rearrange, unpad_input)
+                    module._index_first_axis, module._pad_input, module._rearrange, module._unpad_input = functions
+                    return functions
+                return original()
 
-                functions = (index_first_axis, pad_input, rearrange, unpad_input)
-                module._index_first_axis, module._pad_input, module._rearrange, module._unpad_input = functions
-                return functions
-            return original()
+            return _get_attention_functions
 
-        _get_attention_functions._rlbridge = True
-        module._get_attention_functions = _get_attention_functions
+        wrap_once(module, "_get_attention_functions", make)
 
     when_imported("verl.utils.attention_utils", patch)
 

@@ -9,6 +9,7 @@ import os
 
 from rlbridge.engine.importhooks import when_imported
 from rlbridge.engine.patches import Patch, PatchKind, Target, no_cuda, on_cpu
+from rlbridge.engine.kit import wrap_once
 
 RANGE = ">=0.9.0,<=0.9.1"
 
@@ -27,19 +28,18 @@ def request_seed(seed: int, trajectory: dict) -> int:
 def _per_request_seeds() -> None:
     def patch(module):
         worker = module.AgentLoopWorker
-        original = worker._run_agent_loop
-        if getattr(original, "_rlbridge", False):
-            return
 
-        @functools.wraps(original)
-        async def _run_agent_loop(self, sampling_params, trajectory, **kwargs):
-            config = self.rollout_config
-            if config.full_determinism and "seed" not in sampling_params:
-                sampling_params = {**sampling_params, "seed": request_seed(int(config.seed), trajectory)}
-            return await original(self, sampling_params, trajectory, **kwargs)
+        def make(original):
+            @functools.wraps(original)
+            async def _run_agent_loop(self, sampling_params, trajectory, **kwargs):
+                config = self.rollout_config
+                if config.full_determinism and "seed" not in sampling_params:
+                    sampling_params = {**sampling_params, "seed": request_seed(int(config.seed), trajectory)}
+                return await original(self, sampling_params, trajectory, **kwargs)
 
-        _run_agent_loop._rlbridge = True
-        worker._run_agent_loop = _run_agent_loop
+            return _run_agent_loop
+
+        wrap_once(worker, "_run_agent_loop", make)
 
     when_imported("verl.experimental.agent_loop.agent_loop", patch)
 
@@ -77,17 +77,17 @@ PER_REQUEST_SEEDS = Patch(
 def _no_batch_invariance_on_cpu() -> None:
     def patch(module):
         server = module.vLLMHttpServer
-        original = server.__init__
-        if getattr(original, "_rlbridge", False):
-            return
 
-        @functools.wraps(original)
-        def __init__(self, *args, **kwargs):
-            original(self, *args, **kwargs)
-            os.environ.pop("VLLM_BATCH_INVARIANT", None)  # before the server starts its vLLM engine (and its processes)
+        def make(original):
+            @functools.wraps(original)
+            def __init__(self, *args, **kwargs):
+                original(self, *args, **kwargs)
+                # before the server starts its vLLM engine (and its processes)
+                os.environ.pop("VLLM_BATCH_INVARIANT", None)
 
-        __init__._rlbridge = True
-        server.__init__ = __init__
+            return __init__
+
+        wrap_once(server, "__init__", make)
 
     when_imported("verl.workers.rollout.vllm_rollout.vllm_async_server", patch)
 

@@ -1,0 +1,44 @@
+"""Knob checks and knob values that several adapters' capability tables share (adapters/<engine>/knobs.py).
+
+A check takes the RunConfig and returns what is wrong with the knob's value for the engine, or None: the
+`check` of a Capability (rlbridge.contract.backend). Put a check here when two engines or more reject the
+same value for the same reason; a check that only looks alike (same shape, another engine's reason) stays
+in its adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rlbridge.contract.config import RunConfig
+
+Check = Callable[[RunConfig], "str | None"]
+
+
+def placement_kl_estimator(config: RunConfig) -> str:
+    """The effective KL estimator of an engine whose standard follows the placement, when it is unset: k3 in the
+    loss, k1 in the reward."""
+    algo = config.algorithm
+    return algo.kl_estimator or ("k3" if algo.kl_placement == "loss" else "k1")
+
+
+def check_kl_estimator_needs_kl(config: RunConfig) -> str | None:
+    """An engine that computes no KL without a reference model (kl_coef 0): a KL estimator would do nothing."""
+    if config.algorithm.kl_estimator and config.algorithm.kl_coef == 0:
+        return "algorithm.kl_estimator has no effect with kl_coef 0 (no reference model); set kl_coef or remove it"
+    return None
+
+
+def warmup_needs_steps(takes: str) -> Check:
+    """The check of training.warmup_steps for an engine that takes warm-up as a share of the run's steps, which
+    rlbridge knows only with training.steps. `takes`: how the engine takes it, the message's first words."""
+
+    def check(config: RunConfig) -> str | None:
+        if config.training.warmup_steps and not config.training.steps:
+            return (
+                f"{takes}, which rlbridge knows only with training.steps; train by training.steps, or remove "
+                "warmup_steps"
+            )
+        return None
+
+    return check
