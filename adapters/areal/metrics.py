@@ -57,3 +57,17 @@ def eval_to_canonical(native: dict[str, float]) -> dict[str, float]:
     elif f"{EVAL_SCOPE}reward/avg" in native:
         out["eval/reward/mean"] = native[f"{EVAL_SCOPE}reward/avg"]
     return out
+
+
+# What docs/metrics.md says of a canonical name beyond the native names of DIRECT (scripts/doc_tables.py): what
+# to_canonical and eval_to_canonical compute
+DOC_NOTES = {
+    "reward/mean": "rlbridge's reward statistics of the step (falls back to `ppo_actor/task_reward/avg`)",
+    "reward/std": "rlbridge's reward statistics of the step",
+    "reward/<plugin>/mean": "rlbridge's reward statistics of the step",
+    "kl": "`-ppo_actor/kl_rewards/avg / actor.kl_ctl` (AReaL logs the KL only inside the token rewards)",
+    "response_length/mean": "`ppo_actor/seq_len/avg` - `ppo_actor/prompt_len/avg`",
+    "timing/step_s": "the sum of the `timeperf/*` timers",
+    "throughput/tokens_per_s": "`ppo_actor/n_tokens` / the sum of the `timeperf/*` timers",
+    "eval/reward/mean": "`eval-rollout/reward` (or `eval-rollout/reward/avg`)",
+}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlbridge.contract.metrics import MEASURED_ASYNC
+from rlbridge.contract.metrics import MEASURED_ASYNC, REWARD_FAULTS
 from rlbridge_adapters.openrlhf import stages as stage_metrics
 
 DIRECT = {
@@ -57,3 +57,25 @@ def eval_to_canonical(native: dict[str, float]) -> dict[str, float]:
 
 # The offline stages' maps (train_sft / train_dpo / train_rm TensorBoard scalars), kept beside their launcher
 STAGE = stage_metrics.METRICS
+
+# What docs/metrics.md says of a canonical name beyond the native names of the maps above (scripts/doc_tables.py):
+# what to_canonical and eval_to_canonical compute, what rlbridge measures, and what OpenRLHF times together
+DOC_NOTES = {
+    "reward/mean": "rlbridge reward file (falls back to `reward`)",
+    "reward/std": "rlbridge reward file",
+    "reward/<plugin>/mean": "rlbridge reward file",
+    "entropy": "only with an entropy bonus",
+    "timing/reward_s": "none: rewards come with the samples, inside `timing/generation`",
+    "timing/old_logprob_s": "none: in `timing/make_experience`",
+    "timing/ref_s": "none: in `timing/make_experience`",
+    "async/staleness_mean": "measured by rlbridge in `generate_samples` / `train_step`: OpenRLHF tags no version",
+    "async/staleness_max": "measured by rlbridge in `generate_samples` / `train_step`: OpenRLHF tags no version",
+    "async/trainer_idle_s": "the gaps between OpenRLHF's `train_step` calls",
+    "async/rollout_idle_s": "the gaps between OpenRLHF's `generate_samples` calls",
+    "async/partial_rollouts": "samples generated across a broadcast",
+    "throughput/tokens_per_s": "`rollout/num_samples` x `total_length` / `timing/step_total`",
+    "memory/peak_mb": "resident memory of the run's whole process tree (sampled by rlbridge)",
+    **{name: "counted in the vLLM actors, sent as `reward_faults` events" for name in REWARD_FAULTS},
+    "eval/reward/mean": "`eval_<datasource>_pass1` (mean over a prompt's samples, averaged over prompts)",
+    "eval/response_length/mean": "`eval_response_length_mean`",
+}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from rlbridge.contract.metrics import MEASURED_ASYNC
+from rlbridge.contract.metrics import MEASURED_ASYNC, REWARD_FAULTS
 
 DIRECT = {
     "actor/pg_loss": "loss/policy",
@@ -71,3 +71,24 @@ def _sft_map() -> dict[str, str]:
 
 
 STAGE = {"sft": _sft_map()}
+
+# What docs/metrics.md says of a canonical name beyond the native names of the maps above (scripts/doc_tables.py):
+# what to_canonical and eval_to_canonical compute, what rlbridge measures, and on which verl versions
+DOC_NOTES = {
+    "reward/mean": "rlbridge reward manager (falls back to `critic/score/mean`)",
+    "reward/std": "rlbridge reward manager",
+    "reward/<plugin>/mean": "rlbridge reward manager",
+    "kl": "KL in the loss; `actor/reward_kl_penalty` with the KL in the reward",
+    "timing/weight_sync_s": "0.9: checkpoint_manager.update_weights; the fully-async trainer's `param_sync`",
+    "async/staleness_mean": "from verl's own per-sample `min_global_steps` with one_step_off_policy, max_staleness 1: "
+    "the actor updates made by the time the batch trains minus those the synced weights held",
+    "async/staleness_max": "from verl's own per-sample `min_global_steps`, as async/staleness_mean",
+    "async/trainer_idle_s": "verl's `timing_s/gen`: the trainer awaiting the batch",
+    "async/rollout_idle_s": "from the end of a batch's generation to the next sync",
+    "async/partial_rollouts": "samples whose `min_global_steps` and `max_global_steps` differ; 0: one_step_off "
+    "finishes every generation before a sync",
+    "memory/peak_mb": "`perf/max_memory_allocated_gb` (0.5), `actor/perf/max_memory_allocated_gb` (0.9); on CPU "
+    "the resident memory of the actor worker",
+    **{name: "counted in the reward-loop workers, sent as `reward_faults` events" for name in REWARD_FAULTS},
+    "eval/reward/mean": "`val-core/<data_source>/reward/mean@N` (the largest N)",
+}

@@ -86,6 +86,16 @@ MEASURED_ASYNC: dict[str, str] = {
     PARTIAL: "async/partial_rollouts",
 }
 
+# The reward-fault counters above (rlbridge.engine.workers), for the adapters' DOC_NOTES (scripts/doc_tables.py)
+REWARD_FAULTS = (
+    "reward/errors",
+    "reward/timeouts",
+    "reward/crashes",
+    "reward/nonfinite",
+    "reward/invalid",
+    "reward/skipped",
+)
+
 _PLUGIN_RE = re.compile(r"^reward/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
