@@ -37,3 +37,11 @@ def test_a_worker_that_wrote_a_traceback_is_quoted_from_its_own_log(tmp_path):
     failure = describe_ray_failure(RayTaskError(RAY_ERROR), tmp_path)
     assert failure["error"][0] == "RuntimeError: CUDA out of memory"
     assert failure["error"][1].startswith("Traceback")
+
+
+def test_every_failure_kind_has_its_own_hint():
+    """hint() is one function per kind (_HINTS); a kind added to RETRYABLE without one would fall through to the
+    catch-all 'an error nothing above explains', which is only for 'error'."""
+    from rlbridge.run.failures import _HINTS, RETRYABLE
+
+    assert set(_HINTS) == set(RETRYABLE) - {"error"}
