@@ -75,11 +75,7 @@ def in_tree_backends() -> dict[str, object]:
     from rlbridge.contract.registry import get_plugin_manager
 
     backends = get_plugin_manager().items["backend"]
-    return {
-        name: backends[name].item()
-        for name in sorted(backends)
-        if backends[name].item.__module__.startswith("rlbridge_adapters.")
-    }
+    return {name: backends[name].item() for name, _ in metric_table.engines()}
 
 
 def capability_cell(cap) -> str:

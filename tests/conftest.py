@@ -90,6 +90,15 @@ resources: {gpus_per_node: 0}
 """
 
 
+def in_tree_backends() -> list[str]:
+    """The backends rlbridge ships (adapters/<engine>/, importable as rlbridge_adapters.<engine>), found through the
+    `rlbridge` entry points, sorted."""
+    from rlbridge.contract.registry import PluginManager
+
+    backends = PluginManager().items["backend"].items()
+    return sorted(name for name, r in backends if r.item.__module__.startswith("rlbridge_adapters."))
+
+
 def registered_backends() -> list[str]:
     """Every registered backend, found through the `rlbridge` entry points: a test of what every backend
     does runs on each, an engine added under adapters/ included."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import grimp
 import pytest
 import yaml
+from conftest import in_tree_backends
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -23,15 +24,7 @@ from packaging.version import Version
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _in_tree_engines() -> tuple[str, ...]:
-    """The backends rlbridge ships, found through the `rlbridge` entry points."""
-    from rlbridge.contract.registry import PluginManager
-
-    backends = PluginManager().items["backend"].items()
-    return tuple(sorted(name for name, r in backends if r.item.__module__.startswith("rlbridge_adapters.")))
-
-
-ENGINES = _in_tree_engines()
+ENGINES = tuple(in_tree_backends())
 
 
 def test_core_layers_hold_and_adapters_use_only_the_contract_and_the_engine_room():

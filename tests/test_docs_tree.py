@@ -73,11 +73,9 @@ def _adapter_entries() -> dict[str, set[str]]:
 
 
 def _in_tree_backends() -> set[str]:
-    """The backends rlbridge ships (adapters/<engine>/), found through the `rlbridge` entry points."""
-    from rlbridge.contract.registry import get_plugin_manager
+    from conftest import in_tree_backends
 
-    backends = get_plugin_manager().items["backend"].items()
-    return {name for name, r in backends if r.item.__module__.startswith("rlbridge_adapters.")}
+    return set(in_tree_backends())
 
 
 def test_architecture_tree_names_every_adapter_file():

@@ -30,13 +30,9 @@ CODE_TOKENS = {
 
 
 def _engines() -> set[str]:
-    from rlbridge.contract.registry import get_plugin_manager
+    from conftest import in_tree_backends
 
-    return {
-        name
-        for name, r in get_plugin_manager().items["backend"].items()
-        if r.item.__module__.startswith("rlbridge_adapters.")
-    }
+    return set(in_tree_backends())
 
 
 def _names_an_engine_in_code(path, pattern) -> bool:

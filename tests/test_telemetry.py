@@ -499,10 +499,12 @@ def test_doc_tables_are_generated_from_the_adapters_declarations(monkeypatch):
     spec = importlib.util.spec_from_file_location("doc_tables", script)
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
+    from conftest import in_tree_backends
+
     from rlbridge.contract.registry import get_plugin_manager
 
     registered = get_plugin_manager().items["backend"]
-    names = sorted(n for n, r in registered.items() if r.item.__module__.startswith("rlbridge_adapters."))
+    names = in_tree_backends()
     assert names and list(gen.in_tree_backends()) == names
     for (doc, marker), _ in gen.TABLES.items():
         text = (repo / "docs" / doc).read_text()
