@@ -1,0 +1,27 @@
+"""What a non-editable install ships: every package of the core, the adapters and the plugins is listed in
+pyproject.toml's `[tool.setuptools] packages` (a package missing there installs from a checkout with
+`pip install -e .` and is absent from the wheel: rlbridge.importer was, and `rlbridge import` failed there)."""
+
+import tomllib
+
+from conftest import REPO
+
+
+def _declared() -> tuple[set[str], dict[str, str]]:
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    return set(setuptools["packages"]), setuptools["package-dir"]
+
+
+def test_every_package_in_the_tree_is_in_the_wheel():
+    declared, package_dir = _declared()
+    found = set()
+    for name, folder in package_dir.items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            relative = init.parent.relative_to(REPO / folder)
+            if "tests" in relative.parts or "__pycache__" in relative.parts:
+                continue  # an adapter's own tests are not installed
+            found.add(".".join((name, *relative.parts)))
+    assert found - declared == set(), (
+        f"add these to pyproject.toml [tool.setuptools] packages: {sorted(found - declared)}"
+    )
+    assert declared - found == set(), f"pyproject.toml lists packages the tree lacks: {sorted(declared - found)}"
