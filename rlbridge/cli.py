@@ -491,7 +491,7 @@ def doctor(
     """What is installed or missing: Python, core libraries, engines, torch and CUDA. With RUN_DIR: why
     the run there failed or hung, in which process, the evidence and what to change (docs/faults.md)."""
     if run_dir is not None:
-        from rlbridge.run.failures import explain
+        from rlbridge.diagnosis.doctor import explain
 
         for line in explain(run_dir):
             out.print(escape(line), highlight=False, soft_wrap=True)
@@ -575,7 +575,7 @@ def stacks(
 ) -> None:
     """The Python stack of every process of a live run (py-spy), each with its role (trainer, Ray actor,
     vLLM engine, reward worker), and the process the run most likely waits on."""
-    from rlbridge.run import stacks as run_stacks
+    from rlbridge.diagnosis import stacks as run_stacks
 
     procs, culprit = run_stacks.of_run(run_dir)
     print(run_stacks.render(procs, culprit), end="")

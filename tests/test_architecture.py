@@ -207,7 +207,6 @@ LONG_LINES = [
     "rlbridge/bench/html_report.py",
     "rlbridge/importer/report.py",
     "rlbridge/importer/solver.py",
-    "rlbridge/run/failures.py",
     "rlbridge/testing/suite.py",
     "tests/test_engine_failure.py",
     "tests/test_faults.py",

@@ -42,6 +42,7 @@ def test_a_worker_that_wrote_a_traceback_is_quoted_from_its_own_log(tmp_path):
 def test_every_failure_kind_has_its_own_hint():
     """hint() is one function per kind (_HINTS); a kind added to RETRYABLE without one would fall through to the
     catch-all 'an error nothing above explains', which is only for 'error'."""
-    from rlbridge.run.failures import _HINTS, RETRYABLE
+    from rlbridge.diagnosis.causes import RETRYABLE
+    from rlbridge.diagnosis.hints import _HINTS
 
     assert set(_HINTS) == set(RETRYABLE) - {"error"}

@@ -20,8 +20,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlbridge.run import stacks
-from rlbridge.run.failures import RETRYABLE, OomCounters, classify, explain
+from rlbridge.diagnosis import stacks
+from rlbridge.diagnosis.causes import RETRYABLE, OomCounters, classify
+from rlbridge.diagnosis.doctor import explain
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import train
 from conftest import MINIMAL, REPO, registered_backends, run_cli, write_config
@@ -176,7 +177,7 @@ def test_a_sigkill_with_a_grown_oom_counter_is_an_oom_kill_and_without_one_a_kil
     exc.failure = {"process": "engine process (pid 9)", "how": "was killed by SIGKILL", "error": []}
     assert classify(exc, tmp_path, oom=OomCounters(host=None))["kind"] == "engine_process_died"
     counts = iter([3, 4])
-    monkeypatch.setattr("rlbridge.run.failures._vmstat_oom", lambda: next(counts))
+    monkeypatch.setattr("rlbridge.diagnosis.causes._vmstat_oom", lambda: next(counts))
     oom = OomCounters.now()
     failure = classify(exc, tmp_path, oom=oom)
     assert failure["kind"] == "host_oom" and "oom_kill 3 -> 4" in failure["evidence"], failure
@@ -294,7 +295,7 @@ import os, signal, sys, time
 from types import SimpleNamespace
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `cmd &` in a non-interactive shell starts it
 from rlbridge.run.loading import load_config
-from rlbridge.run.watchdog import HangWatchdog
+from rlbridge.diagnosis.watchdog import HangWatchdog
 from rlbridge.testing import QUICKSTART
 cfg = load_config(QUICKSTART, ["training.hang_first_step_s=2"])
 ctx = SimpleNamespace(config=cfg, steps_emitted=0, step_times=[], steps_done=0, warn=lambda message: None)
@@ -452,7 +453,7 @@ def test_an_oom_killed_engine_process_is_a_host_oom_with_the_cgroup_limit(tmp_pa
     """The whole run in a memory cgroup (v1 or v2) with a 1.5 GiB limit; a reward inside the engine
     process allocates until the kernel's OOM killer ends it."""
     pytest.importorskip("trl")
-    from rlbridge.run.failures import memory_cgroup
+    from rlbridge.diagnosis.causes import memory_cgroup
 
     here = memory_cgroup(os.getpid())
     if here is None or os.geteuid() != 0:
@@ -739,7 +740,7 @@ def test_a_stalled_reward_worker_under_a_ray_actor_outranks_a_busy_looking_ray_m
 def test_a_ray_actor_running_a_method_is_named_with_its_canonical_roles():
     # Ray names a busy actor's process ray::Class.method: OpenRLHF 0.11.2's stopped policy actor was
     # 'ray::PolicyModelActor.save_checkpoint' (the conformance suite's stopped-actor run)
-    from rlbridge.run.failures import role_of
+    from rlbridge.diagnosis.causes import role_of
 
     table = {"PolicyModelActor": ("actor",), "WorkerDict": ("actor", "rollout", "reference")}
     assert (

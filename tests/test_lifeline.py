@@ -1,5 +1,5 @@
 """The engine process tree dies with the rlbridge process that launched it, and the run directory
-says that the run was killed (rlbridge.engine.lifeline, rlbridge.run.runstate)."""
+says that the run was killed (rlbridge.engine.lifeline, rlbridge.diagnosis.runstate)."""
 
 import json
 import os
@@ -13,7 +13,7 @@ import pytest
 
 from rlbridge.engine.lifeline import LIFELINE_FD_ENV, descendants
 from rlbridge.errors import RLBridgeError
-from rlbridge.run import runstate
+from rlbridge.diagnosis import runstate
 
 
 def _alive(pid):

@@ -138,7 +138,7 @@ def test_a_nan_reward_on_trl_fails_the_run_by_default(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "failed" and "training.on_nonfinite" in summary["error"]
     assert summary["nonfinite_steps"] == [3]
-    failure = summary["failure"]  # the cause (rlbridge.run.failures): a reward's NaN, not the learning rate
+    failure = summary["failure"]  # the cause (rlbridge.diagnosis.causes): a reward's NaN, not the learning rate
     assert failure["kind"] == "nonfinite" and not failure["retryable"], failure
     assert (
         failure["hint"].startswith("a reward plugin returned NaN/inf (") and "reward/nan_third/mean" in failure["hint"]

@@ -275,6 +275,19 @@ def launch_settings(native: dict[str, Any], skip: tuple[str, ...]) -> dict[str, 
     return flatten({k: v for k, v in native.items() if k not in skip}, "launch.")
 
 
+def roles_of_actor_class(class_name: str, table: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The canonical roles of one Ray actor class, from a backend's `actor_roles` table (exact names or
+    fnmatch patterns); () for a class the table does not name."""
+    import fnmatch
+
+    if class_name in table:
+        return tuple(table[class_name])
+    for pattern, roles in table.items():
+        if fnmatch.fnmatchcase(class_name, pattern):
+            return tuple(roles)
+    return ()
+
+
 @dataclass
 class Plan:
     """The engine-native configuration of one run: pure data, serialisable to YAML/JSON."""
@@ -397,7 +410,7 @@ class Backend(ABC):
     actor_roles: ClassVar[dict[str, tuple[str, ...]]] = {}
     """Ray actor class name (or fnmatch pattern) -> the canonical roles its processes hold (actor,
     rollout, reference, critic, reward): how rlbridge reads back where a Ray engine placed each role
-    and compares it with the placement policy's layout (rlbridge.run.placement_readback). Empty: not checked."""
+    and compares it with the placement policy's layout (rlbridge.run.placement_readback, roles_of_actor_class). Empty: not checked."""
 
     def placement_roles(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         """`actor_roles` for this plan: an engine whose actor classes hold other roles in another loop

@@ -111,7 +111,7 @@ def run_in_env(python: Path, plan, ctx) -> None:
         message = f"the engine process ({python}) exited with code {rc}" + (f": {error}" if error else "")
         exc = EngineProcessError(f"{message} [{where}]")
         exc.failure = failure
-        exc.engine_traceback = engine_traceback  # the engine's own frames: rlbridge.run.failures reads them
+        exc.engine_traceback = engine_traceback  # the engine's own frames: rlbridge.diagnosis.causes reads them
         raise exc
 
 

@@ -15,22 +15,13 @@ classes map to roles through `Backend.actor_roles`):
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from pathlib import Path
 from typing import Any
 
+from rlbridge.contract.backend import roles_of_actor_class
+
 PLACEMENT_FILE = "placement.json"
-
-
-def roles_of(class_name: str, table: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
-    """The canonical roles of one Ray actor class (`Backend.actor_roles`: exact names or fnmatch patterns)."""
-    if class_name in table:
-        return tuple(table[class_name])
-    for pattern, roles in table.items():
-        if fnmatch.fnmatchcase(class_name, pattern):
-            return tuple(roles)
-    return ()
 
 
 def compare(
@@ -46,7 +37,7 @@ def compare(
     roles: dict[str, dict[str, Any]] = {}
     unreported = []
     for actor in placed.get("actors", []):
-        mine = roles_of(actor["class_name"], table)
+        mine = roles_of_actor_class(actor["class_name"], table)
         if not mine:
             continue
         if actor.get("gpus") is None:

@@ -240,7 +240,7 @@ def train(
     from rlbridge.run.runtime import RunContext
     from rlbridge.run.sinks import RunSinks
 
-    from rlbridge.run import runstate
+    from rlbridge.diagnosis import runstate
 
     run_dir = Path(config.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -309,7 +309,7 @@ def train(
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         summary["engine_version"] = ctx.engine_version or summary["engine_version"]
         summary.update(status=status, error=f"{type(exc).__name__}: {exc}", wall_s=time.time() - started)
-        if getattr(exc, "failure", None):  # the cause (rlbridge.run.failures): kind, process, role, evidence, hint
+        if getattr(exc, "failure", None):  # the cause (rlbridge.diagnosis.causes): kind, process, role, evidence, hint
             summary["failure"] = failure = exc.failure
             ctx.warn(
                 f"{failure.get('kind')} in {failure.get('process')}: {failure.get('evidence')}"[:500]
@@ -409,12 +409,12 @@ def _check_placement(
 
 
 def _attempts(backend: Backend, plan: Plan, ctx, engine_python: Path | None, restarts: list[dict[str, Any]]) -> None:
-    """Run the engine under the hang watchdog; after a retryable failure (rlbridge.run.failures), while
+    """Run the engine under the hang watchdog; after a retryable failure (rlbridge.diagnosis.causes), while
     training.max_restarts allows, wait (training.restart_backoff_s, doubled each time) and start it again
     from its last complete checkpoint (from the start when none was saved yet). Raises the last failure
     with its cause in `exc.failure`; a Ctrl-C of the user's stays a KeyboardInterrupt."""
-    from rlbridge.run.failures import OomCounters, classify
-    from rlbridge.run.watchdog import HangError, HangWatchdog
+    from rlbridge.diagnosis.causes import OomCounters, classify
+    from rlbridge.diagnosis.watchdog import HangError, HangWatchdog
 
     config, training = ctx.config, ctx.config.training
     oom = OomCounters.now()
@@ -542,7 +542,7 @@ def _stop_engine(ctx) -> None:
     """The hang watchdog's stop: SIGTERM to every process of the engine's tree, SIGKILL 5 s later."""
     import signal
 
-    from rlbridge.run.stacks import tree
+    from rlbridge.diagnosis.stacks import tree
 
     proc = getattr(ctx, "engine_process", None)
     if proc is None:

@@ -378,7 +378,7 @@ def test_a_killed_engine_worker_fails_the_run_naming_it_and_leaves_no_process(ba
     actor = killed["name"].split("::", 1)[1].split(".")[0].split()[0]
     assert str(killed["pid"]) in failure["process"] or actor in failure["process"], (killed, failure)
     assert failure["error"] and os.path.exists(failure["log"]), failure
-    # its cause (rlbridge.run.failures): a dead Ray worker, with Ray's account and a hint that names the restart knob
+    # its cause (rlbridge.diagnosis.causes): a dead Ray worker, with Ray's account and a hint that names the restart knob
     assert failure["kind"] in ("ray_actor_died", "vllm_engine_died") and failure["retryable"], failure
     assert failure["role"] and "training.max_restarts" in failure["hint"], failure
     deadline = time.time() + 30
@@ -734,7 +734,7 @@ def test_a_stopped_ray_actor_is_a_hang_named_with_its_stacks_and_the_run_restart
     assert "trainer (engine process)" in roles, roles
     text = Path(restart["stacks"]).read_text()
     assert f"stuck: {restart['process']}" in text and "(stopped: SIGSTOP)" in text, text[:2000]
-    from rlbridge.run.failures import explain
+    from rlbridge.diagnosis.doctor import explain
 
     doctor = explain(run)  # rlbridge doctor RUN_DIR
     # after the last step written before the stop: 2, or later where steps take less than the stopper's poll
@@ -776,7 +776,7 @@ def test_a_reward_that_never_returns_inside_a_ray_engine_is_a_hang_named_with_th
     import time
     from pathlib import Path
 
-    from rlbridge.run import stacks
+    from rlbridge.diagnosis import stacks
 
     if not backend.scores_in_engine_workers:
         pytest.skip(f"{backend.name} trains in one process: tests/test_faults.py stalls its reward")

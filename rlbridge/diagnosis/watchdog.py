@@ -4,7 +4,7 @@ Before the first step of a run (or of a restart) the bound is training.hang_firs
 loading, compilation and engine start-up have no step time to learn from); after it, it is
 training.hang_factor times the longest interval between two steps seen so far, at least
 training.hang_min_s. Once past it, the watchdog writes the stacks of every process of the run
-(rlbridge.run.stacks) to stacks/hang-N.txt and .json, names the stuck process, its role and frame,
+(rlbridge.diagnosis.stacks) to stacks/hang-N.txt and .json, names the stuck process, its role and frame,
 and stops the engine: its process group when it runs in a process of its own, else the main thread
 (SIGINT), so that the runner fails or restarts the run (training.on_hang).
 """
@@ -75,8 +75,9 @@ class HangWatchdog(threading.Thread):
                 return
 
     def _fire(self, waited: float, bound: float, stepped: bool) -> None:
-        from rlbridge.run import stacks
-        from rlbridge.run.failures import RETRYABLE, hint, role_of
+        from rlbridge.diagnosis import stacks
+        from rlbridge.diagnosis.causes import RETRYABLE, role_of
+        from rlbridge.diagnosis.hints import hint
 
         procs = stacks.capture(os.getpid())
         # what the run started under this process (reward workers...), for stop_captured; not the plot helper

@@ -58,6 +58,10 @@ _WAITING = re.compile(r"poll|wait|recv|select|sleep|accept", re.IGNORECASE)
 _LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python3\.\d+/|<frozen )")
 
 
+# the watchdog's own threads, left out of a stack capture
+_OWN_MODULES = ("rlbridge/diagnosis/stacks.py", "rlbridge/diagnosis/watchdog.py")
+
+
 def py_spy() -> str | None:
     """The py-spy executable: beside this Python (its wheel's script) or on PATH."""
     here = Path(sys.executable).parent / "py-spy"
@@ -190,11 +194,7 @@ def capture(root: int, exclude: set[int] | frozenset[int] = frozenset()) -> list
     for p in procs:
         threads, error = dumps.get(p["pid"], ([], None if is_python(p) else "not a Python process"))
         # the capture's own threads (the watchdog, py-spy's callers) are not the run's
-        threads = [
-            t
-            for t in threads
-            if not any(f["file"].endswith(("rlbridge/run/stacks.py", "rlbridge/run/watchdog.py")) for f in t["frames"])
-        ]
+        threads = [t for t in threads if not any(f["file"].endswith(_OWN_MODULES) for f in t["frames"])]
         p["threads"] = threads
         if error:
             p["error"] = error
@@ -301,7 +301,7 @@ def of_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """`rlbridge stacks RUN_DIR`: the stacks of the live run writing there (its run_state.json names
     the process)."""
     from rlbridge.errors import RLBridgeError
-    from rlbridge.run import runstate
+    from rlbridge.diagnosis import runstate
 
     state = runstate.read_state(Path(run_dir))
     pid = state.get("pid") if state else None
