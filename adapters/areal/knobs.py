@@ -28,7 +28,7 @@ from rlbridge.contract.backend import (
     resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
-from rlbridge.contract.knob_checks import check_kl_estimator_needs_kl, warmup_needs_steps
+from rlbridge.contract.knob_checks import check_kl_estimator_needs_kl, refuse_when, warmup_needs_steps
 from rlbridge.contract.models import resolve_path
 from rlbridge_adapters.areal import asynchrony, layout, stages
 
@@ -100,13 +100,11 @@ def _check_adv_norm(config: RunConfig) -> str | None:
     return None
 
 
-def _check_kl_placement(config: RunConfig) -> str | None:
-    if config.algorithm.kl_coef > 0 and config.algorithm.kl_placement == "loss":
-        return (
-            "AReaL subtracts the KL penalty from the token rewards before the advantages (actor.kl_ctl, "
-            "areal/trainer/ppo/actor.py compute_advantages), never in the loss; set algorithm.kl_placement: reward"
-        )
-    return None
+_check_kl_placement = refuse_when(
+    lambda c: c.algorithm.kl_coef > 0 and c.algorithm.kl_placement == "loss",
+    "AReaL subtracts the KL penalty from the token rewards before the advantages (actor.kl_ctl, "
+    "areal/trainer/ppo/actor.py compute_advantages), never in the loss; set algorithm.kl_placement: reward",
+)
 
 
 def _check_rollout(config: RunConfig) -> str | None:
@@ -121,13 +119,11 @@ def _check_rollout(config: RunConfig) -> str | None:
     return None
 
 
-def _check_dtype(config: RunConfig) -> str | None:
-    if gpus_per_node(config) == 0 and resolved_dtype(config) != "float32":
-        return (
-            "vLLM-CPU's bfloat16 and float16 kernels use AMX tiles, which this sandboxed CPU refuses (SIGILL), and "
-            "AReaL's server and trainer share the dtype; use float32 (or auto) on CPU"
-        )
-    return None
+_check_dtype = refuse_when(
+    lambda c: gpus_per_node(c) == 0 and resolved_dtype(c) != "float32",
+    "vLLM-CPU's bfloat16 and float16 kernels use AMX tiles, which this sandboxed CPU refuses (SIGILL), and "
+    "AReaL's server and trainer share the dtype; use float32 (or auto) on CPU",
+)
 
 
 _check_warmup = warmup_needs_steps(

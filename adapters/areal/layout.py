@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from rlbridge.contract.backend import Capability, gpus_per_node, honoured, rejected
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.knob_checks import Check, refuse_when
 
 
 def training_devices(config: RunConfig) -> int:
@@ -111,27 +112,19 @@ def _check_offload(config: RunConfig) -> str | None:
     return None
 
 
-def _check_megatron_only(knob: str):
-    def check(config: RunConfig) -> str | None:
-        size = getattr(config.training, knob.split(".")[1])
-        if size > 1 and strategy(config) != "megatron":
-            return (
-                f"AReaL's FSDP backend supports data, tensor and context parallelism only (areal/api/alloc_mode.py "
-                f"ModelAllocation); {knob} needs training.strategy: megatron (on GPUs)"
-            )
-        return None
-
-    return check
+def _check_megatron_only(knob: str) -> Check:
+    return refuse_when(
+        lambda c: getattr(c.training, knob.split(".")[1]) > 1 and strategy(c) != "megatron",
+        f"AReaL's FSDP backend supports data, tensor and context parallelism only (areal/api/alloc_mode.py "
+        f"ModelAllocation); {knob} needs training.strategy: megatron (on GPUs)",
+    )
 
 
-def _check_replicas(config: RunConfig) -> str | None:
-    replicas = config.rollout.data_parallel_size
-    if replicas is not None and replicas > 1 and gpus_per_node(config) == 0:
-        return (
-            "each of AReaL's inference servers is one vLLM engine with its own model copy; rlbridge runs one on CPU "
-            "(two vLLM-CPU servers and the trainer exceed a small machine); leave it unset on CPU"
-        )
-    return None
+_check_replicas = refuse_when(
+    lambda c: c.rollout.data_parallel_size is not None and c.rollout.data_parallel_size > 1 and gpus_per_node(c) == 0,
+    "each of AReaL's inference servers is one vLLM engine with its own model copy; rlbridge runs one on CPU "
+    "(two vLLM-CPU servers and the trainer exceed a small machine); leave it unset on CPU",
+)
 
 
 def capabilities() -> list[Capability]:

@@ -28,7 +28,13 @@ from rlbridge.contract.backend import (
     rejected,
 )
 from rlbridge.contract.config import RunConfig
-from rlbridge.contract.knob_checks import check_kl_estimator_needs_kl, placement_kl_estimator, warmup_needs_steps
+from rlbridge.contract.knob_checks import (
+    Check,
+    check_kl_estimator_needs_kl,
+    placement_kl_estimator,
+    refuse_when,
+    warmup_needs_steps,
+)
 from rlbridge.contract.models import resolve_path
 from rlbridge_adapters.openrlhf import asynchrony, layout, stages
 
@@ -84,16 +90,12 @@ def _version(config: RunConfig) -> Version:
     return target_version(config)
 
 
-def _cpu_flash_attention(feature: str):
-    def check(config: RunConfig) -> str | None:
-        if gpus_per_node(config) == 0:
-            return (
-                f"OpenRLHF's {feature} packs samples with flash attention (it forces --ds.attn_implementation "
-                "flash_attention_2), which does not run on CPU; run on GPUs or leave it unset"
-            )
-        return None
-
-    return check
+def _cpu_flash_attention(feature: str) -> Check:
+    return refuse_when(
+        lambda c: gpus_per_node(c) == 0,
+        f"OpenRLHF's {feature} packs samples with flash attention (it forces --ds.attn_implementation "
+        "flash_attention_2), which does not run on CPU; run on GPUs or leave it unset",
+    )
 
 
 def _check_packing(config: RunConfig) -> str | None:
@@ -135,34 +137,26 @@ def _check_rollout_correction(config: RunConfig) -> str | None:
     return None
 
 
-def _check_critic_micro(config: RunConfig) -> str | None:
-    critic = config.critic.micro_batch_size
-    actor = config.training.micro_batch_size
-    if critic is not None and critic != actor:
-        return (
-            "OpenRLHF uses one --train.micro_batch_size for the actor and the critic; set critic.micro_batch_size "
-            "equal to training.micro_batch_size or leave it unset"
-        )
-    return None
+_check_critic_micro = refuse_when(
+    lambda c: c.critic.micro_batch_size is not None and c.critic.micro_batch_size != c.training.micro_batch_size,
+    "OpenRLHF uses one --train.micro_batch_size for the actor and the critic; set critic.micro_batch_size "
+    "equal to training.micro_batch_size or leave it unset",
+)
 
+_check_roles = refuse_when(
+    lambda c: c.algorithm.name == "ppo" and c.placement.policy != "colocate" and gpus_per_node(c) > 0,
+    "with placement split OpenRLHF would give the critic GPUs of its own beyond the layout; "
+    "use placement.policy: colocate for ppo",
+)
 
-def _check_roles(config: RunConfig) -> str | None:
-    if config.algorithm.name == "ppo" and config.placement.policy != "colocate" and gpus_per_node(config) > 0:
-        return (
-            "with placement split OpenRLHF would give the critic GPUs of its own beyond the layout; "
-            "use placement.policy: colocate for ppo"
-        )
-    return None
-
-
-def _check_deterministic(config: RunConfig) -> str | None:
-    if config.training.deterministic and _version(config) < Version("0.11.0"):
-        return (
-            f"OpenRLHF {_version(config)}: rlbridge makes OpenRLHF's rollout repeatable with patches written "
-            "for 0.11 (per-request vLLM seeds, results taken in dispatch order); use OpenRLHF 0.11.2 or "
-            "training.deterministic: false"
-        )
-    return None
+_check_deterministic = refuse_when(
+    lambda c: c.training.deterministic and _version(c) < Version("0.11.0"),
+    lambda c: (
+        f"OpenRLHF {_version(c)}: rlbridge makes OpenRLHF's rollout repeatable with patches written "
+        "for 0.11 (per-request vLLM seeds, results taken in dispatch order); use OpenRLHF 0.11.2 or "
+        "training.deterministic: false"
+    ),
+)
 
 
 def _check_adv_norm(config: RunConfig) -> str | None:
@@ -194,27 +188,21 @@ def _check_loss_agg(config: RunConfig) -> str | None:
     return None
 
 
-def _check_rollout(config: RunConfig) -> str | None:
-    if config.rollout.engine in ("hf", "sglang"):
-        return "OpenRLHF's PPO rollout is vLLM only; use rollout.engine: vllm (or auto)"
-    return None
+_check_rollout = refuse_when(
+    lambda c: c.rollout.engine in ("hf", "sglang"),
+    "OpenRLHF's PPO rollout is vLLM only; use rollout.engine: vllm (or auto)",
+)
 
+_check_dtype = refuse_when(
+    lambda c: c.model.dtype == "float32",
+    "OpenRLHF trains in bf16 or fp16 only (--ds.param_dtype); use bfloat16, float16 or auto",
+)
 
-def _check_dtype(config: RunConfig) -> str | None:
-    if config.model.dtype == "float32":
-        return "OpenRLHF trains in bf16 or fp16 only (--ds.param_dtype); use bfloat16, float16 or auto"
-    return None
-
-
-def _check_environment(config: RunConfig) -> str | None:
-    if config.environment is None:
-        return None
-    if config.reward:
-        return (
-            "with an environment OpenRLHF takes rewards from the agent only; move the reward into the environment "
-            "or remove reward"
-        )
-    return None
+_check_environment = refuse_when(
+    lambda c: c.environment is not None and bool(c.reward),
+    "with an environment OpenRLHF takes rewards from the agent only; move the reward into the environment "
+    "or remove reward",
+)
 
 
 def _check_tp(config: RunConfig) -> str | None:

@@ -19,10 +19,12 @@ DeepSpeed's gradient averaging divides out again (utils/loss_utils.py, models/lo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rlbridge.contract.backend import Capability, all_checks, approximated, gpus_per_node, honoured, rejected
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.knob_checks import Check, refuse_when
 
 ZERO_STAGE = {"none": 0, "optimizer": 1, "gradients": 2, "parameters": 3}
 """training.sharding -> DeepSpeed ZeRO stage (--ds.zero_stage)."""
@@ -85,32 +87,24 @@ def has_reference(config: RunConfig) -> bool:
 # --- capability checks -------------------------------------------------------------------------
 
 
-def _check_strategy(config: RunConfig) -> str | None:
-    if config.training.strategy in ("fsdp", "megatron"):
-        return (
-            "OpenRLHF trains with DeepSpeed only (openrlhf.utils.get_strategy builds a DeepspeedStrategy for every "
-            "model); use deepspeed or auto, or backend verl for fsdp and megatron"
-        )
-    return None
+_check_strategy = refuse_when(
+    lambda c: c.training.strategy in ("fsdp", "megatron"),
+    "OpenRLHF trains with DeepSpeed only (openrlhf.utils.get_strategy builds a DeepspeedStrategy for every "
+    "model); use deepspeed or auto, or backend verl for fsdp and megatron",
+)
 
+_check_sharding = refuse_when(
+    lambda c: c.training.sharding == "parameters" and gpus_per_node(c) == 0 and not c.is_offline,
+    "OpenRLHF's ZeRO-3 does not train on CPU: with 2 gloo ranks its policy forward gives NaN log-probs "
+    "(policy_loss and ppo_kl NaN at step 1; OpenRLHF 0.11.2, DeepSpeed 0.19.6, measured); use none, "
+    "optimizer or gradients on CPU, or GPUs",
+)
 
-def _check_sharding(config: RunConfig) -> str | None:
-    if config.training.sharding == "parameters" and gpus_per_node(config) == 0 and not config.is_offline:
-        return (
-            "OpenRLHF's ZeRO-3 does not train on CPU: with 2 gloo ranks its policy forward gives NaN log-probs "
-            "(policy_loss and ppo_kl NaN at step 1; OpenRLHF 0.11.2, DeepSpeed 0.19.6, measured); use none, "
-            "optimizer or gradients on CPU, or GPUs"
-        )
-    return None
-
-
-def _check_shard_group(config: RunConfig) -> str | None:
-    if config.training.shard_group_size is not None and zero_stage(config) != 3:
-        return (
-            "OpenRLHF's hybrid sharding is ZeRO++ hpZ (--ds.zpg, DeepSpeed zero_hpz_partition_size), which partitions "
-            "the parameters of ZeRO-3 only; set training.sharding: parameters"
-        )
-    return None
+_check_shard_group = refuse_when(
+    lambda c: c.training.shard_group_size is not None and zero_stage(c) != 3,
+    "OpenRLHF's hybrid sharding is ZeRO++ hpZ (--ds.zpg, DeepSpeed zero_hpz_partition_size), which partitions "
+    "the parameters of ZeRO-3 only; set training.sharding: parameters",
+)
 
 
 def _check_offload(config: RunConfig) -> str | None:
@@ -150,13 +144,11 @@ def _offload_approximated(config: RunConfig) -> bool:
     return any(wanted and flag not in _offload_flags(config) for flag, wanted in asked.items())
 
 
-def _check_tensor_parallel(config: RunConfig) -> str | None:
-    if config.training.tensor_parallel_size > 1 and config.model.dtype == "float16":
-        return (
-            "OpenRLHF asserts bf16 for DeepSpeed tensor-parallel training (DeepspeedStrategy.__init__: 'BF16 is "
-            "required for tensor parallel training'); use model.dtype bfloat16 or auto"
-        )
-    return None
+_check_tensor_parallel = refuse_when(
+    lambda c: c.training.tensor_parallel_size > 1 and c.model.dtype == "float16",
+    "OpenRLHF asserts bf16 for DeepSpeed tensor-parallel training (DeepspeedStrategy.__init__: 'BF16 is "
+    "required for tensor parallel training'); use model.dtype bfloat16 or auto",
+)
 
 
 def _check_replicas(config: RunConfig) -> str | None:
@@ -173,18 +165,13 @@ def _check_replicas(config: RunConfig) -> str | None:
     return None
 
 
-def _one_process(knob: str, is_set):
+def _one_process(knob: str, is_set: Callable[[RunConfig], bool]) -> Check:
     """A check refusing `knob` on the offline stages, which rlbridge runs as one process."""
-
-    def check(config: RunConfig) -> str | None:
-        if config.is_offline and is_set(config):
-            return (
-                "rlbridge runs OpenRLHF's offline stages (train_sft / train_dpo / train_rm) as one process "
-                f"(WORLD_SIZE 1); remove {knob}"
-            )
-        return None
-
-    return check
+    return refuse_when(
+        lambda c: c.is_offline and is_set(c),
+        "rlbridge runs OpenRLHF's offline stages (train_sft / train_dpo / train_rm) as one process "
+        f"(WORLD_SIZE 1); remove {knob}",
+    )
 
 
 def capabilities() -> list[Capability]:

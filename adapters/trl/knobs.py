@@ -15,6 +15,7 @@ from typing import Any
 
 from rlbridge.contract.backend import Capability, approximated, honoured, one_stop_condition, rejected
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.knob_checks import Check, refuse_when
 from rlbridge_adapters.trl import asynchrony, layout, stages
 
 NO_PPO = "TRL removed PPOTrainer in 1.13, so it has no critic; use backend: verl or openrlhf for PPO"
@@ -35,10 +36,10 @@ def _check_kl_estimator(config: RunConfig) -> str | None:
     return None
 
 
-def _check_entropy(config: RunConfig) -> str | None:
-    if config.algorithm.entropy_coef and config.algorithm.name == "rloo":
-        return "TRL's RLOOTrainer has no entropy bonus (GRPOTrainer has entropy_coef); use algorithm.name: grpo"
-    return None
+_check_entropy = refuse_when(
+    lambda c: bool(c.algorithm.entropy_coef) and c.algorithm.name == "rloo",
+    "TRL's RLOOTrainer has no entropy bonus (GRPOTrainer has entropy_coef); use algorithm.name: grpo",
+)
 
 
 def _check_rollout_correction(config: RunConfig) -> str | None:
@@ -54,15 +55,12 @@ def _check_rollout_correction(config: RunConfig) -> str | None:
     return None
 
 
-def _only_for_vllm(knob: str, default: Any):
-    def check(config: RunConfig) -> str | None:
-        value = getattr(config.rollout, knob)
+def _only_for_vllm(knob: str, default: Any) -> Check:
+    return refuse_when(
         # the asynchronous trainer always generates with vLLM (its server)
-        if config.rollout.engine != "vllm" and not asynchrony.wants_async(config) and value != default:
-            return "it only applies to rollout.engine: vllm; remove it or set rollout.engine: vllm"
-        return None
-
-    return check
+        lambda c: c.rollout.engine != "vllm" and not asynchrony.wants_async(c) and getattr(c.rollout, knob) != default,
+        "it only applies to rollout.engine: vllm; remove it or set rollout.engine: vllm",
+    )
 
 
 def _check_algorithm(config: RunConfig) -> str | None:
@@ -94,11 +92,10 @@ def _check_kl_placement(config: RunConfig) -> str | None:
     return None
 
 
-def _check_advantage_norm(config: RunConfig) -> str | None:
-    norm = config.algorithm.effective_advantage_normalization
-    if config.algorithm.name == "rloo" and norm == "group":
-        return "TRL's RLOOTrainer normalises over the whole batch or not at all; use batch or none"
-    return None
+_check_advantage_norm = refuse_when(
+    lambda c: c.algorithm.name == "rloo" and c.algorithm.effective_advantage_normalization == "group",
+    "TRL's RLOOTrainer normalises over the whole batch or not at all; use batch or none",
+)
 
 
 def _check_tp(config: RunConfig) -> str | None:
@@ -118,12 +115,10 @@ def _check_tp(config: RunConfig) -> str | None:
     return None
 
 
-def _check_environment(config: RunConfig) -> str | None:
-    if config.environment is not None and config.algorithm.name == "rloo":
-        return (
-            "TRL's RLOOTrainer has no rollout_func, which runs environments on TRL; use algorithm.name: grpo or dr_grpo"
-        )
-    return None
+_check_environment = refuse_when(
+    lambda c: c.environment is not None and c.algorithm.name == "rloo",
+    "TRL's RLOOTrainer has no rollout_func, which runs environments on TRL; use algorithm.name: grpo or dr_grpo",
+)
 
 
 def _check_resources(config: RunConfig) -> str | None:
@@ -185,10 +180,9 @@ def capabilities() -> list[Capability]:
         honoured(
             "rollout.engine",
             ("use_vllm", "vllm_mode"),
-            lambda c: (
-                None
-                if c.rollout.engine != "sglang"
-                else ("TRL has no SGLang rollout; use rollout.engine: vllm or hf, or backend: verl for SGLang")
+            refuse_when(
+                lambda c: c.rollout.engine == "sglang",
+                "TRL has no SGLang rollout; use rollout.engine: vllm or hf, or backend: verl for SGLang",
             ),
             note="auto: hf",
         ),

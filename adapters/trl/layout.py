@@ -31,6 +31,7 @@ from typing import Any
 
 from rlbridge.contract.backend import Capability, gpus_per_node, honoured, rejected
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.knob_checks import refuse_when
 
 ZERO_STAGE = {"none": 0, "optimizer": 1, "gradients": 2, "parameters": 3, "auto": 2}  # accelerate's default: 2
 DATA_PARALLEL_ONLY = (
@@ -141,16 +142,12 @@ def _check_sharding(config: RunConfig) -> str | None:
     return None
 
 
-def _check_shard_group(config: RunConfig) -> str | None:
-    tr = config.training
-    if tr.shard_group_size is None:
-        return None
-    if tr.strategy != "fsdp":
-        return (
-            "hybrid sharding on TRL is FSDP2's (accelerate ParallelismConfig dp_replicate_size x dp_shard_size); "
-            "accelerate's DeepSpeed plugin has no ZeRO++ hpZ group and DDP shards nothing: set training.strategy: fsdp"
-        )
-    return None  # that it divides the data-parallel ranks is the core's check (check_devices)
+# (that the group divides the data-parallel ranks is the core's check: check_devices)
+_check_shard_group = refuse_when(
+    lambda c: c.training.shard_group_size is not None and c.training.strategy != "fsdp",
+    "hybrid sharding on TRL is FSDP2's (accelerate ParallelismConfig dp_replicate_size x dp_shard_size); "
+    "accelerate's DeepSpeed plugin has no ZeRO++ hpZ group and DDP shards nothing: set training.strategy: fsdp",
+)
 
 
 def _check_offload(config: RunConfig) -> str | None:

@@ -28,7 +28,7 @@ from rlbridge.contract.backend import (
     resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
-from rlbridge.contract.knob_checks import placement_kl_estimator
+from rlbridge.contract.knob_checks import placement_kl_estimator, refuse_when
 from rlbridge.contract.models import resolve_path
 from rlbridge_adapters.verl import asynchrony, layout, stages
 
@@ -90,11 +90,10 @@ def _check_rollout_correction(config: RunConfig) -> str | None:
     return None
 
 
-def _check_chat_kwargs(config: RunConfig) -> str | None:
-    version = _version(config)
-    if config.model.chat_template_kwargs and version < CHAT_KWARGS_SINCE:
-        return f"verl {version} has no data.apply_chat_template_kwargs (added in 0.6.0); use engine_version 0.9.1"
-    return None
+_check_chat_kwargs = refuse_when(
+    lambda c: bool(c.model.chat_template_kwargs) and _version(c) < CHAT_KWARGS_SINCE,
+    lambda c: f"verl {_version(c)} has no data.apply_chat_template_kwargs (added in 0.6.0); use engine_version 0.9.1",
+)
 
 
 def _check_lora(config: RunConfig) -> str | None:
@@ -183,14 +182,16 @@ def _max_positions(model_dir: str) -> int | None:
     return json.loads(path.read_text()).get("max_position_embeddings")
 
 
-def _check_sequence_parallel(config: RunConfig) -> str | None:
-    # (that it divides the training devices is the core's check_devices, for every engine)
-    sp = config.training.sequence_parallel_size
-    if sp == 1 or layout.strategy(config) == layout.MEGATRON:  # Megatron's context parallelism packs itself
-        return None
-    if not config.training.sequence_packing:
-        return "verl's Ulysses sequence parallelism needs remove-padding: set training.sequence_packing: true"
-    return None
+# (that it divides the training devices is the core's check_devices, for every engine; Megatron's context
+# parallelism packs itself)
+_check_sequence_parallel = refuse_when(
+    lambda c: (
+        c.training.sequence_parallel_size != 1
+        and layout.strategy(c) != layout.MEGATRON
+        and not c.training.sequence_packing
+    ),
+    "verl's Ulysses sequence parallelism needs remove-padding: set training.sequence_packing: true",
+)
 
 
 def _check_adv_norm(config: RunConfig) -> str | None:
@@ -232,46 +233,40 @@ def _check_rollout_engine(config: RunConfig) -> str | None:
     return None
 
 
-def _check_kl_on_cpu(config: RunConfig) -> str | None:
-    # measured 2026-11-30 on verl 0.9.1: its FSDP2 engine gives every forward-only (reference) model
-    # CPUOffloadPolicy(pin_memory=True) (verl/workers/engine/fsdp/transformer_impl.py), and pinning memory
-    # needs an accelerator: the run died in the reference's init ("Cannot access accelerator device")
-    if config.algorithm.kl_coef > 0 and gpus_per_node(config) == 0 and _version(config) >= Version("0.9.0"):
-        return (
-            f"a KL term needs verl's reference model, which verl {_version(config)} pins in page-locked memory "
-            "(FSDP2 CPUOffloadPolicy(pin_memory=True)), impossible without a GPU; on CPU set algorithm.kl_coef: 0 "
-            "or use backend: trl / openrlhf"
-        )
-    return None
+# measured 2026-11-30 on verl 0.9.1: its FSDP2 engine gives every forward-only (reference) model
+# CPUOffloadPolicy(pin_memory=True) (verl/workers/engine/fsdp/transformer_impl.py), and pinning memory
+# needs an accelerator: the run died in the reference's init ("Cannot access accelerator device")
+_check_kl_on_cpu = refuse_when(
+    lambda c: c.algorithm.kl_coef > 0 and gpus_per_node(c) == 0 and _version(c) >= Version("0.9.0"),
+    lambda c: (
+        f"a KL term needs verl's reference model, which verl {_version(c)} pins in page-locked memory "
+        "(FSDP2 CPUOffloadPolicy(pin_memory=True)), impossible without a GPU; on CPU set algorithm.kl_coef: 0 "
+        "or use backend: trl / openrlhf"
+    ),
+)
 
+_check_memory = refuse_when(
+    lambda c: rollout_engine(c) == "hf" and c.rollout.gpu_memory_utilization != 0.3,
+    "the HF rollout has no KV-cache pool; remove rollout.gpu_memory_utilization or use rollout.engine: vllm",
+)
 
-def _check_memory(config: RunConfig) -> str | None:
-    if rollout_engine(config) == "hf" and config.rollout.gpu_memory_utilization != 0.3:
-        return "the HF rollout has no KV-cache pool; remove rollout.gpu_memory_utilization or use rollout.engine: vllm"
-    return None
+_check_tp = refuse_when(
+    lambda c: rollout_engine(c) == "hf" and c.rollout.tensor_parallel_size != 1,
+    "the HF rollout has no tensor parallelism; set rollout.tensor_parallel_size: 1 or use rollout.engine: vllm",
+)
 
+_check_lr_schedule = refuse_when(
+    lambda c: c.training.lr_schedule == "linear",
+    "verl's actor optimizer supports constant and cosine schedules; use one of those",
+)
 
-def _check_tp(config: RunConfig) -> str | None:
-    if rollout_engine(config) == "hf" and config.rollout.tensor_parallel_size != 1:
-        return (
-            "the HF rollout has no tensor parallelism; set rollout.tensor_parallel_size: 1 or use rollout.engine: vllm"
-        )
-    return None
-
-
-def _check_lr_schedule(config: RunConfig) -> str | None:
-    if config.training.lr_schedule == "linear":
-        return "verl's actor optimizer supports constant and cosine schedules; use one of those"
-    return None
-
-
-def _check_deterministic(config: RunConfig) -> str | None:
-    if config.training.deterministic and _version(config) < Version("0.9.0"):
-        return (
-            f"verl {_version(config)} has no rollout.full_determinism (its vLLM sampling repeats nothing run to run); "
-            "use verl 0.9 (engine_version: 0.9.1), or training.deterministic: false"
-        )
-    return None
+_check_deterministic = refuse_when(
+    lambda c: c.training.deterministic and _version(c) < Version("0.9.0"),
+    lambda c: (
+        f"verl {_version(c)} has no rollout.full_determinism (its vLLM sampling repeats nothing run to run); "
+        "use verl 0.9 (engine_version: 0.9.1), or training.deterministic: false"
+    ),
+)
 
 
 def _check_placement(config: RunConfig) -> str | None:

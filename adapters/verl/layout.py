@@ -43,6 +43,7 @@ from packaging.version import Version
 
 from rlbridge.contract.backend import Capability, approximated, gpus_per_node, honoured
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.knob_checks import Check, refuse_when
 
 FSDP2 = "fsdp2"
 MEGATRON = "megatron"
@@ -218,17 +219,12 @@ def _check_offload(config: RunConfig) -> str | None:
     return None
 
 
-def _needs_megatron(knob: str, what: str) -> Any:
-    def check(config: RunConfig) -> str | None:
-        size = getattr(config.training, knob.split(".")[1])
-        if size == 1 or strategy(config) == MEGATRON:
-            return None
-        return (
-            f"verl's FSDP engine splits no layers across devices (data parallelism and Ulysses sequence "
-            f"parallelism only); {what} for training is Megatron's: set training.strategy: megatron"
-        )
-
-    return check
+def _needs_megatron(knob: str, what: str) -> Check:
+    return refuse_when(
+        lambda c: getattr(c.training, knob.split(".")[1]) != 1 and strategy(c) != MEGATRON,
+        f"verl's FSDP engine splits no layers across devices (data parallelism and Ulysses sequence "
+        f"parallelism only); {what} for training is Megatron's: set training.strategy: megatron",
+    )
 
 
 def _check_replicas(config: RunConfig) -> str | None:
