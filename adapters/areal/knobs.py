@@ -23,12 +23,17 @@ from rlbridge.contract.backend import (
     gpus_per_node,
     honoured,
     nodes_need_a_cluster,
-    only_for,
     rejected,
     resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
-from rlbridge.contract.knob_checks import check_kl_estimator_needs_kl, refuse_when, warmup_needs_steps
+from rlbridge.contract.knob_checks import (
+    check_gae_lambda_needs_gae,
+    check_gamma_needs_returns,
+    check_kl_estimator_needs_kl,
+    refuse_when,
+    warmup_needs_steps,
+)
 from rlbridge.contract.models import resolve_path
 from rlbridge_adapters.areal import asynchrony, layout, stages
 
@@ -201,12 +206,12 @@ def capabilities() -> list[Capability]:
         honoured(
             "algorithm.gamma",
             "actor.discount",
-            only_for("algorithm.gamma", ("ppo", "reinforce_pp"), "discounted returns"),
+            check_gamma_needs_returns,
         ),
         honoured(
             "algorithm.gae_lambda",
             "actor.gae_lambda",
-            only_for("algorithm.gae_lambda", ("ppo",), "GAE"),
+            check_gae_lambda_needs_gae,
         ),
         honoured(
             "algorithm.dynamic_sampling",

@@ -24,12 +24,13 @@ from rlbridge.contract.backend import (
     honoured,
     nodes_need_a_cluster,
     one_stop_condition,
-    only_for,
     rejected,
 )
 from rlbridge.contract.config import RunConfig
 from rlbridge.contract.knob_checks import (
     Check,
+    check_gae_lambda_needs_gae,
+    check_gamma_needs_returns,
     check_kl_estimator_needs_kl,
     placement_kl_estimator,
     refuse_when,
@@ -394,9 +395,9 @@ def capabilities() -> list[Capability]:
         honoured(
             "algorithm.gamma",
             "algo.advantage.gamma",
-            only_for("algorithm.gamma", ("ppo", "reinforce_pp"), "discounted returns"),
+            check_gamma_needs_returns,
         ),
-        honoured("algorithm.gae_lambda", "algo.advantage.lambd", only_for("algorithm.gae_lambda", ("ppo",), "GAE")),
+        honoured("algorithm.gae_lambda", "algo.advantage.lambd", check_gae_lambda_needs_gae),
         approximated(
             "algorithm.dynamic_sampling",
             ("algo.dynamic_filtering_enable", "algo.dynamic_filtering_range"),

@@ -24,11 +24,15 @@ from rlbridge.contract.backend import (
     gpus_per_node,
     honoured,
     nodes_need_a_cluster,
-    only_for,
     resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
-from rlbridge.contract.knob_checks import placement_kl_estimator, refuse_when
+from rlbridge.contract.knob_checks import (
+    check_gae_lambda_needs_gae,
+    check_gamma_needs_returns,
+    placement_kl_estimator,
+    refuse_when,
+)
 from rlbridge.contract.models import resolve_path
 from rlbridge_adapters.verl import asynchrony, layout, stages
 
@@ -491,9 +495,9 @@ def capabilities() -> list[Capability]:
         honoured(
             "algorithm.gamma",
             "algorithm.gamma",
-            only_for("algorithm.gamma", ("ppo", "reinforce_pp"), "discounted returns"),
+            check_gamma_needs_returns,
         ),
-        honoured("algorithm.gae_lambda", "algorithm.lam", only_for("algorithm.gae_lambda", ("ppo",), "GAE")),
+        honoured("algorithm.gae_lambda", "algorithm.lam", check_gae_lambda_needs_gae),
         honoured(
             "algorithm.dynamic_sampling",
             ("algorithm.filter_groups.enable", "algorithm.filter_groups.metric"),

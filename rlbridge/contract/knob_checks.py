@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rlbridge.contract.backend import only_for
 from rlbridge.contract.config import RunConfig
 
 Check = Callable[[RunConfig], "str | None"]
@@ -53,3 +54,11 @@ def warmup_needs_steps(takes: str) -> Check:
         lambda c: bool(c.training.warmup_steps) and not c.training.steps,
         f"{takes}, which rlbridge knows only with training.steps; train by training.steps, or remove warmup_steps",
     )
+
+
+check_gamma_needs_returns = only_for("algorithm.gamma", ("ppo", "reinforce_pp"), "discounted returns")
+"""algorithm.gamma of an engine that discounts returns only in PPO's GAE and REINFORCE++: any other algorithm
+would ignore it."""
+
+check_gae_lambda_needs_gae = only_for("algorithm.gae_lambda", ("ppo",), "GAE")
+"""algorithm.gae_lambda of an engine whose GAE (PPO with a critic) is the only estimator that reads it."""
