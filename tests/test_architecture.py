@@ -16,7 +16,7 @@ from pathlib import Path
 import grimp
 import pytest
 import yaml
-from conftest import in_tree_backends
+from tests.conftest import in_tree_backends
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -164,12 +164,26 @@ def test_backend_takes_its_range_from_package_py(engine):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_adapter_tests_are_declared_by_the_adapter(engine):
-    """Every test module named after an engine is listed in that adapter's package.py (TESTS), and
-    every listed one exists: the adapter owns its tests, in one place."""
+    """The adapter owns its tests, in its folder: adapters/<engine>/tests those that run in rlbridge's own
+    environment, adapters/<engine>/tests/in_env those that need the engine installed (its compat cells run
+    them). Every test module there is listed in its package.py (TESTS), every listed one is there, and no
+    module under tests/ (what every engine shares) is named after an engine."""
+    from rlbridge.envs.compat import kind_args
+
     package = _package(engine)
-    named = {str(p.relative_to(REPO)) for p in (REPO / "tests").rglob(f"test_{engine}_*.py")}
-    assert set(package.TESTS) >= named, f"{engine}/package.py TESTS misses {sorted(named - set(package.TESTS))}"
-    assert all((REPO / t).exists() for t in package.TESTS)
+    folder = REPO / "adapters" / engine / "tests"
+    found = {str(p.relative_to(REPO)) for p in folder.rglob("test_*.py")}
+    assert set(package.TESTS) >= found, f"{engine}/package.py TESTS misses {sorted(found - set(package.TESTS))}"
+    assert set(package.TESTS) <= found, f"{engine}/package.py TESTS lists {sorted(set(package.TESTS) - found)}"
+    named = sorted(
+        str(p.relative_to(REPO))
+        for pattern in (f"test_{engine}_*.py", f"test_*_{engine}.py")
+        for p in (REPO / "tests").rglob(pattern)
+    )
+    assert not named, f"move these into adapters/{engine}/tests (in_env/ if they need {engine}): {named}"
+    if (folder / "in_env").is_dir():  # the cell of every version runs them, beside the shared suite
+        for kind in ("translate", "e2e-cpu", "e2e-gpu"):
+            assert f"adapters/{engine}/tests/in_env" in kind_args(kind, engine)
 
 
 def test_ruff_finds_nothing():
@@ -199,6 +213,7 @@ LONG_LINES = [
     "adapters/trl/importer.py",
     "adapters/trl/knobs.py",
     "adapters/trl/patch.py",
+    "adapters/trl/tests/in_env/test_trl_vllm.py",
     "adapters/trl/train.py",
     "adapters/verl/asynchrony.py",
     "adapters/verl/importer.py",
@@ -217,7 +232,6 @@ LONG_LINES = [
     "tests/test_lifeline.py",
     "tests/test_reward_hacking.py",
     "tests/test_third_party_backend.py",
-    "tests/test_trl_vllm.py",
 ]
 
 
@@ -282,7 +296,9 @@ def test_no_test_module_carries_a_literal_list_of_engines():
     """Tests name requirements, never engines (SQLAlchemy's suite): which backends a test runs on comes
     from the registry, filtered by the backends' declared capabilities, requirements and proven cells,
     so that an engine added under adapters/ is tested without editing tests/. A test about one engine
-    names that one engine; its module belongs to the adapter (package.py TESTS)."""
+    names that one engine; its module belongs to the adapter (adapters/<engine>/tests, package.py TESTS),
+    whose tests name no other engine either."""
     engines = set(ENGINES)
-    found = [hit for path in sorted((REPO / "tests").rglob("*.py")) for hit in _engine_lists(path, engines)]
+    paths = sorted([*(REPO / "tests").rglob("*.py"), *(REPO / "adapters").glob("*/tests/**/*.py")])
+    found = [hit for path in paths for hit in _engine_lists(path, engines)]
     assert not found, "literal engine lists in tests:\n" + "\n".join(found)

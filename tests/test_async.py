@@ -1,6 +1,7 @@
 """Issue 25: the asynchronous loop's canonical knobs (rollout.max_staleness, partial_rollouts,
 weight_sync_interval), what each backend plans for them or why it refuses, and the staleness that
-rlbridge measures in OpenRLHF's async loop (the end-to-end run is tests/engines/test_openrlhf_async_in_env.py)."""
+rlbridge measures in OpenRLHF's async loop (the end-to-end run is
+adapters/openrlhf/tests/in_env/test_openrlhf_async_in_env.py)."""
 
 import time
 import types
@@ -8,7 +9,7 @@ import types
 import pytest
 import yaml
 
-from conftest import QUICKSTART, registered_backends
+from tests.conftest import QUICKSTART, registered_backends
 from rlbridge.contract.config import RunConfig
 from rlbridge.errors import CapabilityError
 from rlbridge.run.loading import load_config

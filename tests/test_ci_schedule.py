@@ -6,7 +6,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO
+from tests.conftest import REPO
 
 from rlbridge.envs.compat import ci_cells
 from rlbridge.errors import RLBridgeError

@@ -1,7 +1,7 @@
 """The code_interpreter environment on TRL (adapters/trl/environment.py, TRL's own GRPOTrainer): the
 policy's `python` tool call runs in the sandbox and its output comes back as the tool message; the
 final answer is judged like code_tests. Only the policy is scripted (the trainer's one-turn
-generation returns fixed token ids), as in tests/test_trl_environment.py.
+generation returns fixed token ids), as in adapters/trl/tests/test_trl_environment.py.
 
 Needs root and `unshare` (util-linux) and TRL; skipped elsewhere with the reason.
 """
@@ -17,7 +17,7 @@ from rlbridge.contract.models import builtin_model_dir  # noqa: E402
 from rlbridge.contract.registry import get_plugin_manager  # noqa: E402
 from rlbridge_adapters.trl.environment import EnvironmentRollout, trainer_class  # noqa: E402
 from rlbridge_plugins.code import CodeInterpreter  # noqa: E402
-from conftest import needs_sandbox  # noqa: E402
+from tests.conftest import needs_sandbox  # noqa: E402
 
 pytestmark = needs_sandbox
 

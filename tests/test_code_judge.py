@@ -19,7 +19,7 @@ from rlbridge.contract.rewards import RewardInput
 from rlbridge.engine._sandbox_init import decode_value, encode_value, json_text
 from rlbridge.engine.sandbox import Judge, Limits, run_tests, strict_equal
 from rlbridge.engine.workers import RewardScorer, Settings, specs_with_factories
-from conftest import needs_sandbox
+from tests.conftest import needs_sandbox
 
 
 def test_values_cross_as_builtin_types_only():

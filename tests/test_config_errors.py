@@ -3,7 +3,7 @@ and nothing written."""
 
 import pytest
 
-from conftest import MINIMAL, requirement_unmet_by_backend, run_cli, write_config
+from tests.conftest import MINIMAL, requirement_unmet_by_backend, run_cli, write_config
 
 
 def _fails(tmp_path, text, *extra, expect):
@@ -179,7 +179,7 @@ def test_a_dumped_resolved_config_loads_again(extra):
 
     from rlbridge.run.loading import dump_config, load_config, validate_config
     from rlbridge.run.runner import resolve
-    from conftest import QUICKSTART
+    from tests.conftest import QUICKSTART
 
     config = resolve(load_config(QUICKSTART, extra))
     assert validate_config(yaml.safe_load(dump_config(config))) == config

@@ -13,7 +13,7 @@ from rlbridge.contract.backend import Backend, approximated, canonical_knobs, ho
 from rlbridge.errors import CapabilityError, RLBridgeError
 from rlbridge.run.loading import load_config
 from rlbridge.contract.registry import PluginManager, get_plugin_manager, reset_plugin_manager
-from conftest import MINIMAL, run_cli, write_config
+from tests.conftest import MINIMAL, run_cli, write_config
 
 
 class StubBackend(Backend):
@@ -212,7 +212,7 @@ def test_duplicate_plugin_names_are_an_error(tmp_path, monkeypatch):
 def test_plan_imports_no_torch(tmp_path):
     import subprocess
 
-    from conftest import QUICKSTART
+    from tests.conftest import QUICKSTART
 
     code = (
         "import sys; from rlbridge.cli import main; sys.argv=['rlbridge','plan',%r];"

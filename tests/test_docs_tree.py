@@ -5,7 +5,7 @@ for a new adapter names every file all in-tree adapters have."""
 import re
 import subprocess
 
-from conftest import REPO
+from tests.conftest import REPO
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.py|\.md|/)")
 
@@ -73,7 +73,7 @@ def _adapter_entries() -> dict[str, set[str]]:
 
 
 def _in_tree_backends() -> set[str]:
-    from conftest import in_tree_backends
+    from tests.conftest import in_tree_backends
 
     return set(in_tree_backends())
 

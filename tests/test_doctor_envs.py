@@ -3,7 +3,7 @@ engine environment (`rlbridge env list`): it names the ready environments and th
 
 import re
 
-from conftest import run_cli
+from tests.conftest import run_cli
 
 
 def _env(cache, name, complete):

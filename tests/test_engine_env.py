@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MINIMAL, REPO, run_cli, write_config
+from tests.conftest import MINIMAL, REPO, run_cli, write_config
 
 LIGHT_RECIPES = """\
 # A stand-in engine: small real packages, so the staging logic runs for real in seconds.

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import QUICKSTART, run_cli
+from tests.conftest import QUICKSTART, run_cli
 
 NOISY_REWARD = '''
 import logging

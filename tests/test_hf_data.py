@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MINIMAL, run_cli, write_config
+from tests.conftest import MINIMAL, run_cli, write_config
 
 pytest.importorskip("datasets")
 

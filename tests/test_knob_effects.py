@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import QUICKSTART, REPO, run_cli
+from tests.conftest import QUICKSTART, REPO, run_cli
 from rlbridge.contract.registry import PluginManager
 from rlbridge.errors import CapabilityError, ConfigError
 from rlbridge.run.loading import load_config

@@ -11,7 +11,7 @@ import pytest
 from rlbridge.errors import CapabilityError, ConfigError
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import prepare
-from conftest import MINIMAL, requirement_unmet_by_backend, write_config
+from tests.conftest import MINIMAL, requirement_unmet_by_backend, write_config
 
 
 def _prepare(tmp_path, backend, *overrides, version=None):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICKSTART, REPO, run_cli, write_config
+from tests.conftest import QUICKSTART, REPO, run_cli, write_config
 from rlbridge.contract import memory_check
 from rlbridge.contract.memory import GiB, activation_bytes_per_token, read_shape, shape_from_config
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICKSTART, registered_backends, run_cli
+from tests.conftest import QUICKSTART, registered_backends, run_cli
 
 BACKENDS = registered_backends()
 

@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from conftest import run_cli, write_config
+from tests.conftest import run_cli, write_config
 
 SCORER = "verl.utils.reward_score:default_compute_score"
 CONFIG = f"""\

@@ -14,7 +14,7 @@ from rlbridge.contract.registry import PluginManager, RewardPlugin
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import prepare, train
 from rlbridge.run.runtime import NonFiniteError, RunContext
-from conftest import MINIMAL, write_config
+from tests.conftest import MINIMAL, write_config
 
 
 def test_clean_keeps_non_finite_canonical_values():

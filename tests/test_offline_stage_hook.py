@@ -10,7 +10,7 @@ from rlbridge.contract.backend import Backend, canonical_knobs, honoured
 from rlbridge.contract.registry import PluginManager
 from rlbridge.errors import CapabilityError
 from rlbridge.run.loading import load_config
-from conftest import MINIMAL, run_cli, write_config
+from tests.conftest import MINIMAL, run_cli, write_config
 
 SFT = """\
 backend: nostages

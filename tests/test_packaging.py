@@ -4,7 +4,7 @@ pyproject.toml's `[tool.setuptools] packages` (a package missing there installs 
 
 import tomllib
 
-from conftest import REPO
+from tests.conftest import REPO
 
 
 def _declared() -> tuple[set[str], dict[str, str]]:

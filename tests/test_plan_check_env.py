@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from conftest import run_cli, write_config
+from tests.conftest import run_cli, write_config
 
 CONFIG = """\
 backend: openrlhf

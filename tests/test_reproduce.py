@@ -8,7 +8,7 @@ import sys
 import pytest
 from packaging.version import Version
 
-from conftest import QUICKSTART, run_cli
+from tests.conftest import QUICKSTART, run_cli
 
 # non-default values: a seed, a group size, a row count and a learning rate of their own
 OVERRIDES = [

@@ -21,7 +21,7 @@ from rlbridge.contract.registry import get_plugin_manager
 from rlbridge.contract.rewards import RewardInput
 from rlbridge.engine.sandbox import run_tests
 from rlbridge.engine.workers import RewardScorer, Settings, specs_with_factories
-from conftest import needs_sandbox
+from tests.conftest import needs_sandbox
 
 pytestmark = needs_sandbox
 

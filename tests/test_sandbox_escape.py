@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from rlbridge.engine.sandbox import Limits, run_python, run_tests
-from conftest import needs_sandbox
+from tests.conftest import needs_sandbox
 
 pytestmark = needs_sandbox
 MARGIN = 3.0  # seconds over a limit that an attempt may take to be stopped (loaded 2-core CI machine)

@@ -1,7 +1,7 @@
 """The offline stages (algorithm.name sft, dpo, reward_model) and pipelines (docs/stages.md).
 
 Plans: the batch arithmetic, the stage's TRL and OpenRLHF configs and the refusals (verl; OpenRLHF's
-real runs are tests/engines/test_openrlhf_stages_in_env.py). Real TRL runs on CPU with the
+real runs are adapters/openrlhf/tests/in_env/test_openrlhf_stages_in_env.py). Real TRL runs on CPU with the
 tiny builtin models: SFT's held-out loss falls (chat rows, the BPE tokenizer), DPO's held-out
 preference accuracy rises from 0 to >= 0.8 (IPO loss), and configs/pipeline.yaml runs SFT -> RM -> GRPO
 end to end: the RM reaches >= 0.8 held-out pairwise accuracy, the GRPO stage's RM reward rises, a
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import REPO, proven_backends, run_cli
+from tests.conftest import REPO, proven_backends, run_cli
 from rlbridge.errors import CapabilityError, ConfigError
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import prepare, train

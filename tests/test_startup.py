@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from conftest import QUICKSTART, REPO, run_cli
+from tests.conftest import QUICKSTART, REPO, run_cli
 
 
 def _modules_after(*argv: str) -> set[str]:

@@ -4,7 +4,7 @@ the engine included."""
 
 import pytest
 
-from conftest import QUICKSTART, run_cli
+from tests.conftest import QUICKSTART, run_cli
 
 SCORER = "{native: verl, function: 'verl.utils.reward_score:default_compute_score'}"
 

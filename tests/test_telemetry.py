@@ -18,7 +18,7 @@ from rlbridge.contract.registry import PluginManager, TelemetrySinkPlugin
 from rlbridge.errors import ConfigError
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import train
-from conftest import MINIMAL, write_config
+from tests.conftest import MINIMAL, write_config
 
 SINKS = "telemetry.sinks=[{name: tensorboard, args: {native: true}}, {name: mlflow}, {name: wandb}]"
 
@@ -397,7 +397,7 @@ def test_report_html_is_self_contained_with_every_value(tmp_path):
 
 
 def test_report_cli_rejects_a_directory_without_metrics(tmp_path):
-    from conftest import run_cli
+    from tests.conftest import run_cli
 
     res = run_cli("report", str(tmp_path), "-o", str(tmp_path / "r.html"))
     assert res.returncode == 2 and "has no metrics.jsonl" in res.stderr and "Traceback" not in res.stderr
@@ -499,7 +499,7 @@ def test_doc_tables_are_generated_from_the_adapters_declarations(monkeypatch):
     spec = importlib.util.spec_from_file_location("doc_tables", script)
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
-    from conftest import in_tree_backends
+    from tests.conftest import in_tree_backends
 
     from rlbridge.contract.registry import get_plugin_manager
 

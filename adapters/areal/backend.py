@@ -46,9 +46,6 @@ class ArealBackend(Backend):
     # AReaL's rollout workers (its RPC servers, started by its local scheduler) run rlbridge's workflow and score
     # there; they are not Ray actors, which is what this declaration promises the suite's kill and hang tests
     scores_in_engine_workers = False
-    # the adapter's own tests, in its folder (package.py TESTS): plans read back by AReaL's config code, the patches,
-    # the asynchronous loop, two CPU ranks
-    test_kinds = {"areal-cpu": ["adapters/areal/tests", "-m", "engine or not engine"]}
     native_key_spelling = "AReaL config keys (its YAML, dotted as in its command-line overrides)"
     description = (
         "AReaL PPOTrainer (single controller, local scheduler): grpo, rloo, reinforce_pp, reinforce_pp_baseline "

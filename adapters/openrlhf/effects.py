@@ -87,7 +87,7 @@ EFFECTS = {
     "training.strategy": REFUSED,  # fsdp: OpenRLHF trains with DeepSpeed only
     "training.sharding": KnobEffect({"ds.zero_stage": 3}, context=ONE_GPU),  # ZeRO-3 gives NaN on CPU
     "training.shard_group_size": KnobEffect({"ds.zpg": 2}, context=("training.sharding=parameters",)),  # hpZ: ZeRO-3
-    # parameter offload of trained models is not offered by OpenRLHF (tests/test_openrlhf_plan.py refuses it)
+    # parameter offload of trained models is not offered by OpenRLHF (its test_openrlhf_plan.py refuses it)
     "training.offload": KnobEffect(
         {"ds.adam_offload": True, "ref.offload": True},
         value={"optimizer": True, "reference": True},

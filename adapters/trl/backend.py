@@ -61,8 +61,9 @@ class TRLBackend(Backend):
         "Hugging Face TRL: GRPOTrainer (grpo, dr_grpo) and RLOOTrainer (rloo), HF generate or colocated vLLM; "
         "SFTTrainer, DPOTrainer and RewardTrainer (sft, dpo, reward_model)"
     )
-    # the TRL+vLLM cell's end-to-end runs: vLLM colocated, and the async loop with its own vLLM server
-    test_kinds = {"e2e-cpu-vllm": ["tests/test_trl_vllm.py", "tests/engines/test_trl_async_in_env.py", "-m", "engine"]}
+    # the TRL+vLLM cell's end-to-end runs, the adapter's own (adapters/trl/tests/in_env): vLLM colocated, and the
+    # async loop with its own vLLM server
+    test_kinds = {"e2e-cpu-vllm": ["adapters/trl/tests/in_env", "-m", "engine"]}
     partial_weight_sync = True  # TRL's vLLM weight generator is the seam (patch.py); colocated vLLM keeps its weights
     resume_reproduces_metrics = True  # TRL's checkpoints hold every RNG state; HF generate on CPU is deterministic
     # the split placement's processes (adapters/trl/async_run.py writes placement.json, as the Ray engines' read-back)

@@ -410,7 +410,8 @@ class Backend(ABC):
     actor_roles: ClassVar[dict[str, tuple[str, ...]]] = {}
     """Ray actor class name (or fnmatch pattern) -> the canonical roles its processes hold (actor,
     rollout, reference, critic, reward): how rlbridge reads back where a Ray engine placed each role
-    and compares it with the placement policy's layout (rlbridge.run.placement_readback, roles_of_actor_class). Empty: not checked."""
+    and compares it with the placement policy's layout (rlbridge.run.placement_readback, roles_of_actor_class).
+    Empty: not checked."""
 
     def placement_roles(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         """`actor_roles` for this plan: an engine whose actor classes hold other roles in another loop

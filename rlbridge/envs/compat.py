@@ -37,7 +37,8 @@ def results_dir() -> Path:
     return Path(os.environ.get("RLBRIDGE_COMPAT_RESULTS") or RESULTS_DIR)
 
 
-# What each test kind runs inside the engine environment (pytest arguments, from the repo root).
+# What each test kind runs inside the engine environment (pytest arguments, from the repo root): the
+# shared suite, to which a cell adds its adapter's own tests that need the engine installed (kind_args).
 # Set by `make test` for its engine cells: tests marked matrix_only (broader coverage) run in
 # `make compat` only, so that CI stays within its time budget.
 CI_CELLS_ENV = "RLBRIDGE_CI_CELLS"
@@ -60,6 +61,17 @@ def test_kinds() -> dict[str, list[str]]:
     }
     cpu = {kind: args for kind, args in TEST_KINDS.items() if kind != "e2e-gpu"}
     return {**cpu, **declared, "e2e-gpu": TEST_KINDS["e2e-gpu"]}
+
+
+def kind_args(test: str, engine: str) -> list[str]:
+    """The pytest arguments a cell of `engine` runs for test kind `test`: for TEST_KINDS, the shared suite
+    and the adapter's own tests that need the engine installed (adapters/<engine>/tests/in_env, where the
+    adapter has them); a kind a backend declares (Backend.test_kinds) names its own paths."""
+    args = list(test_kinds()[test])
+    own = REPO_ROOT / "adapters" / engine / "tests" / "in_env"
+    if test in TEST_KINDS and own.is_dir():
+        args.insert(args.index("-m"), own.relative_to(REPO_ROOT).as_posix())
+    return args
 
 
 def load_matrix(path: Path | None = None) -> list[dict[str, Any]]:
@@ -165,11 +177,12 @@ _MISSING_ENGINE = ("is not installed", "is outside", "not installed in this envi
 
 
 def _relevant(case, engine: str) -> bool:
-    """Whether a test case exercised `engine`: parametrised with it ([engine] or [engine-...]),
-    or in a module named after it (tests/engines/test_<engine>_in_env.py, tests/test_trl_vllm.py)."""
+    """Whether a test case exercised `engine`: parametrised with it ([engine] or [engine-...]), in the
+    adapter's own tests (adapters/<engine>/tests/in_env: classname adapters.<engine>.tests.in_env.test_...)
+    or in a module named after it (test_<engine>_...)."""
     name, classname = case.get("name", ""), case.get("classname", "")
     params = name[name.find("[") + 1 : -1].split("-") if "[" in name else []
-    return engine in params or f"test_{engine}" in classname
+    return engine in params or classname.startswith(f"adapters.{engine}.tests.") or f"test_{engine}" in classname
 
 
 def _run_tests(
@@ -181,7 +194,7 @@ def _run_tests(
     report = env / ".rlbridge" / f"junit-{test}.xml"
     log = env / ".rlbridge" / f"pytest-{test}-{stamp}.log"
     report.unlink(missing_ok=True)
-    args = list(test_kinds()[test])
+    args = kind_args(test, engine)
     marks = args.index("-m") + 1
     e2e = "engine" in args[marks].replace("not engine", "")
     selections = [select] if select and e2e else []

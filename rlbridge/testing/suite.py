@@ -378,7 +378,7 @@ def test_a_killed_engine_worker_fails_the_run_naming_it_and_leaves_no_process(ba
     actor = killed["name"].split("::", 1)[1].split(".")[0].split()[0]
     assert str(killed["pid"]) in failure["process"] or actor in failure["process"], (killed, failure)
     assert failure["error"] and os.path.exists(failure["log"]), failure
-    # its cause (rlbridge.diagnosis.causes): a dead Ray worker, with Ray's account and a hint that names the restart knob
+    # its cause (rlbridge.diagnosis.causes): a dead Ray worker, with Ray's account and a hint naming the restart knob
     assert failure["kind"] in ("ray_actor_died", "vllm_engine_died") and failure["retryable"], failure
     assert failure["role"] and "training.max_restarts" in failure["hint"], failure
     deadline = time.time() + 30

@@ -1,31 +1,20 @@
-"""The AReaL adapter's plans, read back through AReaL 1.0.4's own config code where it is installed: each
-algorithm's normalisation, the allocation strings of the layout, the refusals with AReaL's reasons, the
-reward convention of `native: areal` entries and `rlbridge import` of AReaL's own example YAML."""
+"""The AReaL adapter's plans, checked without AReaL installed (the plan is pure): each algorithm's normalisation,
+the allocation strings of the layout, the refusals with AReaL's reasons, the reward convention of `native: areal`
+entries and `rlbridge import` of AReaL's own example YAML. AReaL 1.0.4's own config code reads these plans back in
+its environment: in_env/test_areal_plan_in_env.py."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from rlbridge.errors import CapabilityError, RLBridgeError
+from rlbridge.errors import CapabilityError
 from rlbridge.run.loading import load_config
 from rlbridge.run.runner import prepare
+from tests.conftest import QUICKSTART
 
-QUICKSTART = Path(__file__).resolve().parents[3] / "configs" / "quickstart.yaml"
 CPU = ["backend=areal", "resources.gpus_per_node=0"]
-
-
-def _areal() -> str | None:
-    try:
-        return importlib.metadata.version("areal")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-needs_areal = pytest.mark.skipif(_areal() != "1.0.4", reason="runs in the areal 1.0.4 engine environment")
 
 
 def plan(*overrides: str):
@@ -119,47 +108,6 @@ def test_async_and_correction_keys():
     assert got["actor.use_decoupled_loss"] is True
     assert (got["actor.rejection_sampling.level"], got["actor.rejection_sampling.action"]) == ("sequence", "mask")
     assert got["actor.rejection_sampling.agg"] == "sum" and got["actor.rejection_sampling.upper"] == 3.0
-
-
-@needs_areal
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        [],
-        ["algorithm.name=ppo"],
-        ["algorithm.kl_coef=0.05", "algorithm.kl_placement=reward", "algorithm.kl_estimator=k3"],
-        ["rollout.max_staleness=2", "rollout.partial_rollouts=true", "algorithm.rollout_correction=token_truncate"],
-        [
-            "resources.gpus_per_node=8",
-            "training.strategy=megatron",
-            "training.tensor_parallel_size=2",
-            "training.expert_parallel_size=2",
-            "rollout.engine=sglang",
-        ],
-        [
-            "model.lora={rank: 4, alpha: 8, target_modules: [q_proj, v_proj]}",
-            "training.offload={parameters: true, optimizer: true}",
-        ],
-    ],
-)
-def test_areal_s_own_config_code_accepts_the_plan(overrides):
-    prepared = plan(*overrides)
-    grpo = prepared.backend.validate(prepared.plan) or None
-    from rlbridge_adapters.areal.validate import validate_config
-
-    grpo = validate_config(prepared.plan.native["config"])
-    assert grpo.actor.kl_ctl == prepared.config.algorithm.kl_coef
-    assert grpo.rollout.max_head_offpolicyness == prepared.config.rollout.max_staleness
-
-
-@needs_areal
-def test_areal_s_config_code_refuses_what_areal_refuses():
-    from rlbridge_adapters.areal.validate import validate_config
-
-    config = plan().plan.native["config"]
-    config["actor"]["rejection_sampling"] = {"level": "token", "action": "drop"}  # not one of AReaL's actions
-    with pytest.raises(RLBridgeError, match="rejection_sampling|action"):
-        validate_config(config)
 
 
 def test_native_areal_reward_gets_the_completion_ids_and_the_answer(tmp_path):

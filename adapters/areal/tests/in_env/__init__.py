@@ -1,0 +1,2 @@
+"""The AReaL adapter's tests that need AReaL installed: the compat cells run them in its engine environment
+(rlbridge.envs.compat); in rlbridge's own environment they skip."""

@@ -1,0 +1,2 @@
+"""The verl adapter's tests that need verl installed: the compat cells run them in its engine environment
+(rlbridge.envs.compat); in rlbridge's own environment they skip."""
