@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from rlbridge.contract.backend import Backend, Plan, flatten, gpus_per_node, launch_settings
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.models import model_path
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.areal import asynchrony, knobs, layout
 
@@ -33,12 +34,6 @@ CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU
 
 def _names(fileroot: str) -> dict[str, str]:
     return {"experiment_name": EXPERIMENT, "trial_name": TRIAL, "fileroot": fileroot}
-
-
-def _model_path(config: RunConfig) -> str:
-    from rlbridge.contract.models import model_path
-
-    return model_path(config)
 
 
 class ArealBackend(Backend):
@@ -176,7 +171,7 @@ class ArealBackend(Backend):
         native: dict[str, Any] = {
             "areal_version": str(version),
             "config": areal,
-            "model": {"path": _model_path(config), "chat_template": config.model.chat_template},
+            "model": {"path": model_path(config), "chat_template": config.model.chat_template},
             "rewards": [r.model_dump(mode="json", exclude_none=True) for r in config.reward],
             "data": {
                 "prompt_key": config.data.prompt_key,

@@ -20,6 +20,7 @@ from rlbridge.contract.backend import (
     launch_settings,
 )
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.models import model_path
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.openrlhf import asynchrony, knobs, layout, stages
 
@@ -145,13 +146,6 @@ class OpenRLHFBackend(Backend):
         "(reinforce_baseline), ppo (gae); vLLM rollout"
     )
 
-    def translate_stage(self, config: RunConfig) -> dict[str, Any]:
-        """OpenRLHF's offline trainers (adapters/openrlhf/stages.py)."""
-        return stages.translate(config, target_version(config), _model_path(config))
-
-    def run_stage(self, plan, ctx) -> None:
-        stages.run_offline(plan, ctx)
-
     def translate(self, config: RunConfig) -> dict[str, Any]:
         version = target_version(config)
         algo, tr, ro = config.algorithm, config.training, config.rollout
@@ -271,7 +265,7 @@ class OpenRLHFBackend(Backend):
             "openrlhf_version": str(version),
             "module": "openrlhf.cli.train_ppo_ray",
             "args": to_argv(flags, version),
-            "model": {"path": _model_path(config), "chat_template": config.model.chat_template},
+            "model": {"path": model_path(config), "chat_template": config.model.chat_template},
             "rewards": [r.model_dump(mode="json", exclude_none=True) for r in config.reward],
             "environment": config.environment.model_dump(mode="json") if config.environment else None,
             "data": {
@@ -379,9 +373,3 @@ def _shell(arg: str) -> str:
     import shlex
 
     return shlex.quote(arg)
-
-
-def _model_path(config: RunConfig) -> str:
-    from rlbridge.contract.models import model_path
-
-    return model_path(config)

@@ -25,6 +25,7 @@ from packaging.version import Version
 
 from rlbridge.contract.backend import Capability, gpus_per_node, honoured, offline_only
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.models import model_path as resolved_model_path
 from rlbridge.helpers import free_port
 from rlbridge_adapters.openrlhf import layout
 
@@ -101,7 +102,9 @@ def capabilities() -> list[Capability]:
     ]
 
 
-def translate(config: RunConfig, version: Version, model_path: str) -> dict[str, Any]:
+def translate_stage(config: RunConfig, version: Version) -> dict[str, Any]:
+    """The native plan of an offline stage (Backend.translate_stage), for engine `version`."""
+    model_path = resolved_model_path(config)
     tr, off, stage = config.training, config.offline, config.algorithm.name
     gpus = gpus_per_node(config)
     mini = config.mini_batch_samples
@@ -244,7 +247,7 @@ class _Recorder:
         self.close()
 
 
-def run_offline(plan, ctx) -> None:
+def run_stage(plan, ctx) -> None:
     import runpy
 
     from rlbridge.contract.data import load_rows

@@ -18,7 +18,8 @@ from rlbridge.contract.backend import (
     resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
-from rlbridge_adapters.trl import asynchrony, knobs, layout, stages
+from rlbridge.contract.models import model_path
+from rlbridge_adapters.trl import asynchrony, knobs, layout
 
 TRAINERS = {"grpo": "GRPO", "dr_grpo": "GRPO", "rloo": "RLOO"}
 LOSS_TYPES = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
@@ -68,13 +69,6 @@ class TRLBackend(Backend):
     resume_reproduces_metrics = True  # TRL's checkpoints hold every RNG state; HF generate on CPU is deterministic
     # the split placement's processes (adapters/trl/async_run.py writes placement.json, as the Ray engines' read-back)
     actor_roles = {"AsyncGRPOTrainer": ("actor", "reference"), "vllm serve": ("rollout",)}
-
-    def translate_stage(self, config: RunConfig) -> dict[str, Any]:
-        """SFTTrainer, DPOTrainer or RewardTrainer (adapters/trl/stages.py)."""
-        return stages.translate(config)
-
-    def run_stage(self, plan, ctx) -> None:
-        stages.run_offline(plan, ctx)
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
         algo, tr, ro = config.algorithm, config.training, config.rollout
@@ -160,7 +154,7 @@ class TRLBackend(Backend):
             "trainer": f"{trainer}Trainer",
             "config_class": f"{trainer}Config",
             "args": args,
-            "model": {"path": _model_path(config), "dtype": dtype},
+            "model": {"path": model_path(config), "dtype": dtype},
             "rewards": [r.model_dump(mode="json", exclude_none=True) for r in config.reward],
             "environment": config.environment.model_dump(mode="json") if config.environment else None,
             "data": {
@@ -233,9 +227,3 @@ class TRLBackend(Backend):
         from rlbridge_adapters.trl.train import run_trl
 
         run_trl(plan, ctx)
-
-
-def _model_path(config: RunConfig) -> str:
-    from rlbridge.contract.models import model_path
-
-    return model_path(config)

@@ -18,6 +18,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from rlbridge.contract.backend import Capability, gpus_per_node, honoured, offline_only, resolved_dtype
 from rlbridge.contract.config import RunConfig
 
@@ -77,8 +79,9 @@ def capabilities() -> list[Capability]:
     ]
 
 
-def translate(config: RunConfig) -> dict[str, Any]:
-    """SFTConfig / DPOConfig / RewardConfig kwargs and what rlbridge's launcher does, for an offline stage."""
+def translate_stage(config: RunConfig, version: Version) -> dict[str, Any]:
+    """SFTConfig / DPOConfig / RewardConfig kwargs and what rlbridge's launcher does, for an offline stage
+    (Backend.translate_stage; the same for every supported TRL version)."""
     from rlbridge.contract.models import model_path
 
     tr, off, stage = config.training, config.offline, config.algorithm.name
@@ -192,7 +195,7 @@ def trl_rows(rows: list[dict[str, Any]], fmt: str, native: dict[str, Any], field
     return out
 
 
-def run_offline(plan, ctx) -> None:
+def run_stage(plan, ctx) -> None:
     import torch
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback

@@ -28,6 +28,7 @@ from rlbridge.contract.backend import (
     resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.models import model_path
 from rlbridge.engine.model_dir import PASSTHROUGH_CHAT_TEMPLATE
 from rlbridge.errors import ConfigError
 from rlbridge_adapters.verl import asynchrony, knobs, layout, stages
@@ -126,13 +127,6 @@ class VerlBackend(Backend):
 
     def placement_roles(self, plan) -> dict[str, tuple[str, ...]]:
         return self.async_actor_roles if plan.native.get("entry_point") else self.actor_roles
-
-    def translate_stage(self, config: RunConfig) -> dict[str, Any]:
-        """sft on verl's SFT trainer (adapters/verl/stages.py)."""
-        return stages.translate(config, _v(config), _model_path(config))
-
-    def run_stage(self, plan, ctx) -> None:
-        stages.run_offline(plan, ctx)
 
     def translate(self, config: RunConfig) -> dict[str, Any]:
         version = _v(config)
@@ -330,7 +324,7 @@ class VerlBackend(Backend):
             "verl_version": str(version),
             "entry_point": entry,
             "overrides": o,
-            "model": {"path": _model_path(config), "chat_template": template},
+            "model": {"path": model_path(config), "chat_template": template},
             "rewards": [r.model_dump(mode="json", exclude_none=True) for r in config.reward],
             "data": {"prompt_key": config.data.prompt_key, "answer_key": config.data.answer_key},
             "environment": config.environment.model_dump(mode="json") if config.environment else None,
@@ -419,9 +413,3 @@ def format_value(value: Any) -> str:
     if isinstance(value, str) and any(c in value for c in " ,[]{}'\"=\n"):
         return json.dumps(value)
     return str(value)
-
-
-def _model_path(config: RunConfig) -> str:
-    from rlbridge.contract.models import model_path
-
-    return model_path(config)

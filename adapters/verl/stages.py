@@ -39,6 +39,7 @@ from rlbridge.contract.backend import (
     resolved_dtype,
 )
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.models import model_path as resolved_model_path
 
 SINCE = Version("0.9.0")  # verl.trainer.sft_trainer on the TrainingWorker engine, as driven here
 MODULE = "verl.trainer.sft_trainer"
@@ -165,8 +166,11 @@ def capabilities() -> list[Capability]:
     ]
 
 
-def translate(config: RunConfig, version: Version, model_path: str) -> dict[str, Any]:
+def translate_stage(config: RunConfig, version: Version) -> dict[str, Any]:
+    """The native plan of an offline stage (Backend.translate_stage), for engine `version`."""
     from rlbridge.errors import ConfigError
+
+    model_path = resolved_model_path(config)
 
     tr, off = config.training, config.offline
     gpus = gpus_per_node(config)
@@ -360,7 +364,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_offline(plan, ctx) -> None:
+def run_stage(plan, ctx) -> None:
     from rlbridge.contract.data import load_rows
     from rlbridge.contract.stages import canonical_rows
     from rlbridge.engine.model_dir import run_and_model_dirs

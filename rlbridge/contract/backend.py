@@ -347,8 +347,9 @@ class Backend(ABC):
 
     An adapter folder with a package.py also has its declarations found in the folder's conventional modules
     (ADAPTER_MODULES), each imported only when asked for: `knobs.py` `capabilities()`, `effects.py` `EFFECTS`,
-    `native_reward.py` `CONVENTION`, `memory.py` `behaviour(config, plan)`, `patches` `PATCHES`, and `native.py`
-    as the bench's native arm. A module it lacks leaves that extension point at its default; a backend
+    `native_reward.py` `CONVENTION`, `memory.py` `behaviour(config, plan)`, `patches` `PATCHES`, `stages.py`
+    `translate_stage(config, version)` and `run_stage(plan, ctx)` (the offline stages), and `native.py` as the
+    bench's native arm. A module it lacks leaves that extension point at its default; a backend
     overrides a method where its answer depends on more than the module."""
 
     name: ClassVar[str]
@@ -377,7 +378,7 @@ class Backend(ABC):
         backend has no adapter folder or the folder no such module."""
         if self._adapter is None or not _module_exists(f"{self._adapter}.{module}"):
             return None
-        return getattr(importlib.import_module(f"{self._adapter}.{module}"), name)
+        return getattr(importlib.import_module(f"{self._adapter}.{module}"), name, None)
 
     description: ClassVar[str] = ""
     native_key_spelling: ClassVar[str] = ""
@@ -666,18 +667,26 @@ class Backend(ABC):
     def translate_stage(self, config: RunConfig) -> dict[str, Any]:
         """The engine-native configuration of an offline stage: called by `plan` instead of `translate` for a
         config whose algorithm.name is sft, dpo or reward_model (RunConfig.is_offline), in the process that
-        plans (the user's). Pure, like translate. Default: the stage is refused with a CapabilityError naming
-        this backend, as its capability table refuses a knob; a backend that runs the stages overrides this
-        and run_stage, and its capability table declares the offline.* knobs."""
-        raise CapabilityError(_no_offline_stages(self.name, config.algorithm.name))
+        plans (the user's). Pure, like translate. Default: the adapter's `stages.translate_stage(config, version)`
+        (ADAPTER_MODULES; version: target_version(config)) where its stages.py has one, and its capability table
+        declares the offline.* knobs; else the stage is refused with a CapabilityError naming this backend, as its
+        capability table refuses a knob."""
+        translate = self.adapter_declaration("stages", "translate_stage")
+        if translate is None:
+            raise CapabilityError(_no_offline_stages(self.name, config.algorithm.name))
+        return translate(config, self.target_version(config))
 
     def run_stage(self, plan: Plan, ctx: TrainingContext) -> None:
         """Train an offline stage's plan (translate_stage's): called by `train` instead of `run`, in the process
         `run` would be called in (the user's, or rlbridge.engine.child's in an engine environment). As `run`:
         `ctx.emit_step` once per step (the stage's canonical metrics, e.g. loss), `ctx.checkpoint_saved` after
         every checkpoint; the trained model goes to RUN_DIR/model, the next pipeline stage's input. Returns
-        nothing. Default: refused as translate_stage refuses."""
-        raise CapabilityError(_no_offline_stages(self.name, ctx.config.algorithm.name))
+        nothing. Default: the adapter's `stages.run_stage(plan, ctx)` where its stages.py has one; else refused as
+        translate_stage refuses."""
+        run = self.adapter_declaration("stages", "run_stage")
+        if run is None:
+            raise CapabilityError(_no_offline_stages(self.name, ctx.config.algorithm.name))
+        run(plan, ctx)
 
     def train(self, plan: Plan, ctx: TrainingContext) -> None:
         """Train `plan` in this process: what the core calls (rlbridge.run.runner in the user's process,
@@ -705,6 +714,7 @@ ADAPTER_MODULES = {
     "memory": "behaviour",
     "patches": "PATCHES",
     "native": "the bench's native arm (native_arm)",
+    "stages": "translate_stage(config, version) and run_stage(plan, ctx), the offline stages",
 }
 """An adapter folder's conventional modules and what the base class reads from each (see Backend)."""
 
