@@ -5,7 +5,6 @@ two gloo ranks with the policy's parameters sharded. Runs in the areal cell (`rl
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -18,15 +17,10 @@ from rlbridge.run.loading import load_config
 from rlbridge.run.runner import train
 from tests.conftest import QUICKSTART
 
-
-def _areal() -> str | None:
-    try:
-        return importlib.metadata.version("areal")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+from . import needs_areal
 
 
-pytestmark = pytest.mark.skipif(_areal() != "1.0.4", reason="runs in the areal 1.0.4 engine environment")
+pytestmark = needs_areal
 SMALL = [
     "backend=areal",
     "resources.gpus_per_node=auto",

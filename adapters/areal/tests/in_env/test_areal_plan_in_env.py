@@ -4,7 +4,6 @@ what AReaL refuses. Runs in the areal 1.0.4 engine environment (the plans alone:
 
 from __future__ import annotations
 
-import importlib.metadata
 
 import pytest
 
@@ -13,17 +12,12 @@ from rlbridge.run.loading import load_config
 from rlbridge.run.runner import prepare
 from tests.conftest import QUICKSTART
 
+from . import needs_areal
+
 CPU = ["backend=areal", "resources.gpus_per_node=0"]
 
 
-def _areal() -> str | None:
-    try:
-        return importlib.metadata.version("areal")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-pytestmark = pytest.mark.skipif(_areal() != "1.0.4", reason="runs in the areal 1.0.4 engine environment")
+pytestmark = needs_areal
 
 
 def plan(*overrides: str):
