@@ -241,12 +241,6 @@ class ArealBackend(Backend):
 
         validate_config(plan.native["config"])
 
-    def recipe_importer(self):
-        """Reads AReaL's YAML configs and dotted overrides for `rlbridge import`."""
-        from rlbridge_adapters.areal.importer import ArealRecipeImporter
-
-        return ArealRecipeImporter()
-
     def run(self, plan: Plan, ctx) -> None:
         from rlbridge_adapters.areal.train import run_areal
 

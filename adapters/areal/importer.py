@@ -340,3 +340,7 @@ def _scalar(text: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+
+
+IMPORTER = ArealRecipeImporter
+"""This engine's recipe reader (Backend.recipe_importer reads it from here)."""

@@ -341,12 +341,6 @@ class OpenRLHFBackend(Backend):
 
         validate_argv(plan.native)
 
-    def recipe_importer(self):
-        """Reads openrlhf recipes for `rlbridge import` (the inverse mapping is derived from translate())."""
-        from rlbridge_adapters.openrlhf.importer import OpenRLHFRecipeImporter
-
-        return OpenRLHFRecipeImporter()
-
     def run(self, plan, ctx) -> None:
         from rlbridge_adapters.openrlhf.train import run_openrlhf
 

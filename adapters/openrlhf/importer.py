@@ -551,3 +551,7 @@ def async_start(recipe: Recipe, asynchronous: bool = True) -> dict[str, Any]:
         },
         **split,
     }
+
+
+IMPORTER = OpenRLHFRecipeImporter
+"""This engine's recipe reader (Backend.recipe_importer reads it from here)."""

@@ -212,12 +212,6 @@ class TRLBackend(Backend):
         make_args(plan.native)
         layout.validate(plan.native)  # accelerate's own classes read the accelerate config
 
-    def recipe_importer(self):
-        """Reads trl recipes for `rlbridge import` (the inverse mapping is derived from translate())."""
-        from rlbridge_adapters.trl.importer import TRLRecipeImporter
-
-        return TRLRecipeImporter()
-
     def check_startable(self, plan) -> None:
         from rlbridge_adapters.trl.launch import check_startable
 

@@ -749,3 +749,7 @@ def _trl_reward_names() -> set[str]:
 
 def _key(key: str) -> str:
     return {"torch_dtype": "dtype"}.get(key, key)
+
+
+IMPORTER = TRLRecipeImporter
+"""This engine's recipe reader (Backend.recipe_importer reads it from here)."""

@@ -388,12 +388,6 @@ class VerlBackend(Backend):
 
         validate_plan(plan)
 
-    def recipe_importer(self):
-        """Reads verl recipes for `rlbridge import` (the inverse mapping is derived from translate())."""
-        from rlbridge_adapters.verl.importer import VerlRecipeImporter
-
-        return VerlRecipeImporter()
-
     def run(self, plan, ctx) -> None:
         from rlbridge_adapters.verl.train import run_verl
 

@@ -591,3 +591,7 @@ def _same_default(default: Any, value: Any) -> bool:
     from rlbridge.contract.importing import same
 
     return same(default, value)
+
+
+IMPORTER = VerlRecipeImporter
+"""This engine's recipe reader (Backend.recipe_importer reads it from here)."""

@@ -348,8 +348,8 @@ class Backend(ABC):
     An adapter folder with a package.py also has its declarations found in the folder's conventional modules
     (ADAPTER_MODULES), each imported only when asked for: `knobs.py` `capabilities()`, `effects.py` `EFFECTS`,
     `native_reward.py` `CONVENTION`, `memory.py` `behaviour(config, plan)`, `patches` `PATCHES`, `stages.py`
-    `translate_stage(config, version)` and `run_stage(plan, ctx)` (the offline stages), and `native.py` as the
-    bench's native arm. A module it lacks leaves that extension point at its default; a backend
+    `translate_stage(config, version)` and `run_stage(plan, ctx)` (the offline stages), `importer.py` `IMPORTER`
+    (`rlbridge import`), and `native.py` as the bench's native arm. A module it lacks leaves that extension point at its default; a backend
     overrides a method where its answer depends on more than the module."""
 
     name: ClassVar[str]
@@ -623,8 +623,10 @@ class Backend(ABC):
 
     def recipe_importer(self) -> RecipeImporter | None:
         """What reads this engine's recipes for `rlbridge import` (a rlbridge.contract.importing.RecipeImporter),
-        or None: `rlbridge import --from <this backend>` is then refused naming the backend."""
-        return None
+        or None: `rlbridge import --from <this backend>` is then refused naming the backend. Default: the adapter's
+        `importer.IMPORTER` (ADAPTER_MODULES), instantiated."""
+        importer = self.adapter_declaration("importer", "IMPORTER")
+        return importer() if importer is not None else None
 
     def memory_behaviour(self, config: RunConfig, plan: Plan) -> Any:
         """What the engine does with memory for this plan (rlbridge.contract.memory.MemoryBehaviour: precisions,
@@ -715,6 +717,7 @@ ADAPTER_MODULES = {
     "patches": "PATCHES",
     "native": "the bench's native arm (native_arm)",
     "stages": "translate_stage(config, version) and run_stage(plan, ctx), the offline stages",
+    "importer": "IMPORTER, the RecipeImporter of `rlbridge import`",
 }
 """An adapter folder's conventional modules and what the base class reads from each (see Backend)."""
 
