@@ -25,3 +25,23 @@ def test_every_package_in_the_tree_is_in_the_wheel():
         f"add these to pyproject.toml [tool.setuptools] packages: {sorted(found - declared)}"
     )
     assert declared - found == set(), f"pyproject.toml lists packages the tree lacks: {sorted(declared - found)}"
+
+
+def test_the_rlbridge_found_from_the_repository_root_is_the_installed_one():
+    """`pip install -e .` writes rlbridge.egg-info to .editable-metadata (setup.cfg), not the root: the root is on
+    sys.path in every test run, where an egg-info an engine environment's install rewrites while the suite runs
+    would hide the installed distribution's entry points (a test once found no backend at all)."""
+    import subprocess
+    import sys
+
+    where = subprocess.run(
+        [sys.executable, "-c", "import importlib.metadata as m; print(m.distribution('rlbridge')._path)"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert (REPO / where).resolve().parent != REPO, (
+        f"{where}: rlbridge's metadata in the repository root shadows the installed one; remove it "
+        "(`rm -rf rlbridge.egg-info`): setup.cfg sends it to .editable-metadata"
+    )
