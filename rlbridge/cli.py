@@ -381,7 +381,7 @@ def plan(
         out.print(table)
         for note in prepared.plan.approximations:
             out.print(f"approximated: {escape(note)}")
-        from rlbridge.importer.solver import default_differences
+        from rlbridge.importer.differences import default_differences
 
         for d in default_differences(prepared.backend, prepared.config, prepared.plan.native):
             out.print(

@@ -221,7 +221,6 @@ LONG_LINES = [
     "rlbridge/contract/config.py",
     "rlbridge/bench/html_report.py",
     "rlbridge/importer/report.py",
-    "rlbridge/importer/solver.py",
     "rlbridge/testing/suite.py",
     "tests/test_engine_failure.py",
     "tests/test_faults.py",

@@ -349,8 +349,8 @@ class Backend(ABC):
     (ADAPTER_MODULES), each imported only when asked for: `knobs.py` `capabilities()`, `effects.py` `EFFECTS`,
     `native_reward.py` `CONVENTION`, `memory.py` `behaviour(config, plan)`, `patches` `PATCHES`, `stages.py`
     `translate_stage(config, version)` and `run_stage(plan, ctx)` (the offline stages), `importer.py` `IMPORTER`
-    (`rlbridge import`), and `native.py` as the bench's native arm. A module it lacks leaves that extension point at its default; a backend
-    overrides a method where its answer depends on more than the module."""
+    (`rlbridge import`), and `native.py` as the bench's native arm. A module it lacks leaves that extension point
+    at its default; a backend overrides a method where its answer depends on more than the module."""
 
     name: ClassVar[str]
     """The value of `backend:` in a config."""

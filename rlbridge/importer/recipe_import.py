@@ -1,5 +1,5 @@
-"""`rlbridge import`: read a recipe with its engine's importer and solve for the canonical config
-(rlbridge.importer.solver; its docstring says how)."""
+"""`rlbridge import`: read a recipe with its engine's importer, solve for the canonical config
+(rlbridge.importer.solver; its docstring says how) and give each setting its verdict (rlbridge.importer.verdicts)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from rlbridge.errors import ConfigError
 from rlbridge.importer.recipe import StaticRecipeSource, is_file, launch_environment
 from rlbridge.importer.report import ImportResult
 from rlbridge.importer.solver import Solver
+from rlbridge.importer.verdicts import Verdicts
 
 
 def import_recipe(
@@ -39,7 +40,8 @@ def import_recipe(
         raise ConfigError(
             f"--engine-version {version}: outside the range backend '{engine}' supports ({backend.supported_versions})"
         )
-    return Solver(backend, importer, recipe, explicit_version=version is not None, rewards=rewards).run()
+    search = Solver(backend, importer, recipe, explicit_version=version is not None, rewards=rewards)
+    return Verdicts(search).result(search.run())
 
 
 def _check_text(source: str) -> None:
