@@ -16,10 +16,11 @@ from pathlib import Path
 import grimp
 import pytest
 import yaml
-from tests.conftest import in_tree_backends
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+from tests.conftest import in_tree_backends
 
 REPO = Path(__file__).resolve().parents[1]
 

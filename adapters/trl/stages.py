@@ -22,6 +22,7 @@ from packaging.version import Version
 
 from rlbridge.contract.backend import Capability, gpus_per_node, honoured, offline_only, resolved_dtype
 from rlbridge.contract.config import RunConfig
+from rlbridge.contract.models import model_path as resolved_model_path
 
 TRAINERS = {"sft": "SFT", "dpo": "DPO", "reward_model": "Reward"}
 MODEL_DIR = "model"
@@ -82,8 +83,6 @@ def capabilities() -> list[Capability]:
 def translate_stage(config: RunConfig, version: Version) -> dict[str, Any]:
     """SFTConfig / DPOConfig / RewardConfig kwargs and what rlbridge's launcher does, for an offline stage
     (Backend.translate_stage; the same for every supported TRL version)."""
-    from rlbridge.contract.models import model_path
-
     tr, off, stage = config.training, config.offline, config.algorithm.name
     gpus = gpus_per_node(config)
     processes = max(gpus, 1)
@@ -143,7 +142,7 @@ def translate_stage(config: RunConfig, version: Version) -> dict[str, Any]:
         "trainer": f"{TRAINERS[stage]}Trainer",
         "config_class": f"{TRAINERS[stage]}Config",
         "args": args,
-        "model": {"path": model_path(config), "dtype": dtype},
+        "model": {"path": resolved_model_path(config), "dtype": dtype},
         "reference_model": off.reference_model,
         "data": {
             "prompt_key": config.data.prompt_key,
